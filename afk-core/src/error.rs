@@ -1,0 +1,251 @@
+//! The one public error type of the workspace.
+//!
+//! Every failure is an [`Error`] with a coarse [`ErrorKind`] that tells the caller what to do
+//! (retry, give up, fix the configuration), a human-readable context message, and the
+//! underlying source error when there is one. Detailed, backend-specific errors stay private to
+//! each crate and are mapped into this type in one place (`error.rs` of each store crate).
+
+use std::fmt;
+
+/// Boxed source error carried by [`Error`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Result alias used throughout the workspace.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, coarsely, so that callers can decide what to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The key, run or checkpoint does not exist.
+    NotFound,
+    /// A conditional write lost a race (the precondition no longer holds). Re-read and decide.
+    Conflict,
+    /// A newer claim on the run exists: this process must stop working on it.
+    Fenced,
+    /// The backend is unreachable, overloaded or timed out. Retryable.
+    Unavailable,
+    /// Stored data cannot be decoded or violates an invariant. Not retryable.
+    Corrupt,
+    /// The backend cannot do what was asked (capability missing).
+    Unsupported,
+    /// The configuration (URL, credentials, bucket, options) is wrong.
+    InvalidConfig,
+    /// An argument (an id, a key, a value) is not acceptable.
+    InvalidInput,
+    /// A tool with an at-most-once policy may or may not have run; a human must decide.
+    EffectUncertain,
+    /// A run budget (steps, calls, wall time, cost) was exhausted.
+    BudgetExceeded,
+    /// The run was cancelled or interrupted by the caller.
+    Cancelled,
+    /// An operation did not finish within its time bound.
+    Timeout,
+    /// The model client failed.
+    Llm,
+    /// A tool failed in a way the failure policy turned into a run failure.
+    Tool,
+    /// Anything else; a bug or an unexpected backend answer.
+    Unexpected,
+}
+
+impl ErrorKind {
+    /// Whether an operation that failed with this kind may succeed when retried unchanged.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, ErrorKind::Unavailable | ErrorKind::Timeout)
+    }
+
+    /// A short stable name (`"not_found"`, `"fenced"`, …) for logs and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Fenced => "fenced",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::InvalidConfig => "invalid_config",
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::EffectUncertain => "effect_uncertain",
+            ErrorKind::BudgetExceeded => "budget_exceeded",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Llm => "llm",
+            ErrorKind::Tool => "tool",
+            ErrorKind::Unexpected => "unexpected",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The one public error type.
+///
+/// Construct with [`Error::new`] and the kind helpers ([`Error::not_found`], …); add a source
+/// with [`Error::with_source`]. A checkpoint-corruption error additionally names the key it was
+/// read from ([`Error::corrupt_record`], [`Error::corrupt_key`]).
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    key: Option<String>,
+    retryable: Option<bool>,
+    source: Option<BoxError>,
+}
+
+impl Error {
+    /// A new error of `kind` with a context message.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error { kind, message: message.into(), key: None, retryable: None, source: None }
+    }
+
+    /// Attach the underlying error.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Override the retry decision derived from the kind (for example a `Conflict` that a
+    /// backend knows is transient).
+    pub fn with_retryable(mut self, retryable: bool) -> Self {
+        self.retryable = Some(retryable);
+        self
+    }
+
+    /// Attach the logical key the error is about.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// `CheckpointCorrupt { key, reason }`: a stored record at `key` cannot be used.
+    pub fn corrupt_record(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Corrupt, reason).with_key(key)
+    }
+
+    /// Shorthand constructors, one per kind.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::NotFound, message)
+    }
+    /// See [`ErrorKind::Conflict`].
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Conflict, message)
+    }
+    /// See [`ErrorKind::Fenced`].
+    pub fn fenced(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Fenced, message)
+    }
+    /// See [`ErrorKind::Unavailable`].
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Unavailable, message)
+    }
+    /// See [`ErrorKind::Corrupt`].
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Corrupt, message)
+    }
+    /// See [`ErrorKind::Unsupported`].
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Unsupported, message)
+    }
+    /// See [`ErrorKind::InvalidConfig`].
+    pub fn invalid_config(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidConfig, message)
+    }
+    /// See [`ErrorKind::InvalidInput`].
+    pub fn invalid_input(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidInput, message)
+    }
+    /// See [`ErrorKind::Unexpected`].
+    pub fn unexpected(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Unexpected, message)
+    }
+
+    /// The coarse kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The context message (without the source chain).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The logical key this error is about, if any (always set for corrupt records).
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// Whether retrying the same operation unchanged may succeed.
+    pub fn is_retryable(&self) -> bool {
+        self.retryable.unwrap_or_else(|| self.kind.is_retryable())
+    }
+
+    /// True for checkpoint corruption (`CheckpointCorrupt`).
+    pub fn is_corrupt(&self) -> bool {
+        self.kind == ErrorKind::Corrupt
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.kind).field("message", &self.message);
+        if let Some(key) = &self.key {
+            d.field("key", key);
+        }
+        if let Some(r) = self.retryable {
+            d.field("retryable", &r);
+        }
+        if let Some(source) = &self.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)?;
+        if let Some(key) = &self.key {
+            write!(f, " (key {key})")?;
+        }
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_follows_kind_unless_overridden() {
+        assert!(Error::unavailable("down").is_retryable());
+        assert!(!Error::fenced("newer claim").is_retryable());
+        assert!(!Error::unavailable("down").with_retryable(false).is_retryable());
+        assert!(Error::conflict("race").with_retryable(true).is_retryable());
+    }
+
+    #[test]
+    fn display_names_kind_key_and_source() {
+        let io = std::io::Error::other("boom");
+        let e = Error::corrupt_record("checkpoint:r:latest", "payload is not an object")
+            .with_source(io);
+        let s = e.to_string();
+        assert!(s.starts_with("corrupt: payload is not an object"), "{s}");
+        assert!(s.contains("checkpoint:r:latest"), "{s}");
+        assert!(s.ends_with("boom"), "{s}");
+        assert!(std::error::Error::source(&e).is_some());
+    }
+}

@@ -1,0 +1,232 @@
+//! The store contract: a small trait over bytes and logical keys.
+//!
+//! A store keeps opaque bytes under `(thread, key)`. It never sees schema types: everything
+//! about records lives in the rest of `afk-core`. Backends implement [`Store`]; the runner holds
+//! them as `Arc<dyn Store>`.
+//!
+//! Runs are *fenced*: [`Store::claim`] hands out a strictly increasing [`Epoch`] per run, and
+//! every [`Commit`] carries the epoch of the claim it was made under. A commit whose epoch is no
+//! longer the run's current epoch fails with [`ErrorKind::Fenced`](crate::ErrorKind::Fenced) and
+//! writes nothing. Two processes resuming one run: exactly one goes on.
+//!
+//! Logical keys are built by [`crate::keys`]. Every key that belongs to a run has the form
+//! `<family>:<run_id>:…` (`checkpoint:`, `effect:`, `messages:`, `bgtool:`) or is `run:<run_id>`,
+//! so a store can find the run of any key with [`run_of_key`] (Redis uses it for hash tags, S3
+//! and RocksDB for their per-run layout).
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::ids::{RunId, ThreadId};
+
+/// A fencing epoch. Epoch 0 means "never claimed"; [`Store::claim`] returns 1, 2, ….
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Epoch(pub u64);
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// One atomic write: a set of keys of one run, plus optionally the run's latest pointer.
+///
+/// Applied all-or-nothing, and only if `epoch` is still the run's current epoch.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Commit {
+    /// The thread the run lives in.
+    pub thread: ThreadId,
+    /// The run every key belongs to.
+    pub run: RunId,
+    /// The epoch of the claim this commit is made under.
+    pub epoch: Epoch,
+    /// Keys and values to write (insert or overwrite). Every key must belong to `run`.
+    pub puts: Vec<(String, Vec<u8>)>,
+    /// New value of `checkpoint:<run>:latest`, if this commit moves the pointer.
+    pub latest: Option<Vec<u8>>,
+}
+
+impl Commit {
+    /// Total payload bytes of the commit (keys and values), for metrics and size limits.
+    pub fn byte_len(&self) -> usize {
+        self.puts.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+            + self.latest.as_ref().map_or(0, Vec::len)
+    }
+}
+
+impl fmt::Debug for Commit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Commit")
+            .field("thread", &self.thread)
+            .field("run", &self.run)
+            .field("epoch", &self.epoch)
+            .field("keys", &self.puts.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>())
+            .field("latest", &self.latest.as_ref().map(Vec::len))
+            .finish()
+    }
+}
+
+/// One page of a [`Store::list`] answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListPage {
+    /// Keys, sorted by byte order, all starting with the requested prefix.
+    pub keys: Vec<String>,
+    /// Pass to the next call to continue; `None` when the listing is complete.
+    pub next_cursor: Option<String>,
+}
+
+/// What a store supports, as data, so callers branch on facts rather than on store types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Short backend name (`"memory"`, `"rocksdb"`, `"redis"`, `"s3"`, …).
+    pub name: &'static str,
+    /// Largest value a single put may carry, in bytes, if the backend has a limit.
+    pub max_value_size: Option<usize>,
+    /// Most keys one commit may carry, if the backend has a limit.
+    pub max_commit_keys: Option<usize>,
+    /// Whether keys can expire (a per-run TTL).
+    pub ttl: bool,
+    /// Whether [`Store::commit_batch`] sends several commits in one round trip.
+    pub batch_commit: bool,
+    /// Whether an acknowledged commit survives a process crash.
+    pub durable: bool,
+    /// Whether several processes may open the same store at once.
+    pub multi_process: bool,
+}
+
+impl Capabilities {
+    /// Capabilities with every optional feature off, for `name`.
+    pub fn new(name: &'static str) -> Self {
+        Capabilities {
+            name,
+            max_value_size: None,
+            max_commit_keys: None,
+            ttl: false,
+            batch_commit: false,
+            durable: false,
+            multi_process: false,
+        }
+    }
+}
+
+/// Most keys a single [`Store::list`] call returns when the caller asks for more.
+pub const MAX_LIST_LIMIT: usize = 1000;
+
+/// The store contract. Every method is safe to call concurrently from many tasks.
+///
+/// Errors: backends map their native errors to the coarse kinds of [`crate::ErrorKind`];
+/// network failures, timeouts and overload are `Unavailable` (retryable).
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug {
+    /// What this store supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Read one key. `Ok(None)` when it does not exist. The latest pointer is read as the key
+    /// `checkpoint:<run>:latest`.
+    ///
+    /// Errors: `InvalidInput` for a malformed key; `Unavailable` when the backend cannot answer.
+    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>>;
+
+    /// Read several keys of one thread; answers are in the order of `keys`. Backends override
+    /// this to use one round trip; the default reads them one by one.
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            out.push(self.get(thread, key).await?);
+        }
+        Ok(out)
+    }
+
+    /// List the keys of `thread` that start with `prefix` (the empty prefix lists all), sorted
+    /// by byte order, at most `limit` per page (clamped to `1..=`[`MAX_LIST_LIMIT`]). Pass the
+    /// returned `next_cursor` to continue. The fence key `run:<run>` is listed like any other
+    /// key. Keys written after a listing started may or may not appear in later pages; keys
+    /// that existed throughout appear exactly once.
+    async fn list(
+        &self,
+        thread: &ThreadId,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage>;
+
+    /// Delete keys of a thread. Missing keys are ignored. Not fenced: deletion is maintenance
+    /// (the CLI's `prune`), not part of a run.
+    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()>;
+
+    /// Delete every key of a run, including its latest pointer and fence. Returns how many
+    /// logical keys were removed.
+    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64>;
+
+    /// Claim a run: returns a new epoch, strictly greater than every epoch handed out for this
+    /// run before (also across processes, for multi-process stores). From then on, commits
+    /// carrying an older epoch fail with `Fenced`.
+    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch>;
+
+    /// Atomically write `commit.puts` and, if given, the latest pointer, only if `commit.epoch`
+    /// is the run's current epoch. Otherwise fail with `Fenced` and write nothing.
+    ///
+    /// All or nothing: no reader ever sees a pointer to a record of this commit that is not
+    /// there, or a record of it without its pointer move. A commit whose outcome is unknown (a
+    /// timeout after the request was sent) is resolved by the backend before returning, or
+    /// reported as `Unavailable` only when nothing was written.
+    ///
+    /// Errors: `Fenced`; `InvalidInput` for a key that does not belong to `commit.run` or a
+    /// value over [`Capabilities::max_value_size`]; `Unavailable`.
+    async fn commit(&self, commit: &Commit) -> Result<()>;
+
+    /// Apply several commits, in order, as one batch where the backend can (pipelines, write
+    /// batches). Each commit is still atomic and fenced on its own; the answer has one result
+    /// per commit, in order. The default applies them one by one.
+    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        let mut out = Vec::with_capacity(commits.len());
+        for c in commits {
+            out.push(self.commit(c).await);
+        }
+        out
+    }
+}
+
+/// The run id a logical key belongs to: the second `:`-separated field of `checkpoint:`,
+/// `effect:`, `messages:` and `bgtool:` keys, and the rest of a `run:` key. `None` for a key
+/// that belongs to no run.
+pub fn run_of_key(key: &str) -> Option<&str> {
+    let (family, rest) = key.split_once(':')?;
+    match family {
+        "run" => Some(rest).filter(|r| !r.is_empty() && !r.contains(':')),
+        "checkpoint" | "effect" | "messages" | "bgtool" => {
+            rest.split(':').next().filter(|r| !r.is_empty())
+        }
+        _ => None,
+    }
+}
+
+/// The logical key of a run's latest pointer.
+pub fn latest_key(run: &RunId) -> String {
+    format!("checkpoint:{run}:latest")
+}
+
+/// The logical key of a run's fence and metadata.
+pub fn run_key(run: &RunId) -> String {
+    format!("run:{run}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_of_key_finds_the_run() {
+        assert_eq!(run_of_key("checkpoint:r1:3:pre_llm"), Some("r1"));
+        assert_eq!(run_of_key("checkpoint:r1:latest"), Some("r1"));
+        assert_eq!(run_of_key("effect:r1:2:call_1"), Some("r1"));
+        assert_eq!(run_of_key("messages:r1:00000000000000000003"), Some("r1"));
+        assert_eq!(run_of_key("run:r1"), Some("r1"));
+        assert_eq!(run_of_key("other:r1"), None);
+        assert_eq!(run_of_key("checkpoint::x"), None);
+        assert_eq!(run_of_key("run:"), None);
+    }
+}

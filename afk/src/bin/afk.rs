@@ -1,0 +1,5 @@
+//! The `afk` command-line tool.
+
+fn main() {
+    println!("afk: work in progress");
+}

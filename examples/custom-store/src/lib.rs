@@ -1,0 +1,1 @@
+//! A store written outside the workspace backends (work in progress).
