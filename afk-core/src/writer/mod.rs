@@ -226,7 +226,10 @@ impl Writer {
             let st = self.inner.shared.lock();
             match st.runs.get(&key) {
                 None => return Ok(()),
-                Some(r) => r.submitted,
+                Some(r) => match &r.error {
+                    Some(e) => return Err(replay(e)),
+                    None => r.submitted,
+                },
             }
         };
         self.inner.shared.wait_for(&key, target).await
