@@ -336,3 +336,7 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         out
     }
 }
+
+#[cfg(test)]
+#[path = "fault_tests.rs"]
+mod tests;
