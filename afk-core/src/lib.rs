@@ -2,6 +2,7 @@
 
 pub mod error;
 pub mod ids;
+pub mod schema;
 pub mod store;
 
 pub use error::{Error, ErrorKind, Result};

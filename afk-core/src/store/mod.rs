@@ -51,7 +51,10 @@ pub struct Commit {
 impl Commit {
     /// Total payload bytes of the commit (keys and values), for metrics and size limits.
     pub fn byte_len(&self) -> usize {
-        self.puts.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+        self.puts
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
             + self.latest.as_ref().map_or(0, Vec::len)
     }
 }
@@ -62,7 +65,14 @@ impl fmt::Debug for Commit {
             .field("thread", &self.thread)
             .field("run", &self.run)
             .field("epoch", &self.epoch)
-            .field("keys", &self.puts.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>())
+            .field(
+                "keys",
+                &self
+                    .puts
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .field("latest", &self.latest.as_ref().map(Vec::len))
             .finish()
     }
