@@ -70,9 +70,7 @@ pub(crate) fn map(err: rocksdb::Error, op: Op, path: &Path) -> Error {
 /// temporarily unavailable` (another process) or `lock hold by current process … <dir>/LOCK:
 /// No locks available` (this process).
 fn is_lock_error(text: &str) -> bool {
-    text.contains("/LOCK") && (text.contains("lock file") || text.contains("lock hold"))
-        || text.contains("While lock file")
-        || text.contains("lock hold by current process")
+    text.contains("While lock file") || text.contains("lock hold by current process")
 }
 
 /// A `spawn_blocking` task that panicked or was cancelled.
