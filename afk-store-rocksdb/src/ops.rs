@@ -6,12 +6,18 @@ use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use afk_core::store::{MAX_LIST_LIMIT, latest_key, run_key, run_of_key};
+use afk_core::store::{MAX_LIST_LIMIT, latest_key, run_key, validate_commit};
 use afk_core::{Commit, Epoch, Error, ListPage, Result, RunId, ThreadId};
 use rocksdb::{DB, ReadOptions, WriteBatch, WriteOptions};
 
 use crate::error::{Op, map};
 use crate::layout::{logical, physical, prefix_end, run_prefixes};
+
+/// The value of the fence key `run:<run>`: `{"epoch":n}`, as the reference store writes it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Fence {
+    epoch: u64,
+}
 
 /// Number of lock stripes. Commits of runs in different stripes never wait for each other.
 const STRIPES: usize = 64;
@@ -94,11 +100,11 @@ impl Inner {
         let Some(raw) = self.get(thread, &key)? else {
             return Ok(Epoch(0));
         };
-        std::str::from_utf8(&raw)
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-            .map(Epoch)
-            .ok_or_else(|| Error::corrupt_record(key, "fence value is not a decimal epoch"))
+        serde_json::from_slice::<Fence>(&raw)
+            .map(|f| Epoch(f.epoch))
+            .map_err(|e| {
+                Error::corrupt_record(key, "fence value is not {\"epoch\": n}").with_source(e)
+            })
     }
 
     pub(crate) fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
@@ -109,13 +115,17 @@ impl Inner {
             .checked_add(1)
             .ok_or_else(|| Error::corrupt_record(run_key(run), "fence epoch is at u64::MAX"))?;
         let mut batch = WriteBatch::default();
-        batch.put(physical(thread, &run_key(run)), next.to_string());
+        batch.put(
+            physical(thread, &run_key(run)),
+            serde_json::to_vec(&Fence { epoch: next })
+                .map_err(|e| Error::unexpected("cannot encode the fence").with_source(e))?,
+        );
         self.write(batch)?;
         Ok(Epoch(next))
     }
 
     pub(crate) fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
-        let mut results: Vec<Result<()>> = commits.iter().map(validate).collect();
+        let mut results: Vec<Result<()>> = commits.iter().map(validate_commit).collect();
         let _guards = self.lock(commits.iter().map(|c| (&c.thread, &c.run)));
         let mut batch = WriteBatch::default();
         let mut staged = Vec::new();
@@ -124,6 +134,12 @@ impl Inner {
                 continue;
             }
             match self.epoch(&c.thread, &c.run) {
+                Ok(Epoch(0)) => {
+                    results[i] = Err(Error::fenced(format!(
+                        "run {} of thread {} was never claimed; claim it before committing",
+                        c.run, c.thread
+                    )));
+                }
                 Ok(current) if current == c.epoch => {
                     for (k, v) in &c.puts {
                         batch.put(physical(&c.thread, k), v);
@@ -247,26 +263,4 @@ impl Inner {
         self.write(batch)?;
         Ok(count)
     }
-}
-
-/// Checks that need no database: every key valid, of the commit's run, and not the fence.
-fn validate(c: &Commit) -> Result<()> {
-    let fence = run_key(&c.run);
-    for (k, _) in &c.puts {
-        afk_core::ids::validate_key(k)?;
-        if run_of_key(k) != Some(c.run.as_str()) {
-            return Err(Error::invalid_input(format!(
-                "key {k:?} does not belong to run {}",
-                c.run
-            ))
-            .with_key(k.clone()));
-        }
-        if *k == fence {
-            return Err(Error::invalid_input(format!(
-                "key {k:?} is the run's fence; only claim writes it"
-            ))
-            .with_key(k.clone()));
-        }
-    }
-    Ok(())
 }

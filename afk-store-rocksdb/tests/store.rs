@@ -101,7 +101,10 @@ async fn commit_writes_records_and_latest_pointer_atomically() {
         get(&store, "th", "checkpoint:r1:latest").await.as_deref(),
         Some("p0")
     );
-    assert_eq!(get(&store, "th", "run:r1").await.as_deref(), Some("1"));
+    assert_eq!(
+        get(&store, "th", "run:r1").await.as_deref(),
+        Some(r#"{"epoch":1}"#)
+    );
     // Other threads see nothing.
     assert_eq!(get(&store, "th2", "checkpoint:r1:latest").await, None);
 }
@@ -109,6 +112,22 @@ async fn commit_writes_records_and_latest_pointer_atomically() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_epoch_is_fenced_and_writes_nothing() {
     let (_dir, store) = open();
+    let unclaimed = commit(
+        "th",
+        "r1",
+        Epoch(0),
+        &[("checkpoint:r1:0:x", "v")],
+        Some("p"),
+    );
+    assert_eq!(
+        store
+            .commit(&unclaimed)
+            .await
+            .expect_err("unclaimed")
+            .kind(),
+        ErrorKind::Fenced
+    );
+    assert_eq!(get(&store, "th", "checkpoint:r1:0:x").await, None);
     let e1 = store.claim(&t("th"), &r("r1")).await.expect("claim");
     let e2 = store.claim(&t("th"), &r("r1")).await.expect("claim");
     assert!(e2 > e1);
@@ -163,7 +182,10 @@ async fn foreign_keys_and_the_fence_key_are_rejected_whole() {
     }
     assert_eq!(get(&store, "th", "checkpoint:r1:0:pre_llm").await, None);
     assert_eq!(get(&store, "th", "checkpoint:r1:latest").await, None);
-    assert_eq!(get(&store, "th", "run:r1").await.as_deref(), Some("1"));
+    assert_eq!(
+        get(&store, "th", "run:r1").await.as_deref(),
+        Some(r#"{"epoch":1}"#)
+    );
     assert_eq!(
         store
             .get(&t("th"), "has space")
