@@ -1,7 +1,10 @@
 #![doc = include_str!("../README.md")]
 
 pub mod error;
+pub mod hash;
 pub mod ids;
+pub mod keys;
+pub mod schema;
 pub mod store;
 
 pub use error::{Error, ErrorKind, Result};

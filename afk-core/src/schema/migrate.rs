@@ -1,0 +1,1 @@
+//! Pure conversion of v1 records to v2 (filled in below).

@@ -1,0 +1,142 @@
+//! The v2 transcript log (DESIGN §3.4): one entry per step under `messages:<run>:<index>`,
+//! chained by a SHA-256 digest so a resume can tell a complete log from a torn one.
+//!
+//! `digest_i = hex(sha256(digest_{i-1} as UTF-8 bytes || serde_json::to_vec(messages_i)))`
+//! with `digest_{-1} = ""`. The message bytes are our own serialization (field order of
+//! [`Message`], unknown fields in key order), so the digest is stable for records we wrote.
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::Extra;
+use super::de::record_de;
+use super::message::Message;
+use crate::error::{Error, Result};
+
+/// One transcript-log entry: the messages a step added.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TranscriptEntry {
+    /// Position in the log, from 0; the entry's key is `messages:<run>:<index>`.
+    pub index: u64,
+    /// The step that added these messages.
+    pub step: u64,
+    /// The messages, in transcript order.
+    pub messages: Vec<Message>,
+    /// Chained digest up to and including this entry ([`entry_digest`]).
+    pub digest: String,
+    /// Unknown fields, kept as read.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_de!(TranscriptEntry {
+    index: req,
+    step: req,
+    messages: req,
+    digest: req
+});
+
+/// What a v2 snapshot says about the log: how many entries and messages, and the last digest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TranscriptRef {
+    /// Number of entries (`messages:<run>:0` .. `len - 1`).
+    pub len: u64,
+    /// Total number of messages over those entries.
+    pub message_count: u64,
+    /// Digest of the last entry (`""` when `len == 0`).
+    pub digest: String,
+    /// Unknown fields, kept as read.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_de!(TranscriptRef {
+    len: req,
+    message_count: req,
+    digest: req
+});
+
+/// The digest of an entry holding `messages`, chained after `prev` (`""` for the first entry).
+pub fn entry_digest(prev: &str, messages: &[Message]) -> String {
+    let mut h = Sha256::new();
+    h.update(prev.as_bytes());
+    // Serializing a Message cannot fail (string keys only).
+    h.update(serde_json::to_vec(messages).unwrap_or_default());
+    hex::encode(h.finalize())
+}
+
+/// Fold [`entry_digest`] over consecutive entries' messages; `""` for none.
+pub fn chain_digest<'a>(entries: impl IntoIterator<Item = &'a [Message]>) -> String {
+    entries
+        .into_iter()
+        .fold(String::new(), |prev, msgs| entry_digest(&prev, msgs))
+}
+
+impl TranscriptEntry {
+    /// Build entry `index` for `step` chained after `prev_digest`.
+    pub fn new(index: u64, step: u64, messages: Vec<Message>, prev_digest: &str) -> Self {
+        let digest = entry_digest(prev_digest, &messages);
+        TranscriptEntry {
+            index,
+            step,
+            messages,
+            digest,
+            extra: Extra::new(),
+        }
+    }
+}
+
+impl TranscriptRef {
+    /// The reference describing `entries` (assumed consecutive from index 0).
+    pub fn of(entries: &[TranscriptEntry]) -> Self {
+        TranscriptRef {
+            len: entries.len() as u64,
+            message_count: entries.iter().map(|e| e.messages.len() as u64).sum(),
+            digest: entries.last().map(|e| e.digest.clone()).unwrap_or_default(),
+            extra: Extra::new(),
+        }
+    }
+}
+
+/// Check `entries` (in index order) against `tref` and return the full transcript.
+///
+/// Fails with `Corrupt` naming the first bad entry: a missing or out-of-order index, a stored
+/// digest that does not match the recomputed chain, or a count/digest that differs from `tref`.
+pub fn reassemble(entries: &[TranscriptEntry], tref: &TranscriptRef) -> Result<Vec<Message>> {
+    if entries.len() as u64 != tref.len {
+        return Err(Error::corrupt(format!(
+            "transcript log has {} entries, snapshot expects {}",
+            entries.len(),
+            tref.len
+        )));
+    }
+    let mut prev = String::new();
+    let mut out = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        if e.index != i as u64 {
+            return Err(Error::corrupt(format!(
+                "transcript entry {i} has index {}",
+                e.index
+            )));
+        }
+        let d = entry_digest(&prev, &e.messages);
+        if d != e.digest {
+            return Err(Error::corrupt(format!(
+                "transcript entry {i}: digest mismatch"
+            )));
+        }
+        out.extend(e.messages.iter().cloned());
+        prev = d;
+    }
+    if prev != tref.digest {
+        return Err(Error::corrupt(
+            "transcript digest differs from the snapshot's",
+        ));
+    }
+    if out.len() as u64 != tref.message_count {
+        return Err(Error::corrupt(format!(
+            "transcript has {} messages, snapshot expects {}",
+            out.len(),
+            tref.message_count
+        )));
+    }
+    Ok(out)
+}
