@@ -6,7 +6,12 @@ pub mod ids;
 pub mod keys;
 pub mod schema;
 pub mod store;
+pub mod writer;
 
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{RunId, ThreadId};
-pub use store::{Capabilities, Commit, Epoch, ListPage, MemoryStore, Store};
+pub use store::{
+    Capabilities, Commit, Epoch, FaultStore, ListPage, MemoryStore, RandomSource, RetryPolicy,
+    RetryStore, Store,
+};
+pub use writer::{CheckpointConfig, Ticket, Writer, WriterStats};

@@ -21,10 +21,14 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
 
+pub mod fault;
 pub mod memory;
+pub mod retry;
 mod validate;
 
+pub use fault::{CrashMode, FaultEvent, FaultStore, Op};
 pub use memory::MemoryStore;
+pub use retry::{RandomSource, RetryPolicy, RetryStore};
 pub use validate::validate_commit;
 
 /// A fencing epoch. Epoch 0 means "never claimed"; [`Store::claim`] returns 1, 2, ….
