@@ -4,6 +4,7 @@ pub mod error;
 pub mod hash;
 pub mod ids;
 pub mod keys;
+pub mod runner;
 pub mod schema;
 pub mod store;
 pub mod writer;

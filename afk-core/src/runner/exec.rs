@@ -329,7 +329,7 @@ impl RunTask {
             extra: Default::default(),
         };
         self.ckpt.checkpoint(self.st.step, PhasePayload::RunTerminal(Box::new(payload))).await?;
-        self.ckpt.barrier().await?;
+        self.ckpt.flush().await?;
         self.emit(RunEvent::Finished { state: self.st.state.clone() });
         Ok(Outcome::Completed(Box::new(result)))
     }
@@ -362,6 +362,8 @@ impl RunTask {
         let w = self.ckpt.checkpoint(self.st.step, PhasePayload::RunTerminal(Box::new(payload)));
         if let Err(we) = w.await {
             tracing::warn!(error = %we, "could not record the terminal failure");
+        } else if let Err(we) = self.ckpt.flush().await {
+            tracing::warn!(error = %we, "could not flush the terminal failure");
         }
         self.emit(RunEvent::Failed { kind: e.kind(), message: e.message().to_owned() });
     }

@@ -13,6 +13,7 @@ mod agent;
 mod clock;
 mod exec;
 mod llm;
+mod normalize_shim;
 mod persist;
 mod resume;
 pub mod scripted;
@@ -36,7 +37,8 @@ pub use tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
 use crate::schema::{AgentResult, PauseRequest};
-use crate::store::Store;
+use crate::store::{RandomSource, Store};
+use crate::writer::{CheckpointConfig, Writer};
 use exec::RunTask;
 use persist::Checkpointer;
 use state::RunState;
@@ -52,6 +54,8 @@ pub struct RunnerConfig {
     pub event_capacity: usize,
     /// Bound for making the terminal record durable before the result is returned.
     pub flush_timeout: Duration,
+    /// The write-behind writer's settings (async writes, queue size, coalescing, retries).
+    pub checkpoint: CheckpointConfig,
 }
 
 impl Default for RunnerConfig {
@@ -61,6 +65,7 @@ impl Default for RunnerConfig {
             ids: Arc::new(RandomIds),
             event_capacity: 256,
             flush_timeout: Duration::from_secs(10),
+            checkpoint: CheckpointConfig::default(),
         }
     }
 }
@@ -168,6 +173,23 @@ pub(crate) struct Shared {
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
     pub config: RunnerConfig,
+    pub writer: tokio::sync::OnceCell<Writer>,
+}
+
+impl Shared {
+    /// The writer, started on first use (it needs the Tokio runtime the runs execute on).
+    pub async fn writer(&self) -> Result<Writer> {
+        self.writer
+            .get_or_try_init(|| async {
+                Writer::new(
+                    self.store.clone(),
+                    self.config.checkpoint.clone(),
+                    RandomSource::from_os(),
+                )
+            })
+            .await
+            .cloned()
+    }
 }
 
 /// Starts and resumes runs on one store. Cheap to clone.
@@ -180,7 +202,14 @@ impl Runner {
     /// A runner writing to `store`.
     pub fn new(store: Arc<dyn Store>, config: RunnerConfig) -> Self {
         let clock = config.clock.clone();
-        Runner { shared: Arc::new(Shared { store, clock, config }) }
+        Runner {
+            shared: Arc::new(Shared {
+                store,
+                clock,
+                config,
+                writer: tokio::sync::OnceCell::new(),
+            }),
+        }
     }
 
     /// The store this runner writes to.
@@ -259,8 +288,16 @@ pub(crate) async fn execute(
     events: broadcast::Sender<RunEvent>,
 ) -> Result<Outcome> {
     let epoch = shared.store.claim(&thread, &run).await?;
-    let mut ckpt =
-        Checkpointer::new(shared.store.clone(), shared.clock.clone(), thread, run, epoch);
+    let writer = shared.writer().await?;
+    let mut ckpt = Checkpointer::new(
+        shared.store.clone(),
+        writer,
+        shared.clock.clone(),
+        shared.config.flush_timeout,
+        thread,
+        run,
+        epoch,
+    );
     let (st, decisions, input) = match start {
         Start::Fresh(input) => (RunState::default(), Default::default(), Some(input)),
         Start::Resume(decision) => match resume::load(&mut ckpt, decision).await? {

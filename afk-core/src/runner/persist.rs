@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use super::clock::Clock;
 use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
@@ -12,12 +14,15 @@ use crate::schema::{
     TranscriptEntry, TranscriptRef,
 };
 use crate::store::{Commit, Epoch, Store};
+use crate::writer::Writer;
 
 /// The writer of one run (one process's claim on it).
 #[derive(Debug)]
 pub(crate) struct Checkpointer {
     store: Arc<dyn Store>,
+    writer: Writer,
     clock: Arc<dyn Clock>,
+    flush_timeout: Duration,
     pub thread: ThreadId,
     pub run: RunId,
     pub epoch: Epoch,
@@ -34,14 +39,18 @@ pub(crate) struct Checkpointer {
 impl Checkpointer {
     pub fn new(
         store: Arc<dyn Store>,
+        writer: Writer,
         clock: Arc<dyn Clock>,
+        flush_timeout: Duration,
         thread: ThreadId,
         run: RunId,
         epoch: Epoch,
     ) -> Self {
         Checkpointer {
             store,
+            writer,
             clock,
+            flush_timeout,
             thread,
             run,
             epoch,
@@ -65,7 +74,12 @@ impl Checkpointer {
         &self.store
     }
 
-    async fn commit(&mut self, puts: Vec<(String, Vec<u8>)>, latest: Option<Vec<u8>>) -> Result<()> {
+    async fn commit(
+        &mut self,
+        puts: Vec<(String, Vec<u8>)>,
+        latest: Option<Vec<u8>>,
+        coalescible: bool,
+    ) -> Result<()> {
         let c = Commit {
             thread: self.thread.clone(),
             run: self.run.clone(),
@@ -73,7 +87,7 @@ impl Checkpointer {
             puts,
             latest,
         };
-        self.store.commit(&c).await?;
+        self.writer.submit(c, coalescible).await?;
         self.commits += 1;
         Ok(())
     }
@@ -106,11 +120,11 @@ impl Checkpointer {
     ) -> Result<()> {
         let rec = self.record(step, payload);
         let phase: Phase = rec.phase;
-        let bytes = rec.to_bytes();
-        let key = keys::checkpoint_key(&self.run, step, phase);
+        let bytes = rec.to_bytes()?;
+        let key = keys::checkpoint_key(&self.run, step, phase.as_str())?;
         let latest = move_latest.then(|| bytes.clone());
         tracing::trace!(run = %self.run, step, phase = %phase, "checkpoint");
-        self.commit(vec![(key, bytes)], latest).await
+        self.commit(vec![(key, bytes)], latest, phase == Phase::RuntimeState).await
     }
 
     /// Append the messages not yet in the log as one entry (if any) and return the reference
@@ -124,7 +138,7 @@ impl Checkpointer {
                 crate::Error::unexpected(format!("cannot encode transcript entry: {e}"))
             })?;
             let key = keys::messages_key(&self.run, self.log_len);
-            self.commit(vec![(key, bytes)], None).await?;
+            self.commit(vec![(key, bytes)], None, false).await?;
             self.log_len += 1;
             self.log_messages = messages.len() as u64;
             self.log_digest = entry.digest;
@@ -139,15 +153,19 @@ impl Checkpointer {
 
     /// Commit an effect row (no pointer move).
     pub async fn effect(&mut self, step: u64, call_id: &str, row: &EffectRow) -> Result<()> {
-        let key = keys::effect_key(&self.run, step, call_id);
+        let key = keys::effect_key(&self.run, step, call_id)?;
         let bytes = serde_json::to_vec(row)
             .map_err(|e| crate::Error::unexpected(format!("cannot encode effect row: {e}")))?;
-        self.commit(vec![(key, bytes)], None).await
+        self.commit(vec![(key, bytes)], None, false).await
     }
 
-    /// Everything committed so far is durable. (Commits are awaited one by one, so this is a
-    /// no-op today; it is the point where a write-behind queue must be drained.)
+    /// Wait until everything submitted for the run is durable (before a side effect).
     pub async fn barrier(&mut self) -> Result<()> {
-        Ok(())
+        self.writer.barrier(&self.thread, &self.run).await
+    }
+
+    /// The terminal flush: [`Checkpointer::barrier`] bounded by the flush timeout.
+    pub async fn flush(&mut self) -> Result<()> {
+        self.writer.flush(&self.thread, &self.run, self.flush_timeout).await
     }
 }

@@ -37,7 +37,7 @@ use super::persist::Checkpointer;
 use super::state::RunState;
 use crate::error::{Error, Result};
 use crate::keys;
-use crate::normalize::normalize_record;
+use super::normalize_shim::normalize_record;
 use crate::schema::{
     AgentResult, CheckpointRecord, PauseKind, PauseRequest, Phase, PhasePayload, ResumedPayload,
     TranscriptEntry, TranscriptRef,
@@ -200,7 +200,7 @@ async fn read_log(ckpt: &Checkpointer, tref: &TranscriptRef) -> Result<Vec<crate
 
 /// Decisions recorded for `step` by earlier `resume_with_decision` calls.
 async fn stored_decisions(ckpt: &Checkpointer, step: u64) -> Result<BTreeMap<String, Decision>> {
-    let key = keys::checkpoint_key(&ckpt.run, step, Phase::Resumed);
+    let key = keys::checkpoint_key(&ckpt.run, step, Phase::Resumed.as_str())?;
     let Some(bytes) = ckpt.store().get(&ckpt.thread, &key).await? else {
         return Ok(BTreeMap::new());
     };

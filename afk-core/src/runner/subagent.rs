@@ -77,8 +77,8 @@ impl ChildRun {
         let (_ctl, rx) = tokio::sync::watch::channel(super::Signal::Run);
         let (ev, _) = tokio::sync::broadcast::channel(16);
         let run = self.run.clone();
-        let fut = super::execute(self.shared, self.agent, self.thread, self.run, start, self.depth, rx, ev);
-        match Box::pin(fut).await {
+        let fut = execute_boxed(self.shared, self.agent, self.thread, self.run, start, self.depth, rx, ev);
+        match fut.await {
             Ok(Outcome::Completed(r)) if r.state == "completed" => {
                 Ok(json!({"run_id": run.as_str(), "final_text": r.final_text}))
             }
@@ -89,6 +89,22 @@ impl ChildRun {
             Err(e) => Err(e.to_string()),
         }
     }
+}
+
+/// [`super::execute`] behind a `dyn Future + Send`, which breaks the recursion a child run
+/// makes (run -> batch -> child run) for the `Send` check.
+#[allow(clippy::too_many_arguments)]
+fn execute_boxed(
+    shared: std::sync::Arc<super::Shared>,
+    agent: Agent,
+    thread: ThreadId,
+    run: RunId,
+    start: Start,
+    depth: u32,
+    control: tokio::sync::watch::Receiver<super::Signal>,
+    events: tokio::sync::broadcast::Sender<super::RunEvent>,
+) -> futures::future::BoxFuture<'static, Result<Outcome>> {
+    Box::pin(super::execute(shared, agent, thread, run, start, depth, control, events))
 }
 
 /// `pre_subagent_batch` naming the targets and their child run ids.

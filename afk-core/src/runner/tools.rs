@@ -94,8 +94,10 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
     }
 
     // 2. The effect journal, one round trip.
-    let effect_keys: Vec<String> =
-        ids.iter().map(|id| keys::effect_key(&task.ckpt.run, step, id)).collect();
+    let effect_keys = ids
+        .iter()
+        .map(|id| keys::effect_key(&task.ckpt.run, step, id))
+        .collect::<Result<Vec<String>>>()?;
     let rows = task.ckpt.store().get_many(&task.ckpt.thread, &effect_keys).await?;
     let mut hashes = Vec::with_capacity(calls.len());
     for (i, call) in calls.iter().enumerate() {
@@ -396,6 +398,6 @@ async fn pause(task: &mut RunTask, call: &ToolCall, id: &str, reason: String) ->
         extra: Default::default(),
     };
     task.ckpt.checkpoint(task.st.step, PhasePayload::Paused(rec)).await?;
-    task.ckpt.barrier().await?;
+    task.ckpt.flush().await?;
     Ok(BatchOutcome::Paused(request))
 }
