@@ -12,6 +12,7 @@
 mod agent;
 mod clock;
 mod exec;
+pub mod fixture_check;
 mod llm;
 mod normalize_shim;
 mod persist;
