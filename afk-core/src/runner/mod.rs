@@ -24,7 +24,6 @@ mod tool;
 mod tools;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 use tracing::Instrument;
@@ -53,9 +52,9 @@ pub struct RunnerConfig {
     pub ids: Arc<dyn IdGen>,
     /// Capacity of each run's event channel; slow subscribers miss the oldest events.
     pub event_capacity: usize,
-    /// Bound for making the terminal record durable before the result is returned.
-    pub flush_timeout: Duration,
-    /// The write-behind writer's settings (async writes, queue size, coalescing, retries).
+    /// The write-behind writer's settings (async writes, queue size, coalescing, retries, and
+    /// `flush_timeout`, the bound for making the terminal record durable before the result is
+    /// returned).
     pub checkpoint: CheckpointConfig,
 }
 
@@ -65,7 +64,6 @@ impl Default for RunnerConfig {
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             event_capacity: 256,
-            flush_timeout: Duration::from_secs(10),
             checkpoint: CheckpointConfig::default(),
         }
     }
@@ -294,7 +292,7 @@ pub(crate) async fn execute(
         shared.store.clone(),
         writer,
         shared.clock.clone(),
-        shared.config.flush_timeout,
+        shared.config.checkpoint.flush_timeout,
         thread,
         run,
         epoch,

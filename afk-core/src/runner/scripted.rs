@@ -23,18 +23,19 @@ pub struct ScriptedLlm {
     responses: Vec<LlmResponse>,
     calls: AtomicU64,
     fail_models: Vec<String>,
+    asked: Mutex<Vec<usize>>,
 }
 
 impl ScriptedLlm {
     /// A scripted model answering `responses[k]`.
     pub fn new(responses: Vec<LlmResponse>) -> Arc<Self> {
-        Arc::new(ScriptedLlm { responses, calls: AtomicU64::new(0), fail_models: Vec::new() })
+        Arc::new(ScriptedLlm { responses, calls: AtomicU64::new(0), fail_models: Vec::new(), asked: Mutex::new(Vec::new()) })
     }
 
     /// A scripted model that fails every request for one of `fail_models` (to exercise
     /// fallback models).
     pub fn failing_for(responses: Vec<LlmResponse>, fail_models: Vec<String>) -> Arc<Self> {
-        Arc::new(ScriptedLlm { responses, calls: AtomicU64::new(0), fail_models })
+        Arc::new(ScriptedLlm { responses, calls: AtomicU64::new(0), fail_models, asked: Mutex::new(Vec::new()) })
     }
 
     /// Parse a fixture's `script.responses` array (each `{text, tool_calls, usage,
@@ -51,6 +52,11 @@ impl ScriptedLlm {
             out.push(resp);
         }
         Ok(ScriptedLlm::new(out))
+    }
+
+    /// The script index `k` of every request received, in order.
+    pub fn asked(&self) -> Vec<usize> {
+        self.asked.lock().map(|v| v.clone()).unwrap_or_default()
     }
 
     /// How many requests this model received (failed ones included).
@@ -74,6 +80,9 @@ impl LlmClient for ScriptedLlm {
             ));
         }
         let k = request.messages.iter().filter(|m| m.role == Role::Assistant).count();
+        if let Ok(mut a) = self.asked.lock() {
+            a.push(k);
+        }
         let mut resp = self.responses.get(k).cloned().ok_or_else(|| {
             Error::new(
                 crate::ErrorKind::Llm,
