@@ -119,6 +119,7 @@ pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) ->
             extra: Default::default(),
         };
         ckpt.checkpoint(*step, PhasePayload::Resumed(payload)).await?;
+        ckpt.barrier().await?;
     }
 
     let snap_rec = if latest.phase == Phase::RuntimeState {
@@ -142,7 +143,12 @@ pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) ->
         None => snap.messages.clone().unwrap_or_default(),
     };
     let state = RunState::from_snapshot(snap, messages, snap_rec.timestamp_ms);
-    let decisions = stored_decisions(ckpt, state.step).await?;
+    let mut decisions = stored_decisions(ckpt, state.step).await?;
+    if let Some((step, id, d)) = new_decision {
+        if step == state.step {
+            decisions.insert(id, d);
+        }
+    }
     Ok(Loaded::Continue(Box::new(Restored {
         state,
         transcript: snap.transcript.clone(),
