@@ -27,12 +27,20 @@ async fn every_afk_fixture_resumes_as_expected() {
     for f in &files {
         let text = std::fs::read_to_string(f).expect("read fixture");
         let v: serde_json::Value = serde_json::from_str(&text).expect("fixture JSON");
-        let verdict = check_fixture(&v, Arc::new(MemoryStore::new())).await.expect("fixture well formed");
+        let verdict = check_fixture(&v, Arc::new(MemoryStore::new()))
+            .await
+            .expect("fixture well formed");
         if !verdict.passed() {
             failed.push(format!("{}: {}", f.display(), verdict.problems.join("; ")));
         }
     }
-    assert!(failed.is_empty(), "{} of {} fixtures failed:\n{}", failed.len(), files.len(), failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "{} of {} fixtures failed:\n{}",
+        failed.len(),
+        files.len(),
+        failed.join("\n")
+    );
 }
 
 /// The checker can fail: a fixture whose expectation is altered is reported.
@@ -41,10 +49,14 @@ async fn an_altered_expectation_is_caught() {
     let text = std::fs::read_to_string(fixtures_dir().join("a-crash-k15-effect-s1-call_a_1.json"))
         .expect("read fixture");
     let mut v: serde_json::Value = serde_json::from_str(&text).expect("fixture JSON");
-    let ok = check_fixture(&v, Arc::new(MemoryStore::new())).await.expect("well formed");
+    let ok = check_fixture(&v, Arc::new(MemoryStore::new()))
+        .await
+        .expect("well formed");
     assert!(ok.passed(), "{:?}", ok.problems);
     v["expect"]["llm_calls_during_resume"] = serde_json::json!(2);
     v["expect"]["tool_invocations_during_resume"] = serde_json::json!({"call_a_1": 1});
-    let bad = check_fixture(&v, Arc::new(MemoryStore::new())).await.expect("well formed");
+    let bad = check_fixture(&v, Arc::new(MemoryStore::new()))
+        .await
+        .expect("well formed");
     assert_eq!(bad.problems.len(), 2, "{:?}", bad.problems);
 }

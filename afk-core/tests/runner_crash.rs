@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{Agent, EffectPolicy, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
+use afk_core::runner::{
+    Agent, EffectPolicy, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds,
+};
 use afk_core::schema::{AgentResult, LlmResponse};
 use afk_core::store::{CrashMode, RetryPolicy};
 use afk_core::{CheckpointConfig, ErrorKind, FaultStore, MemoryStore, RunId, Store, ThreadId};
@@ -15,17 +17,21 @@ use serde_json::{Value, json};
 fn script() -> Vec<LlmResponse> {
     let r = |v: Value| serde_json::from_value::<LlmResponse>(v).expect("response");
     vec![
-        r(json!({"text": "add and charge in parallel", "finish_reason": "tool_calls",
+        r(
+            json!({"text": "add and charge in parallel", "finish_reason": "tool_calls",
             "session_token": "s1",
             "tool_calls": [
                 {"id": "c1", "tool_name": "add", "arguments": {"a": 1, "b": 2}},
                 {"id": "c2", "tool_name": "charge", "arguments": {"amount": 5}}],
-            "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}})),
+            "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}}),
+        ),
         r(json!({"text": "now echo", "finish_reason": "tool_calls",
             "tool_calls": [{"id": "c3", "tool_name": "echo", "arguments": {"text": "hi"}}],
             "usage": {"input_tokens": 20, "output_tokens": 5, "total_tokens": 25}})),
-        r(json!({"text": "all done", "finish_reason": "stop", "tool_calls": [],
-            "usage": {"input_tokens": 30, "output_tokens": 5, "total_tokens": 35}})),
+        r(
+            json!({"text": "all done", "finish_reason": "stop", "tool_calls": [],
+            "usage": {"input_tokens": 30, "output_tokens": 5, "total_tokens": 35}}),
+        ),
     ]
 }
 
@@ -47,7 +53,11 @@ fn rig(counter: &InvocationCounter) -> Rig {
 }
 
 fn runner(store: Arc<dyn Store>) -> Runner {
-    let checkpoint = CheckpointConfig { async_writes: false, retry: RetryPolicy::none(), ..CheckpointConfig::default() };
+    let checkpoint = CheckpointConfig {
+        async_writes: false,
+        retry: RetryPolicy::none(),
+        ..CheckpointConfig::default()
+    };
     Runner::new(
         store,
         RunnerConfig {
@@ -78,7 +88,10 @@ fn durable_results(store: &MemoryStore, thread: &ThreadId) -> Vec<String> {
         .filter(|(k, _)| k.starts_with("effect:"))
         .filter_map(|(k, v)| {
             let row: Value = serde_json::from_slice(&v).ok()?;
-            let done = row.get("status").and_then(Value::as_str).is_none_or(|s| s == "done");
+            let done = row
+                .get("status")
+                .and_then(Value::as_str)
+                .is_none_or(|s| s == "done");
             (done && row.get("success") == Some(&Value::Bool(true)))
                 .then(|| k.rsplit(':').next().unwrap_or("").to_owned())
         })
@@ -92,8 +105,14 @@ async fn uncrashed() -> (AgentResult, u64) {
     let rig = rig(&counter);
     let thread = ThreadId::new("t_crash").unwrap();
     let run = RunId::new("run_crash").unwrap();
-    let out = runner(fault.clone()).run_with_id(&rig.agent, &thread, run, "go").result().await.unwrap();
-    let Outcome::Completed(r) = out else { panic!("paused") };
+    let out = runner(fault.clone())
+        .run_with_id(&rig.agent, &thread, run, "go")
+        .result()
+        .await
+        .unwrap();
+    let Outcome::Completed(r) = out else {
+        panic!("paused")
+    };
     (*r, fault.persisted_commits())
 }
 
@@ -109,7 +128,10 @@ async fn crash_and_resume(k: u64, j: Option<u64>, want: &Value) -> Result<(), St
     let fault = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
     fault.crash_after_commits(k, CrashMode::Down);
     let r1 = rig(&counter);
-    let first = runner(fault.clone()).run_with_id(&r1.agent, &thread, run.clone(), "go").result().await;
+    let first = runner(fault.clone())
+        .run_with_id(&r1.agent, &thread, run.clone(), "go")
+        .result()
+        .await;
     asked_before.extend(r1.llm.asked());
     if first.is_ok() {
         return Err(format!("k={k}: run survived a crash"));
@@ -118,14 +140,20 @@ async fn crash_and_resume(k: u64, j: Option<u64>, want: &Value) -> Result<(), St
         let fault2 = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
         fault2.crash_after_commits(j, CrashMode::Down);
         let r2 = rig(&counter);
-        let _ = runner(fault2).resume(&r2.agent, &thread, &run).result().await;
+        let _ = runner(fault2)
+            .resume(&r2.agent, &thread, &run)
+            .result()
+            .await;
         asked_before.extend(r2.llm.asked());
     }
 
     let durable = durable_results(&inner, &thread);
     let before = counter.snapshot();
     let r3 = rig(&counter);
-    let res = runner(inner.clone()).resume(&r3.agent, &thread, &run).result().await;
+    let res = runner(inner.clone())
+        .resume(&r3.agent, &thread, &run)
+        .result()
+        .await;
     let after = counter.snapshot();
     let resumed_exec: BTreeMap<String, u64> = after
         .iter()
@@ -134,11 +162,16 @@ async fn crash_and_resume(k: u64, j: Option<u64>, want: &Value) -> Result<(), St
         .collect();
     for id in &durable {
         if resumed_exec.contains_key(id) {
-            return Err(format!("k={k} j={j:?}: call {id} had a durable result and ran again"));
+            return Err(format!(
+                "k={k} j={j:?}: call {id} had a durable result and ran again"
+            ));
         }
     }
     if counter.get("c2") > 1 {
-        return Err(format!("k={k} j={j:?}: at-most-once charge ran {} times", counter.get("c2")));
+        return Err(format!(
+            "k={k} j={j:?}: at-most-once charge ran {} times",
+            counter.get("c2")
+        ));
     }
     // A model answer is durable once a later answer was requested; only the last request of a
     // crashed process may be repeated.
@@ -155,8 +188,13 @@ async fn crash_and_resume(k: u64, j: Option<u64>, want: &Value) -> Result<(), St
             }
             // Resuming a finished run does nothing.
             let r4 = rig(&counter);
-            let again = runner(inner.clone()).resume(&r4.agent, &thread, &run).result().await;
-            let Ok(Outcome::Completed(r_again)) = again else { return Err("terminal resume failed".into()) };
+            let again = runner(inner.clone())
+                .resume(&r4.agent, &thread, &run)
+                .result()
+                .await;
+            let Ok(Outcome::Completed(r_again)) = again else {
+                return Err("terminal resume failed".into());
+            };
             if essence(&r_again) != *want || r4.llm.calls() != 0 || counter.snapshot() != after {
                 return Err(format!("k={k} j={j:?}: terminal resume executed something"));
             }
@@ -172,18 +210,25 @@ async fn crash_and_resume(k: u64, j: Option<u64>, want: &Value) -> Result<(), St
                         .is_ok_and(|row| row.get("status") == Some(&json!("intent")))
             });
             if !intent || counter.get("c2") > 1 || !resumed_exec.is_empty() || r3.llm.calls() != 0 {
-                return Err(format!("k={k} j={j:?}: EffectUncertain without a lone intent for c2"));
+                return Err(format!(
+                    "k={k} j={j:?}: EffectUncertain without a lone intent for c2"
+                ));
             }
             Ok(())
         }
         Err(e)
             if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Corrupt)
-                && !inner.snapshot(&thread).keys().any(|key| key.ends_with(":runtime_state")) =>
+                && !inner
+                    .snapshot(&thread)
+                    .keys()
+                    .any(|key| key.ends_with(":runtime_state")) =>
         {
             // Crashed before the first snapshot (the user input was never durable): nothing to
             // resume, and nothing may run (as AFK, fixtures `*-crash-k01..k04`).
             if !resumed_exec.is_empty() || r3.llm.calls() != 0 {
-                return Err(format!("k={k} j={j:?}: executed something without a snapshot"));
+                return Err(format!(
+                    "k={k} j={j:?}: executed something without a snapshot"
+                ));
             }
             Ok(())
         }
@@ -208,5 +253,10 @@ async fn crash_after_every_commit_then_resume() {
             }
         }
     }
-    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }

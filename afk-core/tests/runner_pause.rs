@@ -35,13 +35,22 @@ fn agent(counter: &InvocationCounter) -> (Agent, Arc<ScriptedLlm>) {
     let charge = ScriptedTool::new("charge", EffectPolicy::AtMostOnce, counter.clone(), |a| {
         Ok(json!({"charged": a["amount"].clone()}))
     });
-    let mut a = Agent::new("payer", "Pay.", "m", llm.clone()).with_tool(charge).with_gate(Arc::new(ApproveCharges));
+    let mut a = Agent::new("payer", "Pay.", "m", llm.clone())
+        .with_tool(charge)
+        .with_gate(Arc::new(ApproveCharges));
     a.limits.max_wall_time_ms = Some(300_000);
     (a, llm)
 }
 
 fn runner(store: Arc<dyn Store>, clock: Arc<ManualClock>) -> Runner {
-    Runner::new(store, RunnerConfig { clock, ids: Arc::new(SequentialIds::default()), ..RunnerConfig::default() })
+    Runner::new(
+        store,
+        RunnerConfig {
+            clock,
+            ids: Arc::new(SequentialIds::default()),
+            ..RunnerConfig::default()
+        },
+    )
 }
 
 async fn paused_run(decision: Decision) -> (Outcome, InvocationCounter, u64) {
@@ -52,8 +61,14 @@ async fn paused_run(decision: Decision) -> (Outcome, InvocationCounter, u64) {
     let counter = InvocationCounter::new();
 
     let (a1, llm1) = agent(&counter);
-    let first = runner(store.clone(), clock.clone()).run_with_id(&a1, &thread, run.clone(), "pay 5").result().await.unwrap();
-    let Outcome::Paused { request } = first else { panic!("expected a pause, got {first:?}") };
+    let first = runner(store.clone(), clock.clone())
+        .run_with_id(&a1, &thread, run.clone(), "pay 5")
+        .result()
+        .await
+        .unwrap();
+    let Outcome::Paused { request } = first else {
+        panic!("expected a pause, got {first:?}")
+    };
     assert_eq!(request.tool_call_id.as_deref(), Some("c1"));
     assert_eq!(request.payload["tool_name"], json!("charge"));
     assert_eq!(counter.get("c1"), 0, "nothing runs before the decision");
@@ -62,7 +77,11 @@ async fn paused_run(decision: Decision) -> (Outcome, InvocationCounter, u64) {
     // Three days later, another process: a plain resume only reports the pause again.
     clock.advance_ms(3 * 24 * 3600 * 1000);
     let (a2, llm2) = agent(&counter);
-    let again = runner(store.clone(), clock.clone()).resume(&a2, &thread, &run).result().await.unwrap();
+    let again = runner(store.clone(), clock.clone())
+        .resume(&a2, &thread, &run)
+        .result()
+        .await
+        .unwrap();
     assert!(matches!(again, Outcome::Paused { .. }), "{again:?}");
     assert_eq!(llm2.calls(), 0);
 
@@ -78,12 +97,21 @@ async fn paused_run(decision: Decision) -> (Outcome, InvocationCounter, u64) {
 #[tokio::test]
 async fn approved_pause_continues_in_a_new_runner_and_the_pause_is_not_billed() {
     let (out, counter, llm_calls) = paused_run(Decision::Approve).await;
-    let Outcome::Completed(r) = out else { panic!("expected completion, got {out:?}") };
+    let Outcome::Completed(r) = out else {
+        panic!("expected completion, got {out:?}")
+    };
     assert_eq!(r.state, "completed");
     assert_eq!(r.final_text, "charged");
     assert_eq!(counter.get("c1"), 1, "the approved call ran exactly once");
-    assert_eq!(llm_calls, 1, "the saved first answer is reused; only the final one is asked");
-    assert!(r.state_snapshot.elapsed_s < 300.0, "active time only: {}", r.state_snapshot.elapsed_s);
+    assert_eq!(
+        llm_calls, 1,
+        "the saved first answer is reused; only the final one is asked"
+    );
+    assert!(
+        r.state_snapshot.elapsed_s < 300.0,
+        "active time only: {}",
+        r.state_snapshot.elapsed_s
+    );
     assert_eq!(r.tool_executions.len(), 1);
     assert!(r.tool_executions[0].success);
 }
@@ -91,9 +119,17 @@ async fn approved_pause_continues_in_a_new_runner_and_the_pause_is_not_billed() 
 #[tokio::test]
 async fn denied_pause_records_a_failed_call_and_the_run_goes_on() {
     let (out, counter, _) = paused_run(Decision::Deny("not today".into())).await;
-    let Outcome::Completed(r) = out else { panic!("expected completion, got {out:?}") };
+    let Outcome::Completed(r) = out else {
+        panic!("expected completion, got {out:?}")
+    };
     assert_eq!(counter.get("c1"), 0, "a denied call never runs");
     assert_eq!(r.final_text, "charged");
     assert!(!r.tool_executions[0].success);
-    assert!(r.tool_executions[0].error.as_deref().unwrap_or("").contains("not today"));
+    assert!(
+        r.tool_executions[0]
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("not today")
+    );
 }

@@ -136,8 +136,14 @@ impl fmt::Debug for Agent {
         f.debug_struct("Agent")
             .field("name", &self.name)
             .field("model", &self.model)
-            .field("tools", &self.tools.iter().map(|t| t.spec().name).collect::<Vec<_>>())
-            .field("subagents", &self.subagents.iter().map(|a| &a.name).collect::<Vec<_>>())
+            .field(
+                "tools",
+                &self.tools.iter().map(|t| t.spec().name).collect::<Vec<_>>(),
+            )
+            .field(
+                "subagents",
+                &self.subagents.iter().map(|a| &a.name).collect::<Vec<_>>(),
+            )
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }

@@ -39,7 +39,9 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock standing at `ms` milliseconds since the epoch.
     pub fn new(ms: u64) -> Arc<Self> {
-        Arc::new(ManualClock { ms: AtomicU64::new(ms) })
+        Arc::new(ManualClock {
+            ms: AtomicU64::new(ms),
+        })
     }
 
     /// Move the clock forward.

@@ -59,7 +59,11 @@ impl RunTask {
     /// Active milliseconds of the run so far (earlier processes plus this one).
     pub fn active_ms(&self) -> u64 {
         self.st.active_ms_before
-            + self.shared.clock.now_ms().saturating_sub(self.segment_start_ms)
+            + self
+                .shared
+                .clock
+                .now_ms()
+                .saturating_sub(self.segment_start_ms)
     }
 
     pub fn thread_str(&self) -> String {
@@ -75,21 +79,34 @@ impl RunTask {
         match *self.control.borrow() {
             Signal::Run => Ok(()),
             Signal::Cancel => Err(Error::new(ErrorKind::Cancelled, "Run cancelled")),
-            Signal::Interrupt => Err(Error::new(ErrorKind::Cancelled, "Run interrupted by caller")),
+            Signal::Interrupt => Err(Error::new(
+                ErrorKind::Cancelled,
+                "Run interrupted by caller",
+            )),
         }
     }
 
     /// Commit a runtime snapshot (transcript log first, then the record with the pointer).
     pub async fn snapshot(&mut self) -> Result<()> {
-        let tref = self.ckpt.sync_transcript(self.st.step, &self.st.messages).await?;
-        let snap = self.st.to_snapshot(&self.thread_str(), self.active_ms(), Some(tref));
-        self.ckpt.checkpoint(self.st.step, PhasePayload::RuntimeState(Box::new(snap))).await
+        let tref = self
+            .ckpt
+            .sync_transcript(self.st.step, &self.st.messages)
+            .await?;
+        let snap = self
+            .st
+            .to_snapshot(&self.thread_str(), self.active_ms(), Some(tref));
+        self.ckpt
+            .checkpoint(self.st.step, PhasePayload::RuntimeState(Box::new(snap)))
+            .await
     }
 
     fn check_budgets(&self) -> Result<()> {
         let l = &self.agent.limits;
         let over = |what: &str, limit: String| {
-            Err(Error::new(ErrorKind::BudgetExceeded, format!("Exceeded {what}={limit}")))
+            Err(Error::new(
+                ErrorKind::BudgetExceeded,
+                format!("Exceeded {what}={limit}"),
+            ))
         };
         if self.st.step > l.max_steps {
             return over("max_steps", l.max_steps.to_string());
@@ -100,22 +117,22 @@ impl RunTask {
         if self.st.tool_calls > l.max_tool_calls {
             return over("max_tool_calls", l.max_tool_calls.to_string());
         }
-        if let Some(ms) = l.max_wall_time_ms {
-            if self.active_ms() > ms {
-                return over("max_wall_time_s", format!("{}", ms as f64 / 1000.0));
-            }
+        if let Some(ms) = l.max_wall_time_ms
+            && self.active_ms() > ms
+        {
+            return over("max_wall_time_s", format!("{}", ms as f64 / 1000.0));
         }
         self.check_cost()
     }
 
     fn check_cost(&self) -> Result<()> {
-        if let Some(max) = self.agent.limits.max_cost_usd {
-            if self.st.total_cost_usd > max {
-                return Err(Error::new(
-                    ErrorKind::BudgetExceeded,
-                    format!("Exceeded max_total_cost_usd={max}"),
-                ));
-            }
+        if let Some(max) = self.agent.limits.max_cost_usd
+            && self.st.total_cost_usd > max
+        {
+            return Err(Error::new(
+                ErrorKind::BudgetExceeded,
+                format!("Exceeded max_total_cost_usd={max}"),
+            ));
         }
         Ok(())
     }
@@ -127,7 +144,10 @@ impl RunTask {
         if let Some(input) = input {
             self.st.state = "running".to_owned();
             self.st.started_at_s = self.shared.clock.now_s();
-            let sys = format!("[trusted_system]\n{UNTRUSTED_NOTE}\n\n{}", self.agent.instructions);
+            let sys = format!(
+                "[trusted_system]\n{UNTRUSTED_NOTE}\n\n{}",
+                self.agent.instructions
+            );
             self.st.messages.push(text_message(Role::System, sys, None));
             self.st.messages.push(text_message(Role::User, input, None));
         }
@@ -139,8 +159,13 @@ impl RunTask {
             extra: Default::default(),
         };
         // AFK defect #2: on resume the pointer stays where the run really is.
-        self.ckpt.checkpoint_with(0, PhasePayload::RunStarted(started), !resumed).await?;
-        self.emit(RunEvent::RunStarted { run_id: self.run_str(), resumed });
+        self.ckpt
+            .checkpoint_with(0, PhasePayload::RunStarted(started), !resumed)
+            .await?;
+        self.emit(RunEvent::RunStarted {
+            run_id: self.run_str(),
+            resumed,
+        });
 
         let mut reuse_pending = self.st.pending_llm_response.is_some();
         loop {
@@ -166,10 +191,16 @@ impl RunTask {
             message_count: self.st.messages.len() as u64,
             extra: Default::default(),
         };
-        self.ckpt.checkpoint(step, PhasePayload::StepStarted(started)).await?;
+        self.ckpt
+            .checkpoint(step, PhasePayload::StepStarted(started))
+            .await?;
         self.snapshot().await?;
 
-        let pending = if *reuse_pending { self.st.pending_llm_response.clone() } else { None };
+        let pending = if *reuse_pending {
+            self.st.pending_llm_response.clone()
+        } else {
+            None
+        };
         *reuse_pending = false;
         let resp = match pending {
             Some(p) => p,
@@ -179,10 +210,15 @@ impl RunTask {
             },
         };
         if !resp.text.is_empty() {
-            self.st.messages.push(text_message(Role::Assistant, resp.text.clone(), None));
+            self.st
+                .messages
+                .push(text_message(Role::Assistant, resp.text.clone(), None));
         }
         self.st.final_response = Some(resp.clone());
-        self.emit(RunEvent::LlmCompleted { step, tool_calls: resp.tool_calls.len() });
+        self.emit(RunEvent::LlmCompleted {
+            step,
+            tool_calls: resp.tool_calls.len(),
+        });
 
         if resp.tool_calls.is_empty() {
             self.st.final_text = resp.text.clone();
@@ -195,7 +231,9 @@ impl RunTask {
             tool_call_count: resp.tool_calls.len() as u64,
             extra: Default::default(),
         };
-        self.ckpt.checkpoint(step, PhasePayload::PreToolBatch(pre)).await?;
+        self.ckpt
+            .checkpoint(step, PhasePayload::PreToolBatch(pre))
+            .await?;
         self.check_signal()?;
         let outcome = tools::run_batch(self, &resp).await?;
         let (total, failures, degrade) = match outcome {
@@ -203,14 +241,20 @@ impl RunTask {
                 self.emit(RunEvent::Paused { step });
                 return Ok(Some(Outcome::Paused { request }));
             }
-            BatchOutcome::Done { total, failures, degrade } => (total, failures, degrade),
+            BatchOutcome::Done {
+                total,
+                failures,
+                degrade,
+            } => (total, failures, degrade),
         };
         let post = PostToolBatchPayload {
             tool_calls_total: total,
             tool_failures: failures,
             extra: Default::default(),
         };
-        self.ckpt.checkpoint(step, PhasePayload::PostToolBatch(post)).await?;
+        self.ckpt
+            .checkpoint(step, PhasePayload::PostToolBatch(post))
+            .await?;
         self.st.pending_llm_response = None;
         if let Some(msg) = degrade {
             self.st.state = "degraded".to_owned();
@@ -234,7 +278,9 @@ impl RunTask {
             message_count: self.st.messages.len() as u64,
             extra: Default::default(),
         };
-        self.ckpt.checkpoint(step, PhasePayload::PreLlm(pre)).await?;
+        self.ckpt
+            .checkpoint(step, PhasePayload::PreLlm(pre))
+            .await?;
         let key = format!("{}:step:{step}", self.ckpt.run);
         let mut specs: Vec<_> = self.agent.tools.iter().map(|t| t.spec()).collect();
         specs.extend(self.agent.subagents.iter().map(super::subagent::spec_of));
@@ -306,7 +352,9 @@ impl RunTask {
             total_cost_usd: self.st.total_cost_usd,
             extra: Default::default(),
         };
-        self.ckpt.checkpoint(step, PhasePayload::PostLlm(post)).await?;
+        self.ckpt
+            .checkpoint(step, PhasePayload::PostLlm(post))
+            .await?;
         self.st.pending_llm_response = Some(resp.clone());
         self.snapshot().await?;
         self.check_cost()?;
@@ -316,7 +364,9 @@ impl RunTask {
     /// Write the terminal record, make everything durable and return the result.
     pub async fn finish(&mut self) -> Result<Outcome> {
         let elapsed = self.active_ms() as f64 / 1000.0;
-        let result = self.st.to_result(&self.run_str(), &self.thread_str(), elapsed);
+        let result = self
+            .st
+            .to_result(&self.run_str(), &self.thread_str(), elapsed);
         let payload = RunTerminalPayload {
             state: self.st.state.clone(),
             final_text: Some(self.st.final_text.clone()),
@@ -328,9 +378,13 @@ impl RunTask {
             background_tools_pending: None,
             extra: Default::default(),
         };
-        self.ckpt.checkpoint(self.st.step, PhasePayload::RunTerminal(Box::new(payload))).await?;
+        self.ckpt
+            .checkpoint(self.st.step, PhasePayload::RunTerminal(Box::new(payload)))
+            .await?;
         self.ckpt.flush().await?;
-        self.emit(RunEvent::Finished { state: self.st.state.clone() });
+        self.emit(RunEvent::Finished {
+            state: self.st.state.clone(),
+        });
         Ok(Outcome::Completed(Box::new(result)))
     }
 
@@ -344,14 +398,19 @@ impl RunTask {
                 "failed"
             }
             _ => {
-                self.emit(RunEvent::Failed { kind: e.kind(), message: e.message().to_owned() });
+                self.emit(RunEvent::Failed {
+                    kind: e.kind(),
+                    message: e.message().to_owned(),
+                });
                 return;
             }
         };
         self.st.state = terminal_state.to_owned();
         self.st.final_text = e.message().to_owned();
         let elapsed = self.active_ms() as f64 / 1000.0;
-        let result = self.st.to_result(&self.run_str(), &self.thread_str(), elapsed);
+        let result = self
+            .st
+            .to_result(&self.run_str(), &self.thread_str(), elapsed);
         let payload = RunTerminalPayload {
             state: terminal_state.to_owned(),
             message: Some(e.message().to_owned()),
@@ -359,12 +418,17 @@ impl RunTask {
             background_tools_pending: Some(Vec::new()),
             ..Default::default()
         };
-        let w = self.ckpt.checkpoint(self.st.step, PhasePayload::RunTerminal(Box::new(payload)));
+        let w = self
+            .ckpt
+            .checkpoint(self.st.step, PhasePayload::RunTerminal(Box::new(payload)));
         if let Err(we) = w.await {
             tracing::warn!(error = %we, "could not record the terminal failure");
         } else if let Err(we) = self.ckpt.flush().await {
             tracing::warn!(error = %we, "could not flush the terminal failure");
         }
-        self.emit(RunEvent::Failed { kind: e.kind(), message: e.message().to_owned() });
+        self.emit(RunEvent::Failed {
+            kind: e.kind(),
+            message: e.message().to_owned(),
+        });
     }
 }

@@ -15,11 +15,18 @@ use crate::ids::{RunId, ThreadId};
 use crate::schema::AgentResult;
 use crate::store::{Commit, Store, latest_key, run_of_key};
 
+/// The puts and the latest-pointer value of one run.
+type RunWrites = (Vec<(String, Vec<u8>)>, Option<Vec<u8>>);
+
 /// Load a fixture's `state` map (key -> JSON value) into `store` under `thread`: each run is
 /// claimed and its keys committed in one commit, the `checkpoint:<run>:latest` value as the
 /// commit's latest pointer. Keys that belong to no run are rejected (`InvalidInput`).
-pub async fn load_state(store: &dyn Store, thread: &ThreadId, state: &Map<String, Value>) -> Result<()> {
-    let mut by_run: BTreeMap<String, (Vec<(String, Vec<u8>)>, Option<Vec<u8>>)> = BTreeMap::new();
+pub async fn load_state(
+    store: &dyn Store,
+    thread: &ThreadId,
+    state: &Map<String, Value>,
+) -> Result<()> {
+    let mut by_run: BTreeMap<String, RunWrites> = BTreeMap::new();
     for (key, value) in state {
         let run = run_of_key(key)
             .ok_or_else(|| Error::invalid_input(format!("state key {key:?} belongs to no run")))?;
@@ -36,7 +43,15 @@ pub async fn load_state(store: &dyn Store, thread: &ThreadId, state: &Map<String
     for (run, (puts, latest)) in by_run {
         let run = RunId::new(run)?;
         let epoch = store.claim(thread, &run).await?;
-        store.commit(&Commit { thread: thread.clone(), run, epoch, puts, latest }).await?;
+        store
+            .commit(&Commit {
+                thread: thread.clone(),
+                run,
+                epoch,
+                puts,
+                latest,
+            })
+            .await?;
     }
     Ok(())
 }
@@ -58,11 +73,16 @@ impl FixtureVerdict {
 }
 
 fn field<'a>(v: &'a Value, k: &str) -> Result<&'a Value> {
-    v.get(k).ok_or_else(|| Error::invalid_input(format!("fixture has no {k:?}")))
+    v.get(k)
+        .ok_or_else(|| Error::invalid_input(format!("fixture has no {k:?}")))
 }
 
 fn max_timestamp(state: &Map<String, Value>) -> u64 {
-    state.values().filter_map(|v| v.get("timestamp_ms").and_then(Value::as_u64)).max().unwrap_or(0)
+    state
+        .values()
+        .filter_map(|v| v.get("timestamp_ms").and_then(Value::as_u64))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Resume one fixture (a parsed fixture file) on `store` (empty, fresh) and check it.
@@ -107,13 +127,19 @@ pub async fn check_fixture(fixture: &Value, store: Arc<dyn Store>) -> Result<Fix
         }
         (Err(e), "error") => {
             if !matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::NotFound) {
-                problems.push(format!("error kind {} (want corrupt or not_found): {e}", e.kind()));
+                problems.push(format!(
+                    "error kind {} (want corrupt or not_found): {e}",
+                    e.kind()
+                ));
             }
         }
         (Ok(o), want) => problems.push(format!("outcome {o:?}, want {want}")),
         (Err(e), want) => problems.push(format!("error {e}, want {want}")),
     }
-    let want_llm = expect.get("llm_calls_during_resume").and_then(Value::as_u64).unwrap_or(0);
+    let want_llm = expect
+        .get("llm_calls_during_resume")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     if llm.calls() != want_llm {
         problems.push(format!("llm calls {} (want {want_llm})", llm.calls()));
     }
@@ -124,18 +150,34 @@ pub async fn check_fixture(fixture: &Value, store: Arc<dyn Store>) -> Result<Fix
         }
     }
     if counter.snapshot() != want_tools {
-        problems.push(format!("tool executions {:?} (want {want_tools:?})", counter.snapshot()));
+        problems.push(format!(
+            "tool executions {:?} (want {want_tools:?})",
+            counter.snapshot()
+        ));
     }
     Ok(FixtureVerdict { name, problems })
 }
 
-fn compare_result(r: &AgentResult, expect: &Value, unint: Option<&Value>, problems: &mut Vec<String>) {
+fn compare_result(
+    r: &AgentResult,
+    expect: &Value,
+    unint: Option<&Value>,
+    problems: &mut Vec<String>,
+) {
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
     if Some(r.final_text.clone()) != s(expect, "final_text") {
-        problems.push(format!("final_text {:?} (want {:?})", r.final_text, s(expect, "final_text")));
+        problems.push(format!(
+            "final_text {:?} (want {:?})",
+            r.final_text,
+            s(expect, "final_text")
+        ));
     }
     if Some(r.state.clone()) != s(expect, "state") {
-        problems.push(format!("state {:?} (want {:?})", r.state, s(expect, "state")));
+        problems.push(format!(
+            "state {:?} (want {:?})",
+            r.state,
+            s(expect, "state")
+        ));
     }
     let want_rep = expect.get("replayed_effect_count").and_then(Value::as_u64);
     if Some(r.state_snapshot.replayed_effect_count) != want_rep {
@@ -145,7 +187,8 @@ fn compare_result(r: &AgentResult, expect: &Value, unint: Option<&Value>, proble
         ));
     }
     // Completed resumes of a completed run reproduce the uninterrupted result.
-    let Some(u) = unint.filter(|u| u.get("state").and_then(Value::as_str) == Some("completed")) else {
+    let Some(u) = unint.filter(|u| u.get("state").and_then(Value::as_str) == Some("completed"))
+    else {
         return;
     };
     if r.state != "completed" {
@@ -157,7 +200,11 @@ fn compare_result(r: &AgentResult, expect: &Value, unint: Option<&Value>, proble
     };
     for k in ["usage_aggregate", "session_token"] {
         if got.get(k) != u.get(k) {
-            problems.push(format!("{k} {:?} (uninterrupted {:?})", got.get(k), u.get(k)));
+            problems.push(format!(
+                "{k} {:?} (uninterrupted {:?})",
+                got.get(k),
+                u.get(k)
+            ));
         }
     }
     for k in ["llm_calls", "tool_calls"] {
@@ -182,7 +229,10 @@ fn compare_result(r: &AgentResult, expect: &Value, unint: Option<&Value>, proble
             })
             .unwrap_or_default()
     };
-    let (g, w) = (strip(got.get("tool_executions")), strip(u.get("tool_executions")));
+    let (g, w) = (
+        strip(got.get("tool_executions")),
+        strip(u.get("tool_executions")),
+    );
     if g != w {
         problems.push(format!("tool records {g:?} (uninterrupted {w:?})"));
     }

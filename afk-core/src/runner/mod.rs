@@ -269,7 +269,14 @@ impl Runner {
             ev_tx,
         );
         let join = tokio::spawn(fut.instrument(span));
-        RunHandle { run_id: run, thread_id: thread.clone(), join: Some(join), ctl, events: Some(ev_rx), early: None }
+        RunHandle {
+            run_id: run,
+            thread_id: thread.clone(),
+            join: Some(join),
+            ctl,
+            events: Some(ev_rx),
+            early: None,
+        }
     }
 }
 
@@ -342,7 +349,14 @@ impl RunHandle {
     fn failed(thread: ThreadId, e: Error) -> Self {
         let (ctl, _) = watch::channel(Signal::Run);
         let run_id = RunId::new("invalid_run_id").expect("a literal valid run id");
-        RunHandle { run_id, thread_id: thread, join: None, ctl, events: None, early: Some(e) }
+        RunHandle {
+            run_id,
+            thread_id: thread,
+            join: None,
+            ctl,
+            events: None,
+            early: Some(e),
+        }
     }
 
     /// The run id.
@@ -385,7 +399,10 @@ impl RunHandle {
         match join.await {
             Ok(r) => r,
             Err(e) if e.is_panic() => Err(Error::unexpected("the run task panicked")),
-            Err(e) => Err(Error::new(ErrorKind::Cancelled, format!("the run task was aborted: {e}"))),
+            Err(e) => Err(Error::new(
+                ErrorKind::Cancelled,
+                format!("the run task was aborted: {e}"),
+            )),
         }
     }
 }

@@ -7,7 +7,11 @@ use crate::error::{Error, Result};
 use crate::ids::ThreadId;
 use crate::schema::CheckpointRecord;
 
-pub(crate) fn normalize_record(bytes: &[u8], thread: &ThreadId, key: &str) -> Result<CheckpointRecord> {
+pub(crate) fn normalize_record(
+    bytes: &[u8],
+    thread: &ThreadId,
+    key: &str,
+) -> Result<CheckpointRecord> {
     let v: Value = serde_json::from_slice(bytes)
         .map_err(|e| Error::corrupt_record(key, format!("record is not JSON: {e}")))?;
     let Value::Object(mut m) = v else {
@@ -23,16 +27,16 @@ pub(crate) fn normalize_record(bytes: &[u8], thread: &ThreadId, key: &str) -> Re
         m.insert("schema_version".into(), v);
     }
     for (canon, alias) in [("run_id", "runId"), ("thread_id", "threadId")] {
-        if !m.contains_key(canon) {
-            if let Some(v) = m.get(alias).filter(|v| v.is_string()).cloned() {
-                m.insert(canon.into(), v);
-            }
+        if !m.contains_key(canon)
+            && let Some(v) = m.get(alias).filter(|v| v.is_string()).cloned()
+        {
+            m.insert(canon.into(), v);
         }
     }
-    if !m.contains_key("payload") {
-        if let Some(v) = m.get("data").filter(|v| v.is_object()).cloned() {
-            m.insert("payload".into(), v);
-        }
+    if !m.contains_key("payload")
+        && let Some(v) = m.get("data").filter(|v| v.is_object()).cloned()
+    {
+        m.insert("payload".into(), v);
     }
     match m.get("schema_version").and_then(Value::as_str) {
         Some("v1") | Some("v2") => {}
@@ -55,10 +59,13 @@ pub(crate) fn normalize_record(bytes: &[u8], thread: &ThreadId, key: &str) -> Re
     if !payload.is_object() {
         return Err(Error::corrupt_record(key, "Checkpoint payload is invalid"));
     }
-    if let Some(p) = payload.get("pending_llm_response") {
-        if !(p.is_null() || p.is_object()) {
-            return Err(Error::corrupt_record(key, "pending_llm_response checkpoint was invalid"));
-        }
+    if let Some(p) = payload.get("pending_llm_response")
+        && !(p.is_null() || p.is_object())
+    {
+        return Err(Error::corrupt_record(
+            key,
+            "pending_llm_response checkpoint was invalid",
+        ));
     }
     serde_json::from_value(Value::Object(m))
         .map_err(|e| Error::corrupt_record(key, format!("record is invalid: {e}")))

@@ -124,16 +124,25 @@ impl Checkpointer {
         let key = keys::checkpoint_key(&self.run, step, phase.as_str())?;
         let latest = move_latest.then(|| bytes.clone());
         tracing::trace!(run = %self.run, step, phase = %phase, "checkpoint");
-        self.commit(vec![(key, bytes)], latest, phase == Phase::RuntimeState).await
+        self.commit(vec![(key, bytes)], latest, phase == Phase::RuntimeState)
+            .await
     }
 
     /// Append the messages not yet in the log as one entry (if any) and return the reference
     /// a snapshot must carry.
-    pub async fn sync_transcript(&mut self, step: u64, messages: &[Message]) -> Result<TranscriptRef> {
+    pub async fn sync_transcript(
+        &mut self,
+        step: u64,
+        messages: &[Message],
+    ) -> Result<TranscriptRef> {
         let have = usize::try_from(self.log_messages).unwrap_or(usize::MAX);
         if messages.len() > have {
-            let entry =
-                TranscriptEntry::new(self.log_len, step, messages[have..].to_vec(), &self.log_digest);
+            let entry = TranscriptEntry::new(
+                self.log_len,
+                step,
+                messages[have..].to_vec(),
+                &self.log_digest,
+            );
             let bytes = serde_json::to_vec(&entry).map_err(|e| {
                 crate::Error::unexpected(format!("cannot encode transcript entry: {e}"))
             })?;
@@ -166,6 +175,8 @@ impl Checkpointer {
 
     /// The terminal flush: [`Checkpointer::barrier`] bounded by the flush timeout.
     pub async fn flush(&mut self) -> Result<()> {
-        self.writer.flush(&self.thread, &self.run, self.flush_timeout).await
+        self.writer
+            .flush(&self.thread, &self.run, self.flush_timeout)
+            .await
     }
 }

@@ -33,11 +33,11 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use super::Decision;
+use super::normalize_shim::normalize_record;
 use super::persist::Checkpointer;
 use super::state::RunState;
 use crate::error::{Error, Result};
 use crate::keys;
-use super::normalize_shim::normalize_record;
 use crate::schema::{
     AgentResult, CheckpointRecord, PauseKind, PauseRequest, Phase, PhasePayload, ResumedPayload,
     TranscriptEntry, TranscriptRef,
@@ -118,7 +118,8 @@ pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) ->
             decision: Some(decisions_to_value(&all)),
             extra: Default::default(),
         };
-        ckpt.checkpoint(*step, PhasePayload::Resumed(payload)).await?;
+        ckpt.checkpoint(*step, PhasePayload::Resumed(payload))
+            .await?;
         ckpt.barrier().await?;
     }
 
@@ -130,13 +131,17 @@ pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) ->
             None => {
                 return Err(Error::corrupt_record(
                     lk,
-                    format!("No runtime_state checkpoint found for run_id={run} thread_id={thread}"),
+                    format!(
+                        "No runtime_state checkpoint found for run_id={run} thread_id={thread}"
+                    ),
                 ));
             }
         }
     };
     let Some(snap) = snap_rec.snapshot() else {
-        return Err(Error::corrupt("snapshot record has no runtime_state payload"));
+        return Err(Error::corrupt(
+            "snapshot record has no runtime_state payload",
+        ));
     };
     let messages = match &snap.transcript {
         Some(tref) => read_log(ckpt, tref).await?,
@@ -144,10 +149,10 @@ pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) ->
     };
     let state = RunState::from_snapshot(snap, messages, snap_rec.timestamp_ms);
     let mut decisions = stored_decisions(ckpt, state.step).await?;
-    if let Some((step, id, d)) = new_decision {
-        if step == state.step {
-            decisions.insert(id, d);
-        }
+    if let Some((step, id, d)) = new_decision
+        && step == state.step
+    {
+        decisions.insert(id, d);
     }
     Ok(Loaded::Continue(Box::new(Restored {
         state,
@@ -162,15 +167,23 @@ async fn newest_snapshot(ckpt: &Checkpointer) -> Result<Option<CheckpointRecord>
     let mut cursor: Option<String> = None;
     let mut best: Option<(u64, String)> = None;
     loop {
-        let page =
-            ckpt.store().list(&ckpt.thread, &prefix, cursor.as_deref(), MAX_LIST_LIMIT).await?;
+        let page = ckpt
+            .store()
+            .list(&ckpt.thread, &prefix, cursor.as_deref(), MAX_LIST_LIMIT)
+            .await?;
         for key in &page.keys {
-            let Some(rest) = key.strip_prefix(&prefix) else { continue };
-            let Some((step, phase)) = rest.split_once(':') else { continue };
+            let Some(rest) = key.strip_prefix(&prefix) else {
+                continue;
+            };
+            let Some((step, phase)) = rest.split_once(':') else {
+                continue;
+            };
             if phase != Phase::RuntimeState.as_str() {
                 continue;
             }
-            let Ok(step) = step.parse::<u64>() else { continue };
+            let Ok(step) = step.parse::<u64>() else {
+                continue;
+            };
             if best.as_ref().is_none_or(|(s, _)| step > *s) {
                 best = Some((step, key.clone()));
             }
@@ -180,7 +193,9 @@ async fn newest_snapshot(ckpt: &Checkpointer) -> Result<Option<CheckpointRecord>
             None => break,
         }
     }
-    let Some((_, key)) = best else { return Ok(None) };
+    let Some((_, key)) = best else {
+        return Ok(None);
+    };
     let Some(bytes) = ckpt.store().get(&ckpt.thread, &key).await? else {
         return Err(Error::corrupt_record(key, "snapshot listed but missing"));
     };
@@ -188,16 +203,25 @@ async fn newest_snapshot(ckpt: &Checkpointer) -> Result<Option<CheckpointRecord>
 }
 
 /// Read and verify the transcript log a snapshot references.
-async fn read_log(ckpt: &Checkpointer, tref: &TranscriptRef) -> Result<Vec<crate::schema::Message>> {
-    let keys: Vec<String> = (0..tref.len).map(|i| keys::messages_key(&ckpt.run, i)).collect();
+async fn read_log(
+    ckpt: &Checkpointer,
+    tref: &TranscriptRef,
+) -> Result<Vec<crate::schema::Message>> {
+    let keys: Vec<String> = (0..tref.len)
+        .map(|i| keys::messages_key(&ckpt.run, i))
+        .collect();
     let values = ckpt.store().get_many(&ckpt.thread, &keys).await?;
     let mut entries = Vec::with_capacity(values.len());
     for (key, v) in keys.iter().zip(values) {
         let Some(bytes) = v else {
-            return Err(Error::corrupt_record(key.clone(), "transcript entry referenced by the snapshot is missing"));
+            return Err(Error::corrupt_record(
+                key.clone(),
+                "transcript entry referenced by the snapshot is missing",
+            ));
         };
-        let e: TranscriptEntry = serde_json::from_slice(&bytes)
-            .map_err(|e| Error::corrupt_record(key.clone(), format!("transcript entry is invalid: {e}")))?;
+        let e: TranscriptEntry = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::corrupt_record(key.clone(), format!("transcript entry is invalid: {e}"))
+        })?;
         entries.push(e);
     }
     crate::schema::reassemble(&entries, tref)
@@ -212,13 +236,24 @@ async fn stored_decisions(ckpt: &Checkpointer, step: u64) -> Result<BTreeMap<Str
     };
     let rec = normalize_record(&bytes, &ckpt.thread, &key)?;
     let mut out = BTreeMap::new();
-    if let PhasePayload::Resumed(p) = &rec.payload {
-        if let Some(Value::Object(map)) = &p.decision {
-            for (id, d) in map {
-                let approved = d.get("approved").and_then(Value::as_bool).unwrap_or(false);
-                let reason = d.get("reason").and_then(Value::as_str).unwrap_or("").to_owned();
-                out.insert(id.clone(), if approved { Decision::Approve } else { Decision::Deny(reason) });
-            }
+    if let PhasePayload::Resumed(p) = &rec.payload
+        && let Some(Value::Object(map)) = &p.decision
+    {
+        for (id, d) in map {
+            let approved = d.get("approved").and_then(Value::as_bool).unwrap_or(false);
+            let reason = d
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            out.insert(
+                id.clone(),
+                if approved {
+                    Decision::Approve
+                } else {
+                    Decision::Deny(reason)
+                },
+            );
         }
     }
     Ok(out)

@@ -29,13 +29,23 @@ pub struct ScriptedLlm {
 impl ScriptedLlm {
     /// A scripted model answering `responses[k]`.
     pub fn new(responses: Vec<LlmResponse>) -> Arc<Self> {
-        Arc::new(ScriptedLlm { responses, calls: AtomicU64::new(0), fail_models: Vec::new(), asked: Mutex::new(Vec::new()) })
+        Arc::new(ScriptedLlm {
+            responses,
+            calls: AtomicU64::new(0),
+            fail_models: Vec::new(),
+            asked: Mutex::new(Vec::new()),
+        })
     }
 
     /// A scripted model that fails every request for one of `fail_models` (to exercise
     /// fallback models).
     pub fn failing_for(responses: Vec<LlmResponse>, fail_models: Vec<String>) -> Arc<Self> {
-        Arc::new(ScriptedLlm { responses, calls: AtomicU64::new(0), fail_models, asked: Mutex::new(Vec::new()) })
+        Arc::new(ScriptedLlm {
+            responses,
+            calls: AtomicU64::new(0),
+            fail_models,
+            asked: Mutex::new(Vec::new()),
+        })
     }
 
     /// Parse a fixture's `script.responses` array (each `{text, tool_calls, usage,
@@ -79,14 +89,21 @@ impl LlmClient for ScriptedLlm {
                 format!("scripted failure for model {}", request.model),
             ));
         }
-        let k = request.messages.iter().filter(|m| m.role == Role::Assistant).count();
+        let k = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
         if let Ok(mut a) = self.asked.lock() {
             a.push(k);
         }
         let mut resp = self.responses.get(k).cloned().ok_or_else(|| {
             Error::new(
                 crate::ErrorKind::Llm,
-                format!("script has no response #{k} ({} scripted)", self.responses.len()),
+                format!(
+                    "script has no response #{k} ({} scripted)",
+                    self.responses.len()
+                ),
             )
         })?;
         resp.model = Some(request.model.clone());
@@ -181,11 +198,12 @@ impl ScriptedTool {
 
     /// `echo`: arguments `{"text": str}`, returns `{"echo": text}`.
     pub fn echo(counter: InvocationCounter) -> Arc<Self> {
-        ScriptedTool::new("echo", EffectPolicy::Idempotent, counter, |args| {
-            match args.get("text").and_then(Value::as_str) {
-                Some(t) => Ok(json!({"echo": t})),
-                None => Err(ToolError::new("argument text must be a string")),
-            }
+        ScriptedTool::new("echo", EffectPolicy::Idempotent, counter, |args| match args
+            .get("text")
+            .and_then(Value::as_str)
+        {
+            Some(t) => Ok(json!({"echo": t})),
+            None => Err(ToolError::new("argument text must be a string")),
         })
     }
 }

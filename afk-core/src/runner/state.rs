@@ -51,7 +51,11 @@ impl RunState {
     ) -> RuntimeSnapshot {
         let mut extra = self.extra.clone();
         extra.insert(ACTIVE_MS_KEY.to_owned(), Value::from(active_ms));
-        let messages = if transcript.is_some() { None } else { Some(self.messages.clone()) };
+        let messages = if transcript.is_some() {
+            None
+        } else {
+            Some(self.messages.clone())
+        };
         RuntimeSnapshot {
             thread_id: thread_id.to_owned(),
             step: self.step,
@@ -87,7 +91,11 @@ impl RunState {
     /// `snapshot_ts_ms` is the record's timestamp: for AFK records without an active-time
     /// field, the active time so far is taken as `timestamp - started_at` (AFK had no pauses
     /// that outlive a process).
-    pub fn from_snapshot(snap: &RuntimeSnapshot, messages: Vec<Message>, snapshot_ts_ms: u64) -> Self {
+    pub fn from_snapshot(
+        snap: &RuntimeSnapshot,
+        messages: Vec<Message>,
+        snapshot_ts_ms: u64,
+    ) -> Self {
         let mut extra = snap.extra.clone();
         let active = match extra.remove(ACTIVE_MS_KEY).and_then(|v| v.as_u64()) {
             Some(ms) => ms,
@@ -98,7 +106,11 @@ impl RunState {
         };
         RunState {
             step: snap.step,
-            state: if snap.state.is_empty() { "running".to_owned() } else { snap.state.clone() },
+            state: if snap.state.is_empty() {
+                "running".to_owned()
+            } else {
+                snap.state.clone()
+            },
             context: snap.context.clone(),
             messages,
             llm_calls: snap.llm_calls,

@@ -18,7 +18,9 @@ use super::{Outcome, Start};
 use crate::error::Result;
 use crate::hash::canonical_json;
 use crate::ids::{RunId, ThreadId};
-use crate::schema::{PhasePayload, PostSubagentBatchPayload, PreSubagentBatchPayload, SubagentExecution};
+use crate::schema::{
+    PhasePayload, PostSubagentBatchPayload, PreSubagentBatchPayload, SubagentExecution,
+};
 
 /// The spec the model sees for a subagent.
 pub(crate) fn spec_of(agent: &Agent) -> ToolSpec {
@@ -73,18 +75,32 @@ impl ChildRun {
             Ok(v) => v.is_some(),
             Err(e) => return Err(e.to_string()),
         };
-        let start = if exists { Start::Resume(None) } else { Start::Fresh(input) };
+        let start = if exists {
+            Start::Resume(None)
+        } else {
+            Start::Fresh(input)
+        };
         let (_ctl, rx) = tokio::sync::watch::channel(super::Signal::Run);
         let (ev, _) = tokio::sync::broadcast::channel(16);
         let run = self.run.clone();
-        let fut = execute_boxed(self.shared, self.agent, self.thread, self.run, start, self.depth, rx, ev);
+        let fut = execute_boxed(
+            self.shared,
+            self.agent,
+            self.thread,
+            self.run,
+            start,
+            self.depth,
+            rx,
+            ev,
+        );
         match fut.await {
             Ok(Outcome::Completed(r)) if r.state == "completed" => {
                 Ok(json!({"run_id": run.as_str(), "final_text": r.final_text}))
             }
-            Ok(Outcome::Completed(r)) => {
-                Err(format!("subagent run {run} ended {}: {}", r.state, r.final_text))
-            }
+            Ok(Outcome::Completed(r)) => Err(format!(
+                "subagent run {run} ended {}: {}",
+                r.state, r.final_text
+            )),
             Ok(Outcome::Paused { .. }) => Err(format!("subagent run {run} paused for approval")),
             Err(e) => Err(e.to_string()),
         }
@@ -104,7 +120,9 @@ fn execute_boxed(
     control: tokio::sync::watch::Receiver<super::Signal>,
     events: tokio::sync::broadcast::Sender<super::RunEvent>,
 ) -> futures::future::BoxFuture<'static, Result<Outcome>> {
-    Box::pin(super::execute(shared, agent, thread, run, start, depth, control, events))
+    Box::pin(super::execute(
+        shared, agent, thread, run, start, depth, control, events,
+    ))
 }
 
 /// `pre_subagent_batch` naming the targets and their child run ids.
@@ -119,8 +137,11 @@ pub(crate) async fn pre_batch(task: &mut RunTask, targets: Vec<(String, String)>
         router_parallel: true,
         extra: Default::default(),
     };
-    p.extra.insert("child_run_ids".into(), Value::Array(children));
-    task.ckpt.checkpoint(step, PhasePayload::PreSubagentBatch(p)).await
+    p.extra
+        .insert("child_run_ids".into(), Value::Array(children));
+    task.ckpt
+        .checkpoint(step, PhasePayload::PreSubagentBatch(p))
+        .await
 }
 
 /// `post_subagent_batch` with the counts.
@@ -130,7 +151,9 @@ pub(crate) async fn post_batch(task: &mut RunTask, ok: u64, failed: u64) -> Resu
         failure_count: failed,
         extra: Default::default(),
     };
-    task.ckpt.checkpoint(task.st.step, PhasePayload::PostSubagentBatch(p)).await
+    task.ckpt
+        .checkpoint(task.st.step, PhasePayload::PostSubagentBatch(p))
+        .await
 }
 
 /// Add the subagent execution record.
@@ -144,7 +167,10 @@ pub(crate) fn record(
     task.st.subagent_executions.push(SubagentExecution {
         subagent_name: name.to_owned(),
         success: error.is_none(),
-        output_text: output.get("final_text").and_then(Value::as_str).map(str::to_owned),
+        output_text: output
+            .get("final_text")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
         error,
         latency_ms,
         extra: Default::default(),

@@ -54,7 +54,9 @@ pub struct ToolError {
 impl ToolError {
     /// A tool error with a message.
     pub fn new(message: impl Into<String>) -> Self {
-        ToolError { message: message.into() }
+        ToolError {
+            message: message.into(),
+        }
     }
 }
 

@@ -24,11 +24,11 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
+use super::Decision;
 use super::agent::{FailurePolicy, GateDecision};
 use super::exec::{RunTask, UNTRUSTED_NOTE, text_message};
 use super::subagent;
 use super::tool::{EffectPolicy, ToolContext};
-use super::Decision;
 use crate::error::{Error, ErrorKind, Result};
 use crate::hash::{canonical_json, input_hash, output_hash};
 use crate::keys;
@@ -43,7 +43,11 @@ pub(crate) enum BatchOutcome {
     /// A call needs a human decision; the `paused` record is durable.
     Paused(PauseRequest),
     /// Every call was processed.
-    Done { total: u64, failures: u64, degrade: Option<String> },
+    Done {
+        total: u64,
+        failures: u64,
+        degrade: Option<String>,
+    },
 }
 
 #[derive(Debug)]
@@ -64,14 +68,21 @@ struct CallResult {
 }
 
 fn call_id(step: u64, i: usize, call: &ToolCall) -> String {
-    call.id.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| format!("auto_{step}_{i}"))
+    call.id
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("auto_{step}_{i}"))
 }
 
 /// Run the tool calls of `resp` for the current step.
 pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<BatchOutcome> {
     let step = task.st.step;
     let calls = &resp.tool_calls;
-    let ids: Vec<String> = calls.iter().enumerate().map(|(i, c)| call_id(step, i, c)).collect();
+    let ids: Vec<String> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| call_id(step, i, c))
+        .collect();
 
     // 1. The gate, with human decisions taking precedence.
     let mut plans: Vec<Plan> = Vec::with_capacity(calls.len());
@@ -98,7 +109,11 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
         .iter()
         .map(|id| keys::effect_key(&task.ckpt.run, step, id))
         .collect::<Result<Vec<String>>>()?;
-    let rows = task.ckpt.store().get_many(&task.ckpt.thread, &effect_keys).await?;
+    let rows = task
+        .ckpt
+        .store()
+        .get_many(&task.ckpt.thread, &effect_keys)
+        .await?;
     let mut hashes = Vec::with_capacity(calls.len());
     for (i, call) in calls.iter().enumerate() {
         let args = Value::Object(call.arguments.clone());
@@ -154,7 +169,15 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
         let (res, replayed) = match &plans[i] {
             Plan::Replay(out) => {
                 task.st.replayed_effect_count += 1;
-                (CallResult { success: true, output: out.clone(), error: None, latency_ms: None }, true)
+                (
+                    CallResult {
+                        success: true,
+                        output: out.clone(),
+                        error: None,
+                        latency_ms: None,
+                    },
+                    true,
+                )
             }
             Plan::Denied(r) => (failed(format!("Tool call denied: {r}")), false),
             Plan::Unknown => (failed(format!("Unknown tool '{}'", call.tool_name)), false),
@@ -191,11 +214,20 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
     if let Some(e) = fail {
         return Err(e);
     }
-    Ok(BatchOutcome::Done { total: calls.len() as u64, failures, degrade })
+    Ok(BatchOutcome::Done {
+        total: calls.len() as u64,
+        failures,
+        degrade,
+    })
 }
 
 fn failed(error: String) -> CallResult {
-    CallResult { success: false, output: Value::Null, error: Some(error), latency_ms: None }
+    CallResult {
+        success: false,
+        output: Value::Null,
+        error: Some(error),
+        latency_ms: None,
+    }
 }
 
 /// Apply the effect rules to a stored row.
@@ -208,13 +240,13 @@ fn decide_from_row(
 ) -> Result<Plan> {
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| Error::corrupt_record(key, format!("effect row is not JSON: {e}")))?;
-    if let Some(stored) = value.get("input_hash").and_then(Value::as_str) {
-        if stored != hash {
-            return Err(Error::corrupt_record(
-                key,
-                format!("Effect journal integrity conflict for tool_call_id={id}"),
-            ));
-        }
+    if let Some(stored) = value.get("input_hash").and_then(Value::as_str)
+        && stored != hash
+    {
+        return Err(Error::corrupt_record(
+            key,
+            format!("Effect journal integrity conflict for tool_call_id={id}"),
+        ));
     }
     let Value::Object(mut map) = value else {
         return Ok(Plan::Execute); // AFK: a non-map row is no row
@@ -273,7 +305,11 @@ async fn execute(
             thread_id: task.thread_str(),
             tool_call_id: ids[i].clone(),
             step,
-            idempotency_key: ToolContext::idempotency_key_for(task.ckpt.run.as_str(), step, &ids[i]),
+            idempotency_key: ToolContext::idempotency_key_for(
+                task.ckpt.run.as_str(),
+                step,
+                &ids[i],
+            ),
         };
         let args = Value::Object(call.arguments.clone());
         let name = call.tool_name.clone();
@@ -296,7 +332,12 @@ async fn execute(
                 let out = AssertUnwindSafe(fut).catch_unwind().await;
                 let latency = t0.elapsed().as_secs_f64() * 1000.0;
                 let res = match out {
-                    Ok(Ok(v)) => CallResult { success: true, output: v, error: None, latency_ms: Some(latency) },
+                    Ok(Ok(v)) => CallResult {
+                        success: true,
+                        output: v,
+                        error: None,
+                        latency_ms: Some(latency),
+                    },
                     Ok(Err(m)) => CallResult {
                         success: false,
                         output: Value::Null,
@@ -336,8 +377,18 @@ async fn execute(
         };
         task.ckpt.effect(step, &ids[i], &row).await?;
         if task.agent.subagent(&calls[i].tool_name).is_some() {
-            if res.success { sub_ok += 1 } else { sub_failed += 1 }
-            subagent::record(task, &calls[i].tool_name, &res.output, res.error.clone(), res.latency_ms);
+            if res.success {
+                sub_ok += 1
+            } else {
+                sub_failed += 1
+            }
+            subagent::record(
+                task,
+                &calls[i].tool_name,
+                &res.output,
+                res.error.clone(),
+                res.latency_ms,
+            );
         }
         results.insert(i, res);
     }
@@ -363,7 +414,10 @@ fn push_records(task: &mut RunTask, call: &ToolCall, id: &str, res: &CallResult)
     let mut body = Map::new();
     body.insert("success".into(), Value::Bool(res.success));
     body.insert("output".into(), res.output.clone());
-    body.insert("error".into(), res.error.clone().map_or(Value::Null, Value::String));
+    body.insert(
+        "error".into(),
+        res.error.clone().map_or(Value::Null, Value::String),
+    );
     let text = format!(
         "[untrusted_tool_output:{}]\n{UNTRUSTED_NOTE}\n{{\"success\": {}, \"output\": {}, \"error\": {}}}",
         call.tool_name,
@@ -377,7 +431,12 @@ fn push_records(task: &mut RunTask, call: &ToolCall, id: &str, res: &CallResult)
 }
 
 /// Commit a `paused` record holding the full request, make it durable, and stop.
-async fn pause(task: &mut RunTask, call: &ToolCall, id: &str, reason: String) -> Result<BatchOutcome> {
+async fn pause(
+    task: &mut RunTask,
+    call: &ToolCall,
+    id: &str,
+    reason: String,
+) -> Result<BatchOutcome> {
     let mut payload = Map::new();
     payload.insert("tool_name".into(), Value::String(call.tool_name.clone()));
     payload.insert("arguments".into(), Value::Object(call.arguments.clone()));
@@ -397,7 +456,9 @@ async fn pause(task: &mut RunTask, call: &ToolCall, id: &str, reason: String) ->
         request: Some(request.clone()),
         extra: Default::default(),
     };
-    task.ckpt.checkpoint(task.st.step, PhasePayload::Paused(rec)).await?;
+    task.ckpt
+        .checkpoint(task.st.step, PhasePayload::Paused(rec))
+        .await?;
     task.ckpt.flush().await?;
     Ok(BatchOutcome::Paused(request))
 }
