@@ -14,7 +14,6 @@ mod clock;
 mod exec;
 pub mod fixture_check;
 mod llm;
-mod normalize_shim;
 mod persist;
 mod resume;
 pub mod scripted;

@@ -33,11 +33,11 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use super::Decision;
-use super::normalize_shim::normalize_record;
 use super::persist::Checkpointer;
 use super::state::RunState;
 use crate::error::{Error, Result};
 use crate::keys;
+use crate::normalize::normalize_record;
 use crate::schema::{
     AgentResult, CheckpointRecord, PauseKind, PauseRequest, Phase, PhasePayload, ResumedPayload,
     TranscriptEntry, TranscriptRef,
