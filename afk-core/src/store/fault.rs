@@ -214,10 +214,11 @@ impl<S: Store + ?Sized> FaultStore<S> {
                 None => *k == any_n,
             }) {
                 outcome = Err(kind);
-            } else if let Some((p, o, kind, rng)) = s.probability.as_mut() {
-                if o.is_none_or(|o| o == op) && rng.random::<f64>() < *p {
-                    outcome = Err(*kind);
-                }
+            } else if let Some((p, o, kind, rng)) = s.probability.as_mut()
+                && o.is_none_or(|o| o == op)
+                && rng.random::<f64>() < *p
+            {
+                outcome = Err(*kind);
             }
             if outcome.is_err() {
                 s.injected += 1;
@@ -235,20 +236,20 @@ impl<S: Store + ?Sized> FaultStore<S> {
         let _order = self.apply_lock.lock().await;
         {
             let mut s = self.state();
-            if let Some((limit, mode)) = s.crash {
-                if s.persisted >= limit {
-                    s.crashed = true;
-                    return match mode {
-                        CrashMode::Silent => {
-                            s.dropped += 1;
-                            Ok(())
-                        }
-                        CrashMode::Down => {
-                            s.injected += 1;
-                            Err(Error::unavailable("FaultStore: crashed"))
-                        }
-                    };
-                }
+            if let Some((limit, mode)) = s.crash
+                && s.persisted >= limit
+            {
+                s.crashed = true;
+                return match mode {
+                    CrashMode::Silent => {
+                        s.dropped += 1;
+                        Ok(())
+                    }
+                    CrashMode::Down => {
+                        s.injected += 1;
+                        Err(Error::unavailable("FaultStore: crashed"))
+                    }
+                };
             }
         }
         self.inner.commit(commit).await?;
@@ -336,3 +337,7 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         out
     }
 }
+
+#[cfg(test)]
+#[path = "fault_tests.rs"]
+mod tests;

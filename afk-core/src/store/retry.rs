@@ -310,3 +310,7 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "retry_tests.rs"]
+mod tests;

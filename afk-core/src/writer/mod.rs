@@ -14,7 +14,9 @@
 //!   `Timeout` and a store error is returned, never only logged (AFK swallowed both);
 //! - **failures**: a write that still fails after the retry policy fails its run: every later
 //!   `submit`, `barrier` and `flush` of the run returns that error, and the run's queued commits
-//!   are dropped with it (a `Fenced` run's all fail with `Fenced`). Nothing is dropped silently;
+//!   are dropped with it (a `Fenced` run's all fail with `Fenced`). Nothing is dropped silently.
+//!   The error stays with the run for the life of the writer: a process that re-claims a failed
+//!   run writes its new attempt through a new `Writer`;
 //! - **no hang**: if the background task dies (panic, abort, runtime shutdown), every pending and
 //!   later call returns `Unavailable` ("checkpoint writer stopped"), not retryable;
 //! - **shutdown**: [`Writer::shutdown`] drains the queue within a bound and reports what could
@@ -226,7 +228,10 @@ impl Writer {
             let st = self.inner.shared.lock();
             match st.runs.get(&key) {
                 None => return Ok(()),
-                Some(r) => r.submitted,
+                Some(r) => match &r.error {
+                    Some(e) => return Err(replay(e)),
+                    None => r.submitted,
+                },
             }
         };
         self.inner.shared.wait_for(&key, target).await

@@ -187,7 +187,7 @@ impl Ticket {
         self.shared.wait_for(&self.key, self.seq).await
     }
 
-    /// The commit's sequence number within its run (1, 2, …; sync mode: 0).
+    /// The commit's sequence number within its run (1, 2, …, in submission order).
     pub fn seq(&self) -> u64 {
         self.seq
     }

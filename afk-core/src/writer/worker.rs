@@ -112,15 +112,14 @@ impl Worker {
         }
         if entry.coalescible && self.config.coalesce_runtime_state {
             let max_keys = self.max_commit_keys;
-            if let Some(last) = self.queue.iter_mut().rev().find(|q| q.key == entry.key) {
-                if last.coalescible
-                    && last.commit.epoch == entry.commit.epoch
-                    && merge(&mut last.commit, &entry.commit, max_keys)
-                {
-                    last.seq = entry.seq;
-                    st.stats.coalesced += 1;
-                    return;
-                }
+            if let Some(last) = self.queue.iter_mut().rev().find(|q| q.key == entry.key)
+                && last.coalescible
+                && last.commit.epoch == entry.commit.epoch
+                && merge(&mut last.commit, &entry.commit, max_keys)
+            {
+                last.seq = entry.seq;
+                st.stats.coalesced += 1;
+                return;
             }
         }
         drop(st);
