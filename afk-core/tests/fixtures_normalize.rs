@@ -1,6 +1,8 @@
 //! The AFK corpus (repo copy under fixtures/afk-python) at the normalize level, and v1 → v2
 //! migration of every stored snapshot.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 use std::path::PathBuf;
 
 use afk_core::fixture::{Fixture, FixtureFile, check_file_normalize, check_normalize};

@@ -2,6 +2,8 @@
 //! round-trips exactly. Seeded: the seed is printed; replay with `PROPTEST_SEED=<seed>`. Cases
 //! from `PROPTEST_CASES` (default 256; CI sets 10000).
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 use afk_core::ThreadId;
 use afk_core::normalize::{normalize_effect_row, normalize_record, normalize_record_value};
 use afk_core::schema::*;

@@ -41,28 +41,28 @@ fn apply_aliases(map: &mut Map<String, Value>) -> Result<(), String> {
         map.insert("schema_version".to_owned(), Value::String(version));
     }
     for (alias, canonical) in [("runId", "run_id"), ("threadId", "thread_id")] {
-        if !map.contains_key(canonical) {
-            if let Some(v) = map.remove(alias) {
-                if !v.is_string() {
-                    return Err(format!(
-                        "{alias} (alias of {canonical}) must be a string, found {}",
-                        type_name(&v)
-                    ));
-                }
-                map.insert(canonical.to_owned(), v);
-            }
-        }
-    }
-    if !map.contains_key("payload") {
-        if let Some(v) = map.remove("data") {
-            if !v.is_object() {
+        if !map.contains_key(canonical)
+            && let Some(v) = map.remove(alias)
+        {
+            if !v.is_string() {
                 return Err(format!(
-                    "data (alias of payload) must be an object, found {}",
+                    "{alias} (alias of {canonical}) must be a string, found {}",
                     type_name(&v)
                 ));
             }
-            map.insert("payload".to_owned(), v);
+            map.insert(canonical.to_owned(), v);
         }
+    }
+    if !map.contains_key("payload")
+        && let Some(v) = map.remove("data")
+    {
+        if !v.is_object() {
+            return Err(format!(
+                "data (alias of payload) must be an object, found {}",
+                type_name(&v)
+            ));
+        }
+        map.insert("payload".to_owned(), v);
     }
     Ok(())
 }

@@ -31,14 +31,14 @@ pub fn v1_to_v2(mut record: CheckpointRecord) -> Migrated {
     }
     record.schema_version = SCHEMA_VERSION.to_owned();
     let mut transcript = Vec::new();
-    if let PhasePayload::RuntimeState(snapshot) = &mut record.payload {
-        if snapshot.transcript.is_none() {
-            let messages = snapshot.messages.take().unwrap_or_default();
-            if !messages.is_empty() {
-                transcript.push(TranscriptEntry::new(0, snapshot.step, messages, ""));
-            }
-            snapshot.transcript = Some(TranscriptRef::of(&transcript));
+    if let PhasePayload::RuntimeState(snapshot) = &mut record.payload
+        && snapshot.transcript.is_none()
+    {
+        let messages = snapshot.messages.take().unwrap_or_default();
+        if !messages.is_empty() {
+            transcript.push(TranscriptEntry::new(0, snapshot.step, messages, ""));
         }
+        snapshot.transcript = Some(TranscriptRef::of(&transcript));
     }
     Migrated { record, transcript }
 }

@@ -180,10 +180,10 @@ fn rows<T: DeserializeOwned>(
         {
             continue;
         }
-        if let Some(k) = list_key {
-            if !matches!(map.get(k), Some(Value::Array(_))) {
-                continue;
-            }
+        if let Some(k) = list_key
+            && !matches!(map.get(k), Some(Value::Array(_)))
+        {
+            continue;
         }
         let parsed: T = serde_path_to_error::deserialize(row)
             .map_err(|e| format!("[{i}].{}: {}", e.path(), e.inner()))?;

@@ -140,3 +140,49 @@ pub fn reassemble(entries: &[TranscriptEntry], tref: &TranscriptRef) -> Result<V
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{Message, Role};
+
+    fn log() -> Vec<TranscriptEntry> {
+        let a = TranscriptEntry::new(0, 1, vec![Message::text(Role::User, "hi")], "");
+        let b = TranscriptEntry::new(1, 1, vec![Message::text(Role::Assistant, "yo")], &a.digest);
+        vec![a, b]
+    }
+
+    #[test]
+    fn digest_is_chained_sha256() {
+        let entries = log();
+        let first = hex::encode(Sha256::digest(br#"[{"role":"user","content":"hi"}]"#));
+        assert_eq!(entries[0].digest, first);
+        let msgs: Vec<&[Message]> = entries.iter().map(|e| e.messages.as_slice()).collect();
+        assert_eq!(chain_digest(msgs), entries[1].digest);
+        assert_eq!(chain_digest(Vec::<&[Message]>::new()), "");
+    }
+
+    #[test]
+    fn reassemble_verifies_the_chain() {
+        let entries = log();
+        let tref = TranscriptRef::of(&entries);
+        assert_eq!(reassemble(&entries, &tref).unwrap().len(), 2);
+        assert!(
+            reassemble(&entries[..1], &tref).unwrap_err().is_corrupt(),
+            "torn log"
+        );
+        let mut edited = entries.clone();
+        edited[0].messages[0] = Message::text(Role::User, "bye");
+        assert!(
+            reassemble(&edited, &tref)
+                .unwrap_err()
+                .message()
+                .contains("digest")
+        );
+        let swapped = vec![entries[1].clone(), entries[0].clone()];
+        assert!(reassemble(&swapped, &tref).is_err());
+        let mut wrong = tref.clone();
+        wrong.message_count = 3;
+        assert!(reassemble(&entries, &wrong).is_err());
+    }
+}

@@ -1,0 +1,72 @@
+//! `afk fixtures check` end to end, on the repo's AFK corpus and on a broken copy.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn afk() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_afk"))
+}
+
+fn corpus() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/afk-python")
+}
+
+#[test]
+fn the_whole_corpus_passes_at_the_normalize_level() {
+    let out = afk()
+        .args(["fixtures", "check", "--level", "normalize"])
+        .arg(corpus())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+        77,
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().last(), Some("77 passed, 0 failed"));
+}
+
+#[test]
+fn a_broken_fixture_fails_and_sets_the_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let src =
+        std::fs::read_to_string(corpus().join("a-crash-k06-latest-runtime_state-s1.json")).unwrap();
+    let broken = src.replacen(
+        "\"schema_version\": \"v1\"",
+        "\"schema_version\": \"v7\"",
+        1,
+    );
+    assert_ne!(broken, src);
+    std::fs::write(dir.path().join("broken.json"), broken).unwrap();
+    std::fs::write(dir.path().join("good.json"), &src).unwrap();
+    std::fs::write(dir.path().join("README.md"), "not a fixture").unwrap();
+    let out = afk()
+        .args(["fixtures", "check"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL ") && stdout.contains("broken.json") && stdout.contains("v7"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ok ") && stdout.contains("good.json"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().last(), Some("1 passed, 1 failed"));
+}
+
+#[test]
+fn resume_level_is_not_implemented_yet() {
+    let out = afk()
+        .args(["fixtures", "check", "--level", "resume"])
+        .arg(corpus())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not implemented"));
+}
