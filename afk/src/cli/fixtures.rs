@@ -42,7 +42,7 @@ enum FixturesCommand {
 enum Level {
     /// Every stored record normalizes (or fails as the fixture says); hash vectors match.
     Normalize,
-    /// Resume each fixture with its scripted model and tools and compare with its `expect`
+    /// Everything of the normalize level, then resume each fixture with its scripted model and tools and compare with its `expect`
     /// (outcome, error kind, final text, state, model calls, tool executions, replayed
     /// effects) and, for completed resumes, with the uninterrupted result. Hash-vector files
     /// are checked as at the normalize level.
@@ -91,8 +91,10 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
 
 fn check_one(path: &Path, level: Level, rt: &tokio::runtime::Runtime) -> Result<(), String> {
     let file = FixtureFile::load(path).map_err(|e| e.to_string())?;
+    // The resume level includes the normalize level.
+    check_file_normalize(&file)?;
     if level == Level::Normalize || matches!(file, FixtureFile::HashVectors(_)) {
-        return check_file_normalize(&file);
+        return Ok(());
     }
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
