@@ -2,6 +2,8 @@
 //! uncrashed run, no durable tool result re-executed, no durable model answer re-requested,
 //! at-most-once tools executed at most once (or the resume stops with `EffectUncertain`).
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -1,5 +1,7 @@
 //! Every error path resolves the handle: a panicking tool, a failing store, a subagent.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 use std::sync::Arc;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};

@@ -1,6 +1,8 @@
 //! Human in the loop: a run paused for approval is continued by a new Runner on the same store,
 //! days later, without the pause counting against the wall-time budget.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 use std::sync::Arc;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
