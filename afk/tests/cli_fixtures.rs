@@ -61,12 +61,50 @@ fn a_broken_fixture_fails_and_sets_the_exit_code() {
 }
 
 #[test]
-fn resume_level_is_not_implemented_yet() {
+fn the_whole_corpus_passes_at_the_resume_level_and_a_wrong_expectation_fails() {
     let out = afk()
-        .args(["fixtures", "check", "--level", "resume"])
+        .args([
+            "fixtures",
+            "check",
+            "--level",
+            "resume",
+            "--store",
+            "memory://",
+        ])
+        .arg(corpus())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(stdout.lines().last(), Some("77 passed, 0 failed"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let src =
+        std::fs::read_to_string(corpus().join("a-crash-k15-effect-s1-call_a_1.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&src).unwrap();
+    v["expect"]["llm_calls_during_resume"] = serde_json::json!(7);
+    std::fs::write(dir.path().join("wrong.json"), v.to_string()).unwrap();
+    let out = afk()
+        .args(["fixtures", "check"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL ") && stdout.contains("llm calls 1 (want 7)"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().last(), Some("0 passed, 1 failed"));
+}
+
+#[test]
+fn resume_level_rejects_stores_it_cannot_open_yet() {
+    let out = afk()
+        .args(["fixtures", "check", "--store", "redis://127.0.0.1:1"])
         .arg(corpus())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not implemented"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not supported"));
 }

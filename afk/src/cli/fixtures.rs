@@ -3,7 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use afk_core::fixture::{FixtureFile, check_file_normalize};
+use afk_core::runner::fixture_check::check_fixture;
+use afk_core::{MemoryStore, Store};
 use clap::{Subcommand, ValueEnum};
 
 use super::EXIT_USAGE;
@@ -22,8 +26,11 @@ enum FixturesCommand {
     /// nothing failed.
     Check {
         /// How deep to check.
-        #[arg(long, value_enum, default_value_t = Level::Normalize)]
+        #[arg(long, value_enum, default_value_t = Level::Resume)]
         level: Level,
+        /// Store to resume on (each fixture gets a fresh one). Only `memory://` for now.
+        #[arg(long, default_value = "memory://")]
+        store: String,
         /// Fixture files or directories.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
@@ -35,13 +42,20 @@ enum FixturesCommand {
 enum Level {
     /// Every stored record normalizes (or fails as the fixture says); hash vectors match.
     Normalize,
-    /// Resume each fixture and compare with its expectation (not implemented yet).
+    /// Everything of the normalize level, then resume each fixture with its scripted model and tools and compare with its `expect`
+    /// (outcome, error kind, final text, state, model calls, tool executions, replayed
+    /// effects) and, for completed resumes, with the uninterrupted result. Hash-vector files
+    /// are checked as at the normalize level.
     Resume,
 }
 
 pub fn run(args: Args) -> ExitCode {
     match args.command {
-        FixturesCommand::Check { level, paths } => check(level, &paths),
+        FixturesCommand::Check {
+            level,
+            store,
+            paths,
+        } => check(level, &store, &paths),
     }
 }
 
@@ -75,18 +89,41 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
-fn check_one(path: &Path) -> Result<(), String> {
+fn check_one(path: &Path, level: Level, rt: &tokio::runtime::Runtime) -> Result<(), String> {
     let file = FixtureFile::load(path).map_err(|e| e.to_string())?;
-    check_file_normalize(&file)
+    // The resume level includes the normalize level.
+    check_file_normalize(&file)?;
+    if level == Level::Normalize || matches!(file, FixtureFile::HashVectors(_)) {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let verdict = rt
+        .block_on(check_fixture(&value, store))
+        .map_err(|e| e.to_string())?;
+    if verdict.passed() {
+        Ok(())
+    } else {
+        Err(verdict.problems.join("; "))
+    }
 }
 
-fn check(level: Level, paths: &[PathBuf]) -> ExitCode {
-    if level == Level::Resume {
-        eprintln!(
-            "afk fixtures check: --level resume is not implemented yet; use --level normalize"
-        );
+fn check(level: Level, store: &str, paths: &[PathBuf]) -> ExitCode {
+    if level == Level::Resume && store != "memory://" {
+        eprintln!("afk fixtures check: --store {store:?} is not supported yet; use memory://");
         return ExitCode::from(EXIT_USAGE);
     }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("afk fixtures check: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let files = match expand(paths) {
         Ok(f) => f,
         Err(e) => {
@@ -96,7 +133,7 @@ fn check(level: Level, paths: &[PathBuf]) -> ExitCode {
     };
     let (mut passed, mut failed) = (0usize, 0usize);
     for file in &files {
-        match check_one(file) {
+        match check_one(file, level, &rt) {
             Ok(()) => {
                 passed += 1;
                 println!("ok {}", file.display());
