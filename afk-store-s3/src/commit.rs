@@ -9,7 +9,12 @@ use crate::store::MAX_VALUE_SIZE;
 /// `InvalidInput` for a value over [`MAX_VALUE_SIZE`].
 pub(crate) fn check_sizes(commit: &Commit) -> Result<()> {
     let latest = commit.latest.as_ref().map(|v| (latest_key(&commit.run), v));
-    for (key, value) in commit.puts.iter().map(|(k, v)| (k.clone(), v)).chain(latest) {
+    for (key, value) in commit
+        .puts
+        .iter()
+        .map(|(k, v)| (k.clone(), v))
+        .chain(latest)
+    {
         if value.len() > MAX_VALUE_SIZE {
             return Err(Error::invalid_input(format!(
                 "value of {key:?} is {} bytes; an S3 object holds at most {MAX_VALUE_SIZE}",
@@ -57,7 +62,9 @@ pub(crate) fn stage<'a>(commit: &'a Commit, seq: u64, nonce: &str) -> Staged<'a>
     }
     if let Some(latest) = &commit.latest {
         let slot = match std::str::from_utf8(latest) {
-            Ok(text) if latest.len() <= INLINE_LATEST_MAX => Slot::Inline { inline: text.to_owned() },
+            Ok(text) if latest.len() <= INLINE_LATEST_MAX => Slot::Inline {
+                inline: text.to_owned(),
+            },
             _ => {
                 let suffix = object_suffix(seq, nonce, commit.puts.len());
                 objects.push((suffix.clone(), latest.as_slice()));

@@ -154,7 +154,8 @@ impl S3Config {
     pub fn validate(&self) -> Result<()> {
         let b = &self.bucket;
         let bucket_ok = (3..=63).contains(&b.len())
-            && b.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'.')
+            && b.bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'.')
             && !b.starts_with(['-', '.'])
             && !b.ends_with(['-', '.']);
         if !bucket_ok {
@@ -162,7 +163,8 @@ impl S3Config {
                 "bucket name {b:?} is not a valid S3 bucket name (3 to 63 lowercase letters, digits, '-' or '.')"
             )));
         }
-        if self.prefix.starts_with('/') || self.prefix.ends_with('/') || self.prefix.contains("//") {
+        if self.prefix.starts_with('/') || self.prefix.ends_with('/') || self.prefix.contains("//")
+        {
             return Err(Error::invalid_config(format!(
                 "prefix {:?} must not start or end with '/' or contain empty segments",
                 self.prefix
@@ -176,7 +178,9 @@ impl S3Config {
         if let Some(ep) = &self.endpoint {
             let ok = url::Url::parse(ep).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
             if !ok {
-                return Err(Error::invalid_config(format!("endpoint {ep:?} is not an http(s) URL")));
+                return Err(Error::invalid_config(format!(
+                    "endpoint {ep:?} is not an http(s) URL"
+                )));
             }
         }
         Ok(())
@@ -194,7 +198,9 @@ fn parse_bool(name: &str, value: &str) -> Result<bool> {
     match value {
         "true" | "1" | "yes" => Ok(true),
         "false" | "0" | "no" => Ok(false),
-        _ => Err(Error::invalid_config(format!("parameter {name} must be true or false"))),
+        _ => Err(Error::invalid_config(format!(
+            "parameter {name} must be true or false"
+        ))),
     }
 }
 
@@ -215,12 +221,16 @@ mod tests {
         assert_eq!(cfg.endpoint.as_deref(), Some("http://127.0.0.1:9100"));
         assert_eq!(cfg.region.as_deref(), Some("us-east-1"));
         assert!(cfg.force_path_style && cfg.single_writer && !cfg.create_bucket);
-        assert_eq!(cfg.secret_access_key.as_ref().map(Secret::expose), Some("s3cr3t"));
+        assert_eq!(
+            cfg.secret_access_key.as_ref().map(Secret::expose),
+            Some("s3cr3t")
+        );
     }
 
     #[test]
     fn debug_hides_secrets() {
-        let cfg = S3Config::from_url("s3://bkt?access_key_id=AKIDXYZ&secret_access_key=s3cr3t").unwrap();
+        let cfg =
+            S3Config::from_url("s3://bkt?access_key_id=AKIDXYZ&secret_access_key=s3cr3t").unwrap();
         let dbg = format!("{cfg:?}");
         assert!(!dbg.contains("s3cr3t") && !dbg.contains("AKIDXYZ"), "{dbg}");
     }
@@ -242,7 +252,8 @@ mod tests {
 
     #[test]
     fn serde_round_trips() {
-        let cfg = S3Config::from_url("s3://bkt/p?access_key_id=a&secret_access_key=b&region=r").unwrap();
+        let cfg =
+            S3Config::from_url("s3://bkt/p?access_key_id=a&secret_access_key=b&region=r").unwrap();
         let json = serde_json::to_string(&cfg).unwrap();
         let back: S3Config = serde_json::from_str(&json).unwrap();
         assert_eq!(back, cfg);

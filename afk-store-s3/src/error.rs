@@ -33,8 +33,12 @@ impl Failure {
     /// The mapped error, for failures the caller does not handle specially.
     pub(crate) fn into_error(self, bucket: &str, op: &str) -> Error {
         match self {
-            Failure::Precondition => Error::conflict(format!("{op} in bucket {bucket:?}: precondition failed (412)")),
-            Failure::Missing => Error::not_found(format!("{op} in bucket {bucket:?}: object not found")),
+            Failure::Precondition => Error::conflict(format!(
+                "{op} in bucket {bucket:?}: precondition failed (412)"
+            )),
+            Failure::Missing => {
+                Error::not_found(format!("{op} in bucket {bucket:?}: object not found"))
+            }
             Failure::Other { error, .. } => error,
         }
     }
@@ -46,10 +50,12 @@ pub(crate) fn classify<E>(err: SdkError<E, HttpResponse>, bucket: &str, op: &str
 where
     E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
 {
-    let unavailable = |what: &str, ambiguous: bool, err: SdkError<E, HttpResponse>| Failure::Other {
-        error: Error::unavailable(format!("{op} in bucket {bucket:?}: {what}")).with_source(err),
-        ambiguous,
-    };
+    let unavailable =
+        |what: &str, ambiguous: bool, err: SdkError<E, HttpResponse>| Failure::Other {
+            error: Error::unavailable(format!("{op} in bucket {bucket:?}: {what}"))
+                .with_source(err),
+            ambiguous,
+        };
     match &err {
         SdkError::ConstructionFailure(_) => Failure::Other {
             error: Error::unexpected(format!("{op}: could not build the request")).with_source(err),
@@ -58,7 +64,9 @@ where
         SdkError::TimeoutError(_) => unavailable("timed out", true, err),
         SdkError::DispatchFailure(d) => {
             // A refused connection never reached the service; anything else may have.
-            let ambiguous = !d.as_connector_error().is_some_and(|c| c.is_io() && !c.is_timeout())
+            let ambiguous = !d
+                .as_connector_error()
+                .is_some_and(|c| c.is_io() && !c.is_timeout())
                 || d.is_timeout();
             unavailable("could not reach the service", ambiguous, err)
         }
@@ -98,17 +106,20 @@ where
         (404, _) | (_, "NoSuchKey") => Failure::Missing,
         (403, _) => mapped(
             ErrorKind::InvalidConfig,
-            format!("{op}: access to bucket {bucket:?} denied ({code}); check the credentials and the bucket policy"),
+            format!(
+                "{op}: access to bucket {bucket:?} denied ({code}); check the credentials and the bucket policy"
+            ),
             false,
         ),
         (409 | 429 | 500 | 502 | 503 | 504, _)
-        | (_, "SlowDown" | "Throttling" | "RequestTimeout" | "InternalError" | "ServiceUnavailable") => {
-            mapped(
-                ErrorKind::Unavailable,
-                format!("{op} in bucket {bucket:?}: service answered {status} {code} {msg}"),
-                status >= 500 || status == 0,
-            )
-        }
+        | (
+            _,
+            "SlowDown" | "Throttling" | "RequestTimeout" | "InternalError" | "ServiceUnavailable",
+        ) => mapped(
+            ErrorKind::Unavailable,
+            format!("{op} in bucket {bucket:?}: service answered {status} {code} {msg}"),
+            status >= 500 || status == 0,
+        ),
         _ => mapped(
             ErrorKind::Unexpected,
             format!("{op} in bucket {bucket:?}: service answered {status} {code} {msg}"),

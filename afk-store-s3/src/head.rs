@@ -57,14 +57,23 @@ pub(crate) struct Head {
 impl Head {
     /// The head of a run nobody has written yet.
     pub(crate) fn empty() -> Self {
-        Head { v: 1, epoch: 0, seq: 0, nonce: String::new(), keys: BTreeMap::new() }
+        Head {
+            v: 1,
+            epoch: 0,
+            seq: 0,
+            nonce: String::new(),
+            keys: BTreeMap::new(),
+        }
     }
 
     /// Decode a head object. `Corrupt` naming the fence key when it is not a head.
     pub(crate) fn decode(run: &RunId, bytes: &[u8]) -> Result<Self> {
         let head: Head = serde_json::from_slice(bytes).map_err(|e| {
-            Error::corrupt_record(afk_core::store::run_key(run), "S3 head object is not valid head JSON")
-                .with_source(e)
+            Error::corrupt_record(
+                afk_core::store::run_key(run),
+                "S3 head object is not valid head JSON",
+            )
+            .with_source(e)
         })?;
         if head.v != 1 {
             return Err(Error::corrupt_record(
@@ -90,7 +99,10 @@ impl Head {
     /// one of the keys still points at an object of its commit attempt.
     pub(crate) fn shows(&self, nonce: &str) -> bool {
         self.nonce == nonce
-            || self.keys.values().any(|s| s.object().is_some_and(|o| attempt_nonce(o) == Some(nonce)))
+            || self
+                .keys
+                .values()
+                .any(|s| s.object().is_some_and(|o| attempt_nonce(o) == Some(nonce)))
     }
 
     /// Logical keys the run has, as `list` shows them: the key map plus the fence when claimed.
@@ -104,7 +116,11 @@ impl Head {
 
     /// The fence value as the in-memory store shows it: `{"epoch":n}`.
     pub(crate) fn fence_value(&self) -> Option<Vec<u8>> {
-        (self.epoch > 0).then(|| serde_json::json!({ "epoch": self.epoch }).to_string().into_bytes())
+        (self.epoch > 0).then(|| {
+            serde_json::json!({ "epoch": self.epoch })
+                .to_string()
+                .into_bytes()
+        })
     }
 }
 
@@ -122,7 +138,11 @@ pub(crate) struct Layout {
 
 impl Layout {
     pub(crate) fn new(prefix: &str) -> Self {
-        let root = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
+        let root = if prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{prefix}/")
+        };
         Layout { root }
     }
 
@@ -172,8 +192,16 @@ mod tests {
         let mut head = Head::empty();
         head.epoch = 3;
         head.nonce = "aaaa".into();
-        head.keys.insert("checkpoint:r1:1:x".into(), Slot::Object(object_suffix(7, "bbbb", 0)));
-        head.keys.insert("checkpoint:r1:latest".into(), Slot::Inline { inline: "{}".into() });
+        head.keys.insert(
+            "checkpoint:r1:1:x".into(),
+            Slot::Object(object_suffix(7, "bbbb", 0)),
+        );
+        head.keys.insert(
+            "checkpoint:r1:latest".into(),
+            Slot::Inline {
+                inline: "{}".into(),
+            },
+        );
         let back = Head::decode(&run, &head.encode()).unwrap();
         assert_eq!(back, head);
         assert!(back.shows("aaaa") && back.shows("bbbb") && !back.shows("cccc"));

@@ -77,7 +77,11 @@ pub(crate) async fn probe(ops: &Ops, layout: &Layout, cfg: &S3Config) -> Result<
     }
     let create_again = ops.put(&key, b"afk probe 2".to_vec(), Cond::Create).await;
     let wrong_match = ops
-        .put(&key, b"afk probe 3".to_vec(), Cond::Match("\"afk-no-such-etag\"".into()))
+        .put(
+            &key,
+            b"afk probe 3".to_vec(),
+            Cond::Match("\"afk-no-such-etag\"".into()),
+        )
         .await;
     let honored = matches!(create_again, Err(Failure::Precondition))
         && matches!(wrong_match, Err(Failure::Precondition));
@@ -95,7 +99,10 @@ async fn create_bucket(ops: &Ops) -> Result<()> {
         Ok(_) => Ok(()),
         Err(e) => {
             let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&e).map(str::to_owned);
-            if matches!(code.as_deref(), Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")) {
+            if matches!(
+                code.as_deref(),
+                Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")
+            ) {
                 return Ok(());
             }
             Err(classify(e, &ops.bucket, "CreateBucket").into_error(&ops.bucket, "CreateBucket"))

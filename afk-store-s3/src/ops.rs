@@ -28,8 +28,18 @@ pub(crate) struct Ops {
 
 impl Ops {
     /// GET an object: its bytes and ETag, or `None` when it does not exist.
-    pub(crate) async fn get(&self, key: &str) -> Result<Option<(Vec<u8>, Option<String>)>, Failure> {
-        let out = match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+    pub(crate) async fn get(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Vec<u8>, Option<String>)>, Failure> {
+        let out = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(out) => out,
             Err(e) => {
                 return match classify(e, &self.bucket, "GetObject") {
@@ -40,16 +50,29 @@ impl Ops {
         };
         let etag = out.e_tag().map(str::to_owned);
         let body = out.body.collect().await.map_err(|e| Failure::Other {
-            error: Error::unavailable(format!("GetObject in bucket {:?}: body read failed", self.bucket))
-                .with_source(e),
+            error: Error::unavailable(format!(
+                "GetObject in bucket {:?}: body read failed",
+                self.bucket
+            ))
+            .with_source(e),
             ambiguous: false,
         })?;
         Ok(Some((body.into_bytes().to_vec(), etag)))
     }
 
     /// PUT an object under a condition; returns its new ETag.
-    pub(crate) async fn put(&self, key: &str, body: Vec<u8>, cond: Cond) -> Result<Option<String>, Failure> {
-        let req = self.client.put_object().bucket(&self.bucket).key(key).body(ByteStream::from(body));
+    pub(crate) async fn put(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+        cond: Cond,
+    ) -> Result<Option<String>, Failure> {
+        let req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(ByteStream::from(body));
         let req = match cond {
             Cond::Create => req.if_none_match("*"),
             Cond::Match(etag) => req.if_match(etag),
@@ -66,7 +89,11 @@ impl Ops {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
-            let mut req = self.client.list_objects_v2().bucket(&self.bucket).prefix(prefix);
+            let mut req = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix);
             if folders {
                 req = req.delimiter("/");
             }
@@ -74,11 +101,22 @@ impl Ops {
                 .set_continuation_token(token.take())
                 .send()
                 .await
-                .map_err(|e| classify(e, &self.bucket, "ListObjectsV2").into_error(&self.bucket, "ListObjectsV2"))?;
+                .map_err(|e| {
+                    classify(e, &self.bucket, "ListObjectsV2")
+                        .into_error(&self.bucket, "ListObjectsV2")
+                })?;
             if folders {
-                out.extend(page.common_prefixes().iter().filter_map(|p| p.prefix().map(str::to_owned)));
+                out.extend(
+                    page.common_prefixes()
+                        .iter()
+                        .filter_map(|p| p.prefix().map(str::to_owned)),
+                );
             } else {
-                out.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+                out.extend(
+                    page.contents()
+                        .iter()
+                        .filter_map(|o| o.key().map(str::to_owned)),
+                );
             }
             match page.next_continuation_token() {
                 Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_owned()),
@@ -95,12 +133,16 @@ impl Ops {
                 .iter()
                 .map(|k| ObjectIdentifier::builder().key(k).build())
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| Error::unexpected("could not build DeleteObjects request").with_source(e))?;
+                .map_err(|e| {
+                    Error::unexpected("could not build DeleteObjects request").with_source(e)
+                })?;
             let delete = Delete::builder()
                 .set_objects(Some(ids))
                 .quiet(true)
                 .build()
-                .map_err(|e| Error::unexpected("could not build DeleteObjects request").with_source(e))?;
+                .map_err(|e| {
+                    Error::unexpected("could not build DeleteObjects request").with_source(e)
+                })?;
             let out = self
                 .client
                 .delete_objects()
@@ -108,7 +150,10 @@ impl Ops {
                 .delete(delete)
                 .send()
                 .await
-                .map_err(|e| classify(e, &self.bucket, "DeleteObjects").into_error(&self.bucket, "DeleteObjects"))?;
+                .map_err(|e| {
+                    classify(e, &self.bucket, "DeleteObjects")
+                        .into_error(&self.bucket, "DeleteObjects")
+                })?;
             if let Some(first) = out.errors().first() {
                 return Err(Error::unavailable(format!(
                     "DeleteObjects in bucket {:?}: {} of {} objects not deleted (first: {} {})",
@@ -125,7 +170,14 @@ impl Ops {
 
     /// Delete one object unconditionally (missing is fine).
     pub(crate) async fn delete_one(&self, key: &str) -> Result<()> {
-        match self.client.delete_object().bucket(&self.bucket).key(key).send().await {
+        match self
+            .client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => match classify(e, &self.bucket, "DeleteObject") {
                 Failure::Missing => Ok(()),

@@ -32,7 +32,10 @@ impl S3Store {
             Ok(None) => Ok((None, None)),
             Ok(Some((bytes, etag))) => {
                 let etag = etag.ok_or_else(|| {
-                    Error::unexpected(format!("bucket {:?}: head object returned without an ETag", self.ops.bucket))
+                    Error::unexpected(format!(
+                        "bucket {:?}: head object returned without an ETag",
+                        self.ops.bucket
+                    ))
                 })?;
                 Ok((Some(Head::decode(run, &bytes)?), Some(etag)))
             }
@@ -105,11 +108,17 @@ impl S3Store {
                     let jitter = rand::random::<u64>() % (5 + 5 * attempt as u64).min(50);
                     tokio::time::sleep(Duration::from_millis(jitter)).await;
                 }
-                Err(Failure::Other { error, ambiguous: true }) => {
+                Err(Failure::Other {
+                    error,
+                    ambiguous: true,
+                }) => {
                     tracing::debug!(%thread, %run, error = %error, "ambiguous head write; reading back");
                     known = Some(self.read_back(thread, run, error).await?);
                 }
-                Err(Failure::Other { error, ambiguous: false }) => return Err(error),
+                Err(Failure::Other {
+                    error,
+                    ambiguous: false,
+                }) => return Err(error),
             }
         }
         // The last attempt's 412 may have answered an SDK retry of a write that landed.

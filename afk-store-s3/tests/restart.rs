@@ -19,7 +19,8 @@ use afk_store_s3::S3Store;
 const BOUND: Duration = Duration::from_secs(150);
 
 fn moto_binary() -> Option<String> {
-    let path = std::env::var("AFK_TEST_MOTO_SERVER").unwrap_or_else(|_| "/tmp/motovenv/bin/moto_server".into());
+    let path = std::env::var("AFK_TEST_MOTO_SERVER")
+        .unwrap_or_else(|_| "/tmp/motovenv/bin/moto_server".into());
     if std::path::Path::new(&path).exists() {
         return Some(path);
     }
@@ -32,7 +33,8 @@ fn moto_binary() -> Option<String> {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").port()
 }
 
 struct Moto(Child);
@@ -47,7 +49,10 @@ impl Moto {
             .expect("start moto_server");
         let deadline = Instant::now() + Duration::from_secs(60);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "moto_server did not start on port {port}");
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not start on port {port}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         Moto(child)
@@ -62,7 +67,9 @@ impl Drop for Moto {
 }
 
 async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(BOUND, fut).await.unwrap_or_else(|_| panic!("{what} hung longer than {BOUND:?}"))
+    tokio::time::timeout(BOUND, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what} hung longer than {BOUND:?}"))
 }
 
 #[tokio::test]
@@ -70,7 +77,9 @@ async fn server_restart_mid_run_fails_clearly_without_hanging() {
     let Some(bin) = moto_binary() else { return };
     let port = free_port();
     let endpoint = format!("http://127.0.0.1:{port}");
-    let Some(cfg) = common::config(&endpoint, "restart") else { return };
+    let Some(cfg) = common::config(&endpoint, "restart") else {
+        return;
+    };
     let mut moto = Some(Moto::start(&bin, port));
     let store = S3Store::open(cfg.clone()).await.unwrap();
     let (t, r) = (ThreadId::new("t").unwrap(), RunId::new("run_r").unwrap());
@@ -87,27 +96,47 @@ async fn server_restart_mid_run_fails_clearly_without_hanging() {
     // Server down: commit and get fail with Unavailable (retryable), within the bound.
     drop(moto.take());
     let started = Instant::now();
-    let err = bounded("commit while down", store.commit(&step(1))).await.unwrap_err();
+    let err = bounded("commit while down", store.commit(&step(1)))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(err.is_retryable());
-    let err = bounded("get while down", store.get(&t, "checkpoint:run_r:latest")).await.unwrap_err();
+    let err = bounded("get while down", store.get(&t, "checkpoint:run_r:latest"))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     eprintln!("calls while down failed after {:?}", started.elapsed());
 
     // Server back, empty (moto is in memory): a clear error naming the bucket, no stale data.
     let _moto = Moto::start(&bin, port);
-    let err = bounded("commit after restart", store.commit(&step(1))).await.unwrap_err();
+    let err = bounded("commit after restart", store.commit(&step(1)))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     assert!(err.to_string().contains(&cfg.bucket), "{err}");
-    let err = bounded("get after restart", store.get(&t, "checkpoint:run_r:latest")).await.unwrap_err();
+    let err = bounded(
+        "get after restart",
+        store.get(&t, "checkpoint:run_r:latest"),
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains(&cfg.bucket), "{err}");
 
     // Reopened (bucket created again) the run starts from nothing: no half-written step 1.
     let store = S3Store::open(cfg.clone()).await.unwrap();
-    assert_eq!(store.get(&t, "checkpoint:run_r:1:pre_llm").await.unwrap(), None);
-    assert_eq!(store.get(&t, "checkpoint:run_r:latest").await.unwrap(), None);
+    assert_eq!(
+        store.get(&t, "checkpoint:run_r:1:pre_llm").await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.get(&t, "checkpoint:run_r:latest").await.unwrap(),
+        None
+    );
     let epoch = store.claim(&t, &r).await.unwrap();
     let c = Commit { epoch, ..step(1) };
     store.commit(&c).await.unwrap();
-    assert_eq!(store.get(&t, "checkpoint:run_r:latest").await.unwrap(), Some(b"{\"step\":1}".to_vec()));
+    assert_eq!(
+        store.get(&t, "checkpoint:run_r:latest").await.unwrap(),
+        Some(b"{\"step\":1}".to_vec())
+    );
 }

@@ -13,10 +13,13 @@ pub fn server() -> Option<(String, String, String, String)> {
             std::env::var("AFK_REQUIRE_INTEGRATION").as_deref() != Ok("1"),
             "AFK_REQUIRE_INTEGRATION=1 but AFK_TEST_S3_ENDPOINT is not set"
         );
-        eprintln!("skipped: set AFK_TEST_S3_ENDPOINT (and AFK_TEST_S3_REGION, AFK_TEST_S3_ACCESS_KEY_ID, AFK_TEST_S3_SECRET_ACCESS_KEY)");
+        eprintln!(
+            "skipped: set AFK_TEST_S3_ENDPOINT (and AFK_TEST_S3_REGION, AFK_TEST_S3_ACCESS_KEY_ID, AFK_TEST_S3_SECRET_ACCESS_KEY)"
+        );
         return None;
     };
-    let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
+    let var =
+        |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
     Some((
         endpoint,
         var("AFK_TEST_S3_REGION", "us-east-1"),
@@ -33,7 +36,11 @@ pub fn unique_bucket(tag: &str) -> String {
 /// Config for a fresh bucket on `endpoint` (created at open).
 pub fn config(endpoint: &str, tag: &str) -> Option<S3Config> {
     let (default_endpoint, region, key, secret) = server()?;
-    let endpoint = if endpoint.is_empty() { default_endpoint } else { endpoint.to_owned() };
+    let endpoint = if endpoint.is_empty() {
+        default_endpoint
+    } else {
+        endpoint.to_owned()
+    };
     let mut cfg = S3Config::new(unique_bucket(tag));
     cfg.prefix = "afk/test".into();
     cfg.endpoint = Some(endpoint);
@@ -56,18 +63,27 @@ pub async fn store(tag: &str) -> Option<(S3Store, S3Config)> {
 pub async fn raw_client(cfg: &S3Config) -> Client {
     let creds = aws_credential_types::Credentials::new(
         cfg.access_key_id.clone().unwrap_or_default(),
-        cfg.secret_access_key.as_ref().map(|s| s.expose().to_owned()).unwrap_or_default(),
+        cfg.secret_access_key
+            .as_ref()
+            .map(|s| s.expose().to_owned())
+            .unwrap_or_default(),
         None,
         None,
         "test",
     );
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new(cfg.region.clone().unwrap_or_default()))
+        .region(aws_sdk_s3::config::Region::new(
+            cfg.region.clone().unwrap_or_default(),
+        ))
         .endpoint_url(cfg.endpoint.clone().unwrap_or_default())
         .credentials_provider(creds)
         .load()
         .await;
-    Client::from_conf(aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true).build())
+    Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .force_path_style(true)
+            .build(),
+    )
 }
 
 /// Every object key in the bucket under `prefix`.
@@ -83,7 +99,11 @@ pub async fn objects(client: &Client, bucket: &str, prefix: &str) -> Vec<String>
             .send()
             .await
             .expect("list objects");
-        out.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+        out.extend(
+            page.contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_owned)),
+        );
         match page.next_continuation_token() {
             Some(t) => token = Some(t.to_owned()),
             None => return out,
@@ -92,9 +112,20 @@ pub async fn objects(client: &Client, bucket: &str, prefix: &str) -> Vec<String>
 }
 
 /// The raw head JSON of a run.
-pub async fn raw_head(client: &Client, cfg: &S3Config, thread: &str, run: &str) -> serde_json::Value {
+pub async fn raw_head(
+    client: &Client,
+    cfg: &S3Config,
+    thread: &str,
+    run: &str,
+) -> serde_json::Value {
     let key = format!("{}/{thread}/{run}/head", cfg.prefix);
-    let out = client.get_object().bucket(&cfg.bucket).key(key).send().await.expect("get head");
+    let out = client
+        .get_object()
+        .bucket(&cfg.bucket)
+        .key(key)
+        .send()
+        .await
+        .expect("get head");
     let bytes = out.body.collect().await.expect("head body").into_bytes();
     serde_json::from_slice(&bytes).expect("head JSON")
 }
