@@ -335,3 +335,89 @@ pub(crate) fn redact(url: &str) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use afk_core::ErrorKind;
+
+    #[test]
+    fn parses_single_node_with_everything() {
+        let c = RedisConfig::from_url(
+            "rediss://bob:s%40cret@cache.example:6380/3?prefix=team.a&connect_timeout_ms=150&response_timeout_ms=900&ttl_s=60",
+        )
+        .unwrap();
+        assert_eq!(c.nodes, vec![("cache.example".to_string(), 6380)]);
+        assert!(c.tls && !c.cluster);
+        assert_eq!(c.username.as_deref(), Some("bob"));
+        assert_eq!(c.password.as_deref(), Some("s@cret"));
+        assert_eq!((c.db, c.prefix.as_str()), (3, "team.a"));
+        assert_eq!((c.connect_timeout_ms, c.response_timeout_ms, c.ttl_s), (150, 900, Some(60)));
+    }
+
+    #[test]
+    fn defaults() {
+        let c = RedisConfig::from_url("redis://localhost").unwrap();
+        assert_eq!(c, RedisConfig::single("localhost", 6379));
+        assert_eq!(c.prefix, "afk");
+        assert_eq!(RedisConfig::from_url("redis://[::1]:7000/").unwrap().nodes[0], ("::1".into(), 7000));
+    }
+
+    #[test]
+    fn parses_cluster_seeds_both_forms() {
+        let a = RedisConfig::from_url("redis+cluster://:pw@h1:7001,h2:7002,h3").unwrap();
+        assert!(a.cluster && !a.tls);
+        assert_eq!(a.nodes.len(), 3);
+        assert_eq!(a.nodes[2], ("h3".to_string(), 6379));
+        assert_eq!(a.password.as_deref(), Some("pw"));
+        let b = RedisConfig::from_url("redis://127.0.0.1:7001,redis://127.0.0.1:7002").unwrap();
+        assert!(b.cluster);
+        assert_eq!(b.nodes.len(), 2);
+        assert!(RedisConfig::from_url("rediss+cluster://h1:1,h2:2").unwrap().tls);
+    }
+
+    #[test]
+    fn rejects_db_on_cluster_and_bad_options() {
+        let e = RedisConfig::from_url("redis+cluster://h1:1,h2:2/2").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+        assert!(e.message().contains("only database 0"), "{e}");
+        for bad in [
+            "http://h",
+            "redis://h:notaport",
+            "redis://h1:1,h2:2",
+            "redis://h/x",
+            "redis://h?prefx=a",
+            "redis://h?prefix=a{b}",
+            "redis://h?ttl_s=0",
+            "redis://h?connect_timeout_ms=abc",
+            "redis://:pw@",
+        ] {
+            assert_eq!(RedisConfig::from_url(bad).unwrap_err().kind(), ErrorKind::InvalidConfig, "{bad}");
+        }
+    }
+
+    #[test]
+    fn password_never_shown() {
+        let secret = "hunter2-topsecret";
+        let url = format!("redis://alice:{secret}@h:1/0?prefix=p");
+        let c = RedisConfig::from_url(&url).unwrap();
+        assert!(!format!("{c:?}").contains(secret));
+        assert!(!c.redacted_url().contains(secret));
+        assert!(c.redacted_url().contains("alice:***@h:1"), "{}", c.redacted_url());
+        let e = RedisConfig::from_url(&format!("redis://alice:{secret}@h:1/0?bogus=1")).unwrap_err();
+        assert!(!e.to_string().contains(secret), "{e}");
+        assert!(!format!("{e:?}").contains(secret));
+        let e = RedisConfig::from_url(&format!("redis+cluster://:{secret}@h:1,h:2/4")).unwrap_err();
+        assert!(!e.to_string().contains(secret), "{e}");
+        let e = RedisConfig::from_url(&format!("redis://u:{secret}@h:1,redis://u:other@h:2")).unwrap_err();
+        assert!(!e.to_string().contains(secret) && !e.to_string().contains("other"), "{e}");
+    }
+
+    #[test]
+    fn serde_round_trip_with_defaults() {
+        let c: RedisConfig = serde_json::from_str(r#"{"nodes": [["h", 1]]}"#).unwrap();
+        assert_eq!(c, RedisConfig::single("h", 1));
+        let back: RedisConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+}
