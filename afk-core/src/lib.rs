@@ -6,4 +6,4 @@ pub mod store;
 
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{RunId, ThreadId};
-pub use store::{Capabilities, Commit, Epoch, ListPage, Store};
+pub use store::{Capabilities, Commit, Epoch, ListPage, MemoryStore, Store};

@@ -1,0 +1,1 @@
+//! Broken stores the suite must catch.
