@@ -45,10 +45,13 @@ end
 
 /// Commit: check the fence, then write puts + latest and index them.
 /// KEYS: index, fence, data keys…. ARGV: epoch, ttl_ms, kp, run, values… (aligned with
-/// KEYS[3..]). Returns `"ok"` or `"fenced:<current epoch>"`; on a fence failure nothing is
-/// written.
+/// KEYS[3..]). Returns `"ok"` or `"fenced:<current epoch>"` (also for a run never claimed); on a
+/// fence failure nothing is written.
 pub(crate) const COMMIT_BODY: &str = r#"
-local cur = redis.call('GET', KEYS[2]) or '0'
+local cur = redis.call('GET', KEYS[2])
+if not cur then
+  return 'fenced:never claimed'
+end
 if cur ~= ARGV[1] then
   return 'fenced:' .. cur
 end

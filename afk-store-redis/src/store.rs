@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use afk_core::store::{Capabilities, Commit, Epoch, ListPage, MAX_LIST_LIMIT, Store, run_key, run_of_key};
+use afk_core::store::{
+    Capabilities, Commit, Epoch, ListPage, MAX_LIST_LIMIT, Store, run_key, validate_commit,
+};
 use afk_core::ids::validate_key;
 use afk_core::{Error, Result, RunId, ThreadId};
 use async_trait::async_trait;
@@ -13,8 +15,14 @@ use crate::conn::Client;
 use crate::error::map_err;
 use crate::scripts::Scripts;
 
-/// Largest value Redis accepts in one bulk string (`proto-max-bulk-len`, default 512 MiB).
-pub const MAX_VALUE_SIZE: usize = 512 * 1024 * 1024;
+/// Largest value one put (or the latest pointer) may carry: 32 MiB.
+///
+/// Redis itself takes bulk strings up to 512 MiB (`proto-max-bulk-len`), but a commit is one
+/// command holding all its values, the server is single-threaded while it runs the script, and
+/// the command must arrive within the response timeout and under `client-query-buffer-limit`
+/// (1 GiB). 32 MiB keeps one commit from stalling every other client of the server for
+/// seconds; AFK records are far smaller.
+pub const MAX_VALUE_SIZE: usize = 32 * 1024 * 1024;
 
 /// The store contract on Redis (one node) or Redis Cluster.
 ///
@@ -85,16 +93,8 @@ impl RedisStore {
             kp.clone().into_bytes(),
             run.as_bytes().to_vec(),
         ];
+        validate_commit(c)?;
         for (k, v) in &c.puts {
-            validate_key(k)?;
-            if run_of_key(k) != Some(run) {
-                return Err(Error::invalid_input(format!("key {k:?} does not belong to run {run}")));
-            }
-            if *k == fence {
-                return Err(Error::invalid_input(format!(
-                    "key {k:?} is the run's fence; only claim writes it"
-                )));
-            }
             check_size(k, v.len())?;
             keys.push(phys(&kp, k));
             args.push(v.clone());
@@ -116,6 +116,10 @@ impl RedisStore {
         match s.as_slice() {
             b"ok" => Ok(()),
             other => match other.strip_prefix(b"fenced:") {
+                Some(b"never claimed") => Err(Error::fenced(format!(
+                    "run {} was never claimed; this commit carries epoch {}",
+                    c.run, c.epoch
+                ))),
                 Some(cur) => Err(Error::fenced(format!(
                     "run {} is claimed at epoch {}, this commit carries epoch {}",
                     c.run,
@@ -143,11 +147,11 @@ impl RedisStore {
         cmd.arg(&keys[1..]);
         match self.client.query::<Vec<Option<Vec<u8>>>>(&cmd, "read back a commit").await {
             Ok(got) => {
-                let fence_ok = got.first().cloned().flatten().unwrap_or_else(|| b"0".to_vec())
-                    == c.epoch.0.to_string().into_bytes();
+                let fence_ok =
+                    got.first().cloned().flatten() == Some(c.epoch.0.to_string().into_bytes());
                 let data_ok = got.len() == keys.len() - 1
                     && got[1..].iter().zip(&args[4..]).all(|(g, want)| g.as_deref() == Some(want));
-                if fence_ok && data_ok && !(c.puts.is_empty() && c.latest.is_none()) {
+                if fence_ok && data_ok {
                     tracing::debug!(run = %c.run, "redis: ambiguous commit found applied");
                     Ok(())
                 } else {
@@ -167,7 +171,7 @@ impl RedisStore {
 fn check_size(key: &str, len: usize) -> Result<()> {
     if len > MAX_VALUE_SIZE {
         return Err(Error::invalid_input(format!(
-            "value of {key:?} is {len} bytes; Redis takes at most {MAX_VALUE_SIZE}"
+            "value of {key:?} is {len} bytes; the redis store takes at most {MAX_VALUE_SIZE}"
         )));
     }
     Ok(())
