@@ -113,7 +113,11 @@ impl RedisConfig {
             "rediss" => (true, false),
             "redis+cluster" => (false, true),
             "rediss+cluster" => (true, true),
-            _ => return Err(bad("unknown scheme (expected redis, rediss, redis+cluster or rediss+cluster)")),
+            _ => {
+                return Err(bad(
+                    "unknown scheme (expected redis, rediss, redis+cluster or rediss+cluster)",
+                ));
+            }
         };
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
@@ -172,7 +176,9 @@ impl RedisConfig {
             return Err(Error::invalid_config("redis: no host given"));
         }
         if !self.cluster && self.nodes.len() != 1 {
-            return Err(Error::invalid_config("redis: several hosts need cluster mode"));
+            return Err(Error::invalid_config(
+                "redis: several hosts need cluster mode",
+            ));
         }
         if self.cluster && self.db != 0 {
             return Err(Error::invalid_config(format!(
@@ -182,22 +188,30 @@ impl RedisConfig {
             )));
         }
         if self.db < 0 {
-            return Err(Error::invalid_config("redis: database index must not be negative"));
+            return Err(Error::invalid_config(
+                "redis: database index must not be negative",
+            ));
         }
         let p = &self.prefix;
         if p.is_empty()
             || p.len() > 64
-            || !p.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            || !p
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
         {
             return Err(Error::invalid_config(format!(
                 "redis: prefix {p:?} must be 1 to 64 ASCII letters, digits, '_', '-' or '.'"
             )));
         }
         if self.connect_timeout_ms == 0 || self.response_timeout_ms == 0 {
-            return Err(Error::invalid_config("redis: timeouts must be at least 1 ms"));
+            return Err(Error::invalid_config(
+                "redis: timeouts must be at least 1 ms",
+            ));
         }
         if self.ttl_s == Some(0) {
-            return Err(Error::invalid_config("redis: ttl_s must be at least 1 (omit it for no TTL)"));
+            return Err(Error::invalid_config(
+                "redis: ttl_s must be at least 1 (omit it for no TTL)",
+            ));
         }
         Ok(())
     }
@@ -226,7 +240,12 @@ impl RedisConfig {
             (u, Some(_)) => format!("{}:***@", u.as_deref().unwrap_or("")),
         };
         let hosts: Vec<String> = self.nodes.iter().map(|(h, p)| host_port(h, *p)).collect();
-        let mut s = format!("{scheme}://{auth}{}/{}?prefix={}", hosts.join(","), self.db, self.prefix);
+        let mut s = format!(
+            "{scheme}://{auth}{}/{}?prefix={}",
+            hosts.join(","),
+            self.db,
+            self.prefix
+        );
         if let Some(ttl) = self.ttl_s {
             s.push_str(&format!("&ttl_s={ttl}"));
         }
@@ -252,7 +271,11 @@ impl fmt::Debug for RedisConfig {
 }
 
 fn host_port(host: &str, port: u16) -> String {
-    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 /// `redis://h1:p1,redis://h2:p2`: cluster seeds given as separate URLs, which must agree on
@@ -304,7 +327,10 @@ fn parse_host(s: &str) -> std::result::Result<(String, u16), String> {
 
 fn apply_query(cfg: &mut RedisConfig, query: &str) -> std::result::Result<(), String> {
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-        let num = |v: &str| v.parse::<u64>().map_err(|_| format!("option {k} must be a number"));
+        let num = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("option {k} must be a number"))
+        };
         match k.as_ref() {
             "prefix" => cfg.prefix = v.into_owned(),
             "connect_timeout_ms" => cfg.connect_timeout_ms = num(&v)?,
@@ -320,7 +346,9 @@ fn apply_query(cfg: &mut RedisConfig, query: &str) -> std::result::Result<(), St
 pub(crate) fn redact(url: &str) -> String {
     url.split(',')
         .map(|part| {
-            let Some((scheme, rest)) = part.split_once("://") else { return part.to_string() };
+            let Some((scheme, rest)) = part.split_once("://") else {
+                return part.to_string();
+            };
             let end = rest.find(['/', '?']).unwrap_or(rest.len());
             let (authority, tail) = rest.split_at(end);
             match authority.rsplit_once('@') {
@@ -352,7 +380,10 @@ mod tests {
         assert_eq!(c.username.as_deref(), Some("bob"));
         assert_eq!(c.password.as_deref(), Some("s@cret"));
         assert_eq!((c.db, c.prefix.as_str()), (3, "team.a"));
-        assert_eq!((c.connect_timeout_ms, c.response_timeout_ms, c.ttl_s), (150, 900, Some(60)));
+        assert_eq!(
+            (c.connect_timeout_ms, c.response_timeout_ms, c.ttl_s),
+            (150, 900, Some(60))
+        );
     }
 
     #[test]
@@ -360,7 +391,10 @@ mod tests {
         let c = RedisConfig::from_url("redis://localhost").unwrap();
         assert_eq!(c, RedisConfig::single("localhost", 6379));
         assert_eq!(c.prefix, "afk");
-        assert_eq!(RedisConfig::from_url("redis://[::1]:7000/").unwrap().nodes[0], ("::1".into(), 7000));
+        assert_eq!(
+            RedisConfig::from_url("redis://[::1]:7000/").unwrap().nodes[0],
+            ("::1".into(), 7000)
+        );
     }
 
     #[test]
@@ -373,7 +407,11 @@ mod tests {
         let b = RedisConfig::from_url("redis://127.0.0.1:7001,redis://127.0.0.1:7002").unwrap();
         assert!(b.cluster);
         assert_eq!(b.nodes.len(), 2);
-        assert!(RedisConfig::from_url("rediss+cluster://h1:1,h2:2").unwrap().tls);
+        assert!(
+            RedisConfig::from_url("rediss+cluster://h1:1,h2:2")
+                .unwrap()
+                .tls
+        );
     }
 
     #[test]
@@ -392,7 +430,11 @@ mod tests {
             "redis://h?connect_timeout_ms=abc",
             "redis://:pw@",
         ] {
-            assert_eq!(RedisConfig::from_url(bad).unwrap_err().kind(), ErrorKind::InvalidConfig, "{bad}");
+            assert_eq!(
+                RedisConfig::from_url(bad).unwrap_err().kind(),
+                ErrorKind::InvalidConfig,
+                "{bad}"
+            );
         }
     }
 
@@ -403,14 +445,23 @@ mod tests {
         let c = RedisConfig::from_url(&url).unwrap();
         assert!(!format!("{c:?}").contains(secret));
         assert!(!c.redacted_url().contains(secret));
-        assert!(c.redacted_url().contains("alice:***@h:1"), "{}", c.redacted_url());
-        let e = RedisConfig::from_url(&format!("redis://alice:{secret}@h:1/0?bogus=1")).unwrap_err();
+        assert!(
+            c.redacted_url().contains("alice:***@h:1"),
+            "{}",
+            c.redacted_url()
+        );
+        let e =
+            RedisConfig::from_url(&format!("redis://alice:{secret}@h:1/0?bogus=1")).unwrap_err();
         assert!(!e.to_string().contains(secret), "{e}");
         assert!(!format!("{e:?}").contains(secret));
         let e = RedisConfig::from_url(&format!("redis+cluster://:{secret}@h:1,h:2/4")).unwrap_err();
         assert!(!e.to_string().contains(secret), "{e}");
-        let e = RedisConfig::from_url(&format!("redis://u:{secret}@h:1,redis://u:other@h:2")).unwrap_err();
-        assert!(!e.to_string().contains(secret) && !e.to_string().contains("other"), "{e}");
+        let e = RedisConfig::from_url(&format!("redis://u:{secret}@h:1,redis://u:other@h:2"))
+            .unwrap_err();
+        assert!(
+            !e.to_string().contains(secret) && !e.to_string().contains("other"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -9,13 +9,16 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{
-    Cmd, ConnectionAddr, ConnectionInfo, FromRedisValue, IntoConnectionInfo, Pipeline, RedisConnectionInfo,
-    RedisError, RedisResult, Value,
+    Cmd, ConnectionAddr, ConnectionInfo, FromRedisValue, IntoConnectionInfo, Pipeline,
+    RedisConnectionInfo, RedisError, RedisResult, Value,
 };
 
 use crate::config::RedisConfig;
 use crate::error::{is_noscript, map_err};
 use crate::scripts::Lua;
+
+/// One script invocation: its KEYS and its ARGV.
+pub(crate) type ScriptCall = (Vec<Vec<u8>>, Vec<Vec<u8>>);
 
 #[derive(Clone)]
 pub(crate) enum Conn {
@@ -36,13 +39,21 @@ impl std::fmt::Debug for Client {
             Conn::Single(_) => "single",
             Conn::Cluster(_) => "cluster",
         };
-        f.debug_struct("Client").field("topology", &topo).field("deadline", &self.deadline).finish()
+        f.debug_struct("Client")
+            .field("topology", &topo)
+            .field("deadline", &self.deadline)
+            .finish()
     }
 }
 
 fn node_info(cfg: &RedisConfig, host: &str, port: u16) -> RedisResult<ConnectionInfo> {
     let addr = if cfg.tls {
-        ConnectionAddr::TcpTls { host: host.to_string(), port, insecure: false, tls_params: None }
+        ConnectionAddr::TcpTls {
+            host: host.to_string(),
+            port,
+            insecure: false,
+            tls_params: None,
+        }
     } else {
         ConnectionAddr::Tcp(host.to_string(), port)
     };
@@ -91,7 +102,9 @@ impl Client {
                     .set_number_of_retries(1)
                     .set_min_delay(Duration::from_millis(10))
                     .set_max_delay(Duration::from_millis(200));
-                Ok(Conn::Single(ConnectionManager::new_with_config(client, mc).await?))
+                Ok(Conn::Single(
+                    ConnectionManager::new_with_config(client, mc).await?,
+                ))
             }
         };
         let conn = match tokio::time::timeout(deadline, fut).await {
@@ -162,7 +175,7 @@ impl Client {
     pub(crate) async fn eval_many(
         &self,
         lua: &Lua,
-        calls: &[(Vec<Vec<u8>>, Vec<Vec<u8>>)],
+        calls: &[ScriptCall],
         what: &str,
     ) -> Result<Vec<RedisResult<Value>>> {
         let fut = async {
@@ -172,7 +185,10 @@ impl Client {
                 pipe.add_command(eval_cmd(lua, k, a, true));
             }
             let mut out = self.raw_pipe(&pipe).await?;
-            if let Some(first) = out.iter().position(|r| matches!(r, Err(e) if is_noscript(e))) {
+            if let Some(first) = out
+                .iter()
+                .position(|r| matches!(r, Err(e) if is_noscript(e)))
+            {
                 let mut again = redis::pipe();
                 again.ignore_errors();
                 for (k, a) in &calls[first..] {
@@ -192,7 +208,11 @@ impl Client {
 }
 
 fn eval_cmd(lua: &Lua, keys: &[Vec<u8>], args: &[Vec<u8>], sha: bool) -> Cmd {
-    let mut cmd = if sha { redis::cmd("EVALSHA") } else { redis::cmd("EVAL") };
+    let mut cmd = if sha {
+        redis::cmd("EVALSHA")
+    } else {
+        redis::cmd("EVAL")
+    };
     if sha {
         cmd.arg(lua.sha.as_bytes());
     } else {
@@ -203,5 +223,8 @@ fn eval_cmd(lua: &Lua, keys: &[Vec<u8>], args: &[Vec<u8>], sha: bool) -> Cmd {
 }
 
 pub(crate) fn timeout_err(what: &str, after: Duration) -> Error {
-    Error::unavailable(format!("redis: {what} got no answer within {} ms", after.as_millis()))
+    Error::unavailable(format!(
+        "redis: {what} got no answer within {} ms",
+        after.as_millis()
+    ))
 }

@@ -43,7 +43,11 @@ fn is_redirect(err: &RedisError) -> bool {
 
 fn classify(err: &RedisError) -> ErrorKind {
     use redis::ErrorKind as K;
-    if err.is_io_error() || err.is_timeout() || err.is_connection_refusal() || err.is_connection_dropped() {
+    if err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+    {
         return ErrorKind::Unavailable;
     }
     match err.kind() {
@@ -77,10 +81,22 @@ mod tests {
 
     #[test]
     fn extension_codes_map_to_kinds() {
-        assert_eq!(map_err(server("BUSY", "script"), "x").kind(), ErrorKind::Unavailable);
-        assert_eq!(map_err(server("WRONGPASS", "bad"), "x").kind(), ErrorKind::InvalidConfig);
-        assert_eq!(map_err(server("NOAUTH", "bad"), "x").kind(), ErrorKind::InvalidConfig);
-        assert_eq!(map_err(server("WHATEVER", "x"), "x").kind(), ErrorKind::Unexpected);
+        assert_eq!(
+            map_err(server("BUSY", "script"), "x").kind(),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            map_err(server("WRONGPASS", "bad"), "x").kind(),
+            ErrorKind::InvalidConfig
+        );
+        assert_eq!(
+            map_err(server("NOAUTH", "bad"), "x").kind(),
+            ErrorKind::InvalidConfig
+        );
+        assert_eq!(
+            map_err(server("WHATEVER", "x"), "x").kind(),
+            ErrorKind::Unexpected
+        );
         assert!(map_err(server("BUSY", "script"), "x").is_retryable());
     }
 

@@ -2,16 +2,16 @@
 
 use std::collections::BTreeMap;
 
+use afk_core::ids::validate_key;
 use afk_core::store::{
     Capabilities, Commit, Epoch, ListPage, MAX_LIST_LIMIT, Store, run_key, validate_commit,
 };
-use afk_core::ids::validate_key;
 use afk_core::{Error, Result, RunId, ThreadId};
 use async_trait::async_trait;
 use redis::{RedisResult, Value};
 
 use crate::config::RedisConfig;
-use crate::conn::Client;
+use crate::conn::{Client, ScriptCall};
 use crate::error::map_err;
 use crate::scripts::Scripts;
 
@@ -40,7 +40,10 @@ pub struct RedisStore {
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisStore").field("config", &self.cfg).field("client", &self.client).finish()
+        f.debug_struct("RedisStore")
+            .field("config", &self.cfg)
+            .field("client", &self.client)
+            .finish()
     }
 }
 
@@ -64,7 +67,11 @@ impl RedisStore {
     pub async fn connect(config: RedisConfig) -> Result<Self> {
         config.validate()?;
         let client = Client::connect(&config).await?;
-        Ok(RedisStore { cfg: config, client, scripts: std::sync::Arc::new(Scripts::new()) })
+        Ok(RedisStore {
+            cfg: config,
+            client,
+            scripts: std::sync::Arc::new(Scripts::new()),
+        })
     }
 
     /// Parse `url` (see [`RedisConfig::from_url`]) and connect.
@@ -78,11 +85,15 @@ impl RedisStore {
     }
 
     fn ttl_ms(&self) -> Vec<u8> {
-        self.cfg.ttl_s.map_or(0, |s| s.saturating_mul(1000)).to_string().into_bytes()
+        self.cfg
+            .ttl_s
+            .map_or(0, |s| s.saturating_mul(1000))
+            .to_string()
+            .into_bytes()
     }
 
     /// Check a commit and turn it into the commit script's KEYS and ARGV.
-    fn commit_call(&self, c: &Commit) -> Result<(Vec<Vec<u8>>, Vec<Vec<u8>>)> {
+    fn commit_call(&self, c: &Commit) -> Result<ScriptCall> {
         let run = c.run.as_str();
         let fence = run_key(&c.run);
         let kp = kp(&self.cfg, &c.thread);
@@ -142,15 +153,24 @@ impl RedisStore {
         if !err.is_retryable() {
             return Err(err);
         }
-        let Ok((keys, args)) = self.commit_call(c) else { return Err(err) };
+        let Ok((keys, args)) = self.commit_call(c) else {
+            return Err(err);
+        };
         let mut cmd = redis::cmd("MGET");
         cmd.arg(&keys[1..]);
-        match self.client.query::<Vec<Option<Vec<u8>>>>(&cmd, "read back a commit").await {
+        match self
+            .client
+            .query::<Vec<Option<Vec<u8>>>>(&cmd, "read back a commit")
+            .await
+        {
             Ok(got) => {
                 let fence_ok =
                     got.first().cloned().flatten() == Some(c.epoch.0.to_string().into_bytes());
                 let data_ok = got.len() == keys.len() - 1
-                    && got[1..].iter().zip(&args[4..]).all(|(g, want)| g.as_deref() == Some(want));
+                    && got[1..]
+                        .iter()
+                        .zip(&args[4..])
+                        .all(|(g, want)| g.as_deref() == Some(want));
                 if fence_ok && data_ok {
                     tracing::debug!(run = %c.run, "redis: ambiguous commit found applied");
                     Ok(())
@@ -230,15 +250,23 @@ impl Store for RedisStore {
         let limit = limit.clamp(1, MAX_LIST_LIMIT);
         let min = match cursor {
             Some(c) => {
-                validate_key(c).map_err(|_| Error::invalid_input(format!("bad list cursor {c:?}")))?;
-                if c.as_bytes() < prefix.as_bytes() { format!("[{prefix}") } else { format!("({c}") }
+                validate_key(c)
+                    .map_err(|_| Error::invalid_input(format!("bad list cursor {c:?}")))?;
+                if c.as_bytes() < prefix.as_bytes() {
+                    format!("[{prefix}")
+                } else {
+                    format!("({c}")
+                }
             }
             None if prefix.is_empty() => "-".to_string(),
             None => format!("[{prefix}"),
         };
         // Every key is printable ASCII, so `<prefix>\x7f` bounds all keys starting with prefix.
-        let max: Vec<u8> =
-            if prefix.is_empty() { b"+".to_vec() } else { [b"(", prefix.as_bytes(), b"\x7f"].concat() };
+        let max: Vec<u8> = if prefix.is_empty() {
+            b"+".to_vec()
+        } else {
+            [b"(", prefix.as_bytes(), b"\x7f"].concat()
+        };
         let keys = [index_key(&self.cfg, thread)];
         let args = [
             kp(&self.cfg, thread).into_bytes(),
@@ -246,9 +274,14 @@ impl Store for RedisStore {
             max,
             limit.to_string().into_bytes(),
         ];
-        let (more, last, keys): (i64, String, Vec<String>) =
-            self.client.eval(&self.scripts.list, &keys, &args, "list").await?;
-        Ok(ListPage { keys, next_cursor: (more == 1).then_some(last) })
+        let (more, last, keys): (i64, String, Vec<String>) = self
+            .client
+            .eval(&self.scripts.list, &keys, &args, "list")
+            .await?;
+        Ok(ListPage {
+            keys,
+            next_cursor: (more == 1).then_some(last),
+        })
     }
 
     async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
@@ -261,7 +294,10 @@ impl Store for RedisStore {
             validate_key(k)?;
             ks.push(phys(&kp, k));
         }
-        let _: i64 = self.client.eval(&self.scripts.delete, &ks, &[kp.into_bytes()], "delete").await?;
+        let _: i64 = self
+            .client
+            .eval(&self.scripts.delete, &ks, &[kp.into_bytes()], "delete")
+            .await?;
         Ok(())
     }
 
@@ -269,17 +305,28 @@ impl Store for RedisStore {
         let kp = kp(&self.cfg, thread);
         let keys = [index_key(&self.cfg, thread), phys(&kp, &run_key(run))];
         let args = [kp.into_bytes(), run.as_str().as_bytes().to_vec()];
-        let n: u64 = self.client.eval(&self.scripts.delete_run, &keys, &args, "delete_run").await?;
+        let n: u64 = self
+            .client
+            .eval(&self.scripts.delete_run, &keys, &args, "delete_run")
+            .await?;
         Ok(n)
     }
 
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         let kp = kp(&self.cfg, thread);
         let keys = [index_key(&self.cfg, thread), phys(&kp, &run_key(run))];
-        let args = [kp.into_bytes(), run.as_str().as_bytes().to_vec(), self.ttl_ms()];
-        match self.client.eval::<u64>(&self.scripts.claim, &keys, &args, "claim").await {
+        let args = [
+            kp.into_bytes(),
+            run.as_str().as_bytes().to_vec(),
+            self.ttl_ms(),
+        ];
+        match self
+            .client
+            .eval::<u64>(&self.scripts.claim, &keys, &args, "claim")
+            .await
+        {
             Ok(e) => Ok(Epoch(e)),
-            Err(e) if e.kind() == afk_core::ErrorKind::Unexpected => Err(Error::corrupt_record(
+            Err(e) if e.to_string().contains("not an integer") => Err(Error::corrupt_record(
                 run_key(run),
                 "the fence key does not hold an integer epoch",
             )
@@ -291,7 +338,11 @@ impl Store for RedisStore {
     async fn commit(&self, commit: &Commit) -> Result<()> {
         let (keys, args) = self.commit_call(commit)?;
         let what = format!("commit of run {}", commit.run);
-        match self.client.eval::<Value>(&self.scripts.commit, &keys, &args, &what).await {
+        match self
+            .client
+            .eval::<Value>(&self.scripts.commit, &keys, &args, &what)
+            .await
+        {
             Ok(v) => Self::commit_answer(commit, Ok(v)),
             Err(e) => self.resolve(commit, e).await,
         }
@@ -303,7 +354,11 @@ impl Store for RedisStore {
         // hash slot, hence one node) on Cluster. Order is kept inside a group.
         let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (i, c) in commits.iter().enumerate() {
-            let g = if self.client.is_cluster() { c.thread.as_str() } else { "" };
+            let g = if self.client.is_cluster() {
+                c.thread.as_str()
+            } else {
+                ""
+            };
             groups.entry(g).or_default().push(i);
         }
         let mut futs = Vec::new();
@@ -323,7 +378,10 @@ impl Store for RedisStore {
                 continue;
             }
             futs.push(async move {
-                let r = self.client.eval_many(&self.scripts.commit, &calls, "commit batch").await;
+                let r = self
+                    .client
+                    .eval_many(&self.scripts.commit, &calls, "commit batch")
+                    .await;
                 (sent, r)
             });
         }
@@ -352,7 +410,11 @@ impl Store for RedisStore {
                     let mut answering = e.is_retryable();
                     for i in sent {
                         let err = Error::new(e.kind(), e.message().to_string());
-                        let r = if answering { self.resolve(&commits[i], err).await } else { Err(err) };
+                        let r = if answering {
+                            self.resolve(&commits[i], err).await
+                        } else {
+                            Err(err)
+                        };
                         if matches!(&r, Err(x) if x.message().contains("unknown outcome")) {
                             answering = false;
                         }
@@ -362,7 +424,9 @@ impl Store for RedisStore {
             }
         }
         out.into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::unexpected("redis: commit left without an answer"))))
+            .map(|r| {
+                r.unwrap_or_else(|| Err(Error::unexpected("redis: commit left without an answer")))
+            })
             .collect()
     }
 }

@@ -29,10 +29,22 @@ enum Event {
     Err(ErrorKind),
 }
 
-async fn step_commit(s: &RedisStore, t: &ThreadId, r: &RunId, e: Epoch, step: u32) -> afk_core::Result<()> {
+async fn step_commit(
+    s: &RedisStore,
+    t: &ThreadId,
+    r: &RunId,
+    e: Epoch,
+    step: u32,
+) -> afk_core::Result<()> {
     let rec = format!("checkpoint:{r}:{step}:post_tool");
     let msg = format!("messages:{r}:{step:020}");
-    let c = commit(t, r, e, &[(rec.as_str(), b"record"), (msg.as_str(), b"m")], Some(rec.as_bytes()));
+    let c = commit(
+        t,
+        r,
+        e,
+        &[(rec.as_str(), b"record"), (msg.as_str(), b"m")],
+        Some(rec.as_bytes()),
+    );
     s.commit(&c).await
 }
 
@@ -51,7 +63,13 @@ async fn server_restart_mid_stream_fails_fast_then_recovers_without_half_writes(
     // The writer: a stream of commits; on Fenced (the restarted server lost the fence) it
     // re-claims, on Unavailable it goes on with the next commit, as a resuming runner would.
     let writer = {
-        let (s, t, r, events, stop) = (s.clone(), t.clone(), r.clone(), events.clone(), stop.clone());
+        let (s, t, r, events, stop) = (
+            s.clone(),
+            t.clone(),
+            r.clone(),
+            events.clone(),
+            stop.clone(),
+        );
         tokio::spawn(async move {
             let mut epoch: Option<Epoch> = None;
             let mut step = 0u32;
@@ -78,14 +96,22 @@ async fn server_restart_mid_stream_fails_fast_then_recovers_without_half_writes(
         })
     };
     let oks = |ev: &Mutex<Vec<(Duration, Event)>>| {
-        ev.lock().expect("lock").iter().filter(|(_, e)| matches!(e, Event::Ok)).count()
+        ev.lock()
+            .expect("lock")
+            .iter()
+            .filter(|(_, e)| matches!(e, Event::Ok))
+            .count()
     };
     let wait_for = |n: usize| {
         let events = events.clone();
         async move {
             let start = Instant::now();
             while oks(&events) < n {
-                assert!(start.elapsed() < Duration::from_secs(20), "stream stalled at {} oks", oks(&events));
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "stream stalled at {} oks",
+                    oks(&events)
+                );
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
@@ -101,46 +127,94 @@ async fn server_restart_mid_stream_fails_fast_then_recovers_without_half_writes(
         let err = s.get(&t, &latest_key(&r)).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
         assert!(err.is_retryable());
-        assert!(start.elapsed() < NO_HANG, "get hung for {:?}", start.elapsed());
+        assert!(
+            start.elapsed() < NO_HANG,
+            "get hung for {:?}",
+            start.elapsed()
+        );
         let start = Instant::now();
-        let batch = vec![commit(&t, &r, Epoch(1), &[("effect:run_stream:1:c", b"x")], None)];
+        let batch = vec![commit(
+            &t,
+            &r,
+            Epoch(1),
+            &[("effect:run_stream:1:c", b"x")],
+            None,
+        )];
         let out = s.commit_batch(&batch).await;
         assert_eq!(out[0].as_ref().unwrap_err().kind(), ErrorKind::Unavailable);
-        assert!(start.elapsed() < NO_HANG, "commit_batch hung for {:?}", start.elapsed());
+        assert!(
+            start.elapsed() < NO_HANG,
+            "commit_batch hung for {:?}",
+            start.elapsed()
+        );
     }
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let during: Vec<_> = events.lock().expect("lock")[before_outage..].iter().map(|(d, e)| (*d, format!("{e:?}"))).collect();
-    assert!(!during.is_empty(), "the writer made no attempt during the outage");
-    assert!(during.iter().all(|(_, e)| e == "Err(Unavailable)"), "{during:?}");
+    let during: Vec<_> = events.lock().expect("lock")[before_outage..]
+        .iter()
+        .map(|(d, e)| (*d, format!("{e:?}")))
+        .collect();
+    assert!(
+        !during.is_empty(),
+        "the writer made no attempt during the outage"
+    );
+    assert!(
+        during.iter().all(|(_, e)| e == "Err(Unavailable)"),
+        "{during:?}"
+    );
 
     server.restart();
     let after_restart = oks(&events);
     wait_for(after_restart + 20).await; // reconnects and goes on
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let steps = writer.await.expect("writer task");
-    assert!(steps >= 38, "{steps} commits (40 successes, two of them claims)");
+    assert!(
+        steps >= 38,
+        "{steps} commits (40 successes, two of them claims)"
+    );
 
     let all = events.lock().expect("lock");
     for (took, ev) in all.iter() {
         assert!(*took < NO_HANG, "an operation took {took:?} ({ev:?})");
         if let Event::Err(k) = ev {
-            assert!(matches!(k, ErrorKind::Unavailable | ErrorKind::Fenced), "{k:?}");
+            assert!(
+                matches!(k, ErrorKind::Unavailable | ErrorKind::Fenced),
+                "{k:?}"
+            );
         }
     }
 
     // Nothing half-written: the pointer names a record that exists, and every record written
     // after the restart has its transcript entry.
-    let ptr = s.get(&t, &latest_key(&r)).await.unwrap().expect("latest after restart");
+    let ptr = s
+        .get(&t, &latest_key(&r))
+        .await
+        .unwrap()
+        .expect("latest after restart");
     let rec = String::from_utf8(ptr).expect("utf8 pointer");
-    assert_eq!(s.get(&t, &rec).await.unwrap().as_deref(), Some(b"record" as &[u8]), "{rec}");
+    assert_eq!(
+        s.get(&t, &rec).await.unwrap().as_deref(),
+        Some(b"record" as &[u8]),
+        "{rec}"
+    );
     let mut cursor = None;
     loop {
-        let page = s.list(&t, "checkpoint:", cursor.as_deref(), 100).await.unwrap();
+        let page = s
+            .list(&t, "checkpoint:", cursor.as_deref(), 100)
+            .await
+            .unwrap();
         for k in &page.keys {
-            let Some(step) = k.strip_suffix(":post_tool").and_then(|x| x.rsplit(':').next()) else { continue };
+            let Some(step) = k
+                .strip_suffix(":post_tool")
+                .and_then(|x| x.rsplit(':').next())
+            else {
+                continue;
+            };
             let step: u32 = step.parse().expect("step number");
             let msg = format!("messages:{r}:{step:020}");
-            assert!(s.get(&t, &msg).await.unwrap().is_some(), "{k} without {msg}");
+            assert!(
+                s.get(&t, &msg).await.unwrap().is_some(),
+                "{k} without {msg}"
+            );
         }
         match page.next_cursor {
             Some(c) => cursor = Some(c),
@@ -162,13 +236,19 @@ async fn flushed_script_cache_is_reloaded_transparently() {
     let flush = |raw: &mut redis::aio::MultiplexedConnection| {
         let mut raw = raw.clone();
         async move {
-            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut raw).await.expect("SCRIPT FLUSH");
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut raw)
+                .await
+                .expect("SCRIPT FLUSH");
         }
     };
     let e = s.claim(&t, &r).await.unwrap();
     step_commit(&s, &t, &r, e, 0).await.unwrap();
     flush(&mut raw).await;
-    step_commit(&s, &t, &r, e, 1).await.expect("commit after SCRIPT FLUSH");
+    step_commit(&s, &t, &r, e, 1)
+        .await
+        .expect("commit after SCRIPT FLUSH");
     flush(&mut raw).await;
     let batch: Vec<_> = (2..6)
         .map(|i| {
@@ -179,9 +259,19 @@ async fn flushed_script_cache_is_reloaded_transparently() {
     for res in s.commit_batch(&batch).await {
         res.expect("batched commit after SCRIPT FLUSH");
     }
-    assert_eq!(s.get(&t, &latest_key(&r)).await.unwrap().as_deref(), Some(b"checkpoint:run_ns:5:x" as &[u8]));
+    assert_eq!(
+        s.get(&t, &latest_key(&r)).await.unwrap().as_deref(),
+        Some(b"checkpoint:run_ns:5:x" as &[u8])
+    );
     flush(&mut raw).await;
-    assert_eq!(s.list(&t, "checkpoint:run_ns:5", None, 10).await.unwrap().keys.len(), 1);
+    assert_eq!(
+        s.list(&t, "checkpoint:run_ns:5", None, 10)
+            .await
+            .unwrap()
+            .keys
+            .len(),
+        1
+    );
     flush(&mut raw).await;
     assert_eq!(s.claim(&t, &r).await.unwrap(), Epoch(2));
     flush(&mut raw).await;
@@ -196,17 +286,33 @@ async fn passwords_never_appear_and_bad_credentials_are_invalid_config() {
     let secret = "s3cr3t-Pass-word";
     let server = OwnServer::start(&["--requirepass", secret]);
     let wrong = "wr0ng-Pass-word";
-    let bad = RedisStore::open(&format!("redis://:{wrong}@127.0.0.1:{}/0?connect_timeout_ms=300", server.port)).await;
+    let bad = RedisStore::open(&format!(
+        "redis://:{wrong}@127.0.0.1:{}/0?connect_timeout_ms=300",
+        server.port
+    ))
+    .await;
     let err = bad.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     let shown = format!("{err} {err:?}");
     assert!(!shown.contains(wrong), "password leaked: {shown}");
-    assert!(shown.contains(":***@"), "the redacted URL names the server: {shown}");
+    assert!(
+        shown.contains(":***@"),
+        "the redacted URL names the server: {shown}"
+    );
 
-    let none = RedisStore::open(&format!("redis://127.0.0.1:{}?connect_timeout_ms=300", server.port)).await;
+    let none = RedisStore::open(&format!(
+        "redis://127.0.0.1:{}?connect_timeout_ms=300",
+        server.port
+    ))
+    .await;
     assert_eq!(none.unwrap_err().kind(), ErrorKind::InvalidConfig);
 
-    let s = RedisStore::open(&format!("redis://default:{secret}@127.0.0.1:{}", server.port)).await.unwrap();
+    let s = RedisStore::open(&format!(
+        "redis://default:{secret}@127.0.0.1:{}",
+        server.port
+    ))
+    .await
+    .unwrap();
     assert!(!format!("{s:?}").contains(secret));
     assert!(!format!("{:?}", s.config()).contains(secret));
     let t = thread("auth");
@@ -226,9 +332,11 @@ async fn no_server_is_unavailable_quickly() {
     }
     let port = free_port();
     let start = Instant::now();
-    let err = RedisStore::open(&format!("redis://127.0.0.1:{port}?connect_timeout_ms=200&response_timeout_ms=200"))
-        .await
-        .unwrap_err();
+    let err = RedisStore::open(&format!(
+        "redis://127.0.0.1:{port}?connect_timeout_ms=200&response_timeout_ms=200"
+    ))
+    .await
+    .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(start.elapsed() < NO_HANG);
 }

@@ -29,8 +29,15 @@ pub fn env_or_skip(var: &str) -> Option<String> {
 /// A name unique to this process and call.
 pub fn unique(tag: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("{tag}{}x{}x{}", std::process::id(), nanos % 1_000_000_000, N.fetch_add(1, Ordering::Relaxed))
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{tag}{}x{}x{}",
+        std::process::id(),
+        nanos % 1_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 pub fn thread(tag: &str) -> ThreadId {
@@ -60,18 +67,29 @@ pub fn topologies() -> Vec<(&'static str, RedisConfig)> {
     out
 }
 
-pub fn commit(thread: &ThreadId, run: &RunId, epoch: Epoch, puts: &[(&str, &[u8])], latest: Option<&[u8]>) -> Commit {
+pub fn commit(
+    thread: &ThreadId,
+    run: &RunId,
+    epoch: Epoch,
+    puts: &[(&str, &[u8])],
+    latest: Option<&[u8]>,
+) -> Commit {
     Commit {
         thread: thread.clone(),
         run: run.clone(),
         epoch,
-        puts: puts.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect(),
+        puts: puts
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_vec()))
+            .collect(),
         latest: latest.map(<[u8]>::to_vec),
     }
 }
 
 pub async fn connect(cfg: RedisConfig) -> RedisStore {
-    RedisStore::connect(cfg).await.expect("connect to the test server")
+    RedisStore::connect(cfg)
+        .await
+        .expect("connect to the test server")
 }
 
 /// A redis-server of our own on a free loopback port, killed on drop.
@@ -89,7 +107,11 @@ pub fn free_port() -> u16 {
 impl OwnServer {
     /// Start `redis-server` on a free port with no persistence, plus `extra` arguments.
     pub fn start(extra: &[&str]) -> OwnServer {
-        let mut s = OwnServer { port: free_port(), extra: extra.iter().map(|s| s.to_string()).collect(), child: None };
+        let mut s = OwnServer {
+            port: free_port(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
         s.restart();
         s
     }
@@ -111,7 +133,16 @@ impl OwnServer {
         self.kill();
         let dir = std::env::temp_dir();
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .arg("--dir")
             .arg(&dir)
             .args(&self.extra)
@@ -122,7 +153,10 @@ impl OwnServer {
         self.child = Some(child);
         let start = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(start.elapsed() < Duration::from_secs(10), "redis-server did not start");
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
