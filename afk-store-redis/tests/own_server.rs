@@ -80,10 +80,8 @@ async fn server_restart_mid_stream_fails_fast_then_recovers_without_half_writes(
                     Some(e) => step_commit(&s, &t, &r, e, step).await.map(|()| step += 1),
                 };
                 let took = start.elapsed();
-                if let Err(err) = &res {
-                    if err.kind() == ErrorKind::Fenced {
-                        epoch = None;
-                    }
+                if matches!(&res, Err(err) if err.kind() == ErrorKind::Fenced) {
+                    epoch = None;
                 }
                 let ev = match res {
                     Ok(()) => Event::Ok,
@@ -172,7 +170,7 @@ async fn server_restart_mid_stream_fails_fast_then_recovers_without_half_writes(
         "{steps} commits (40 successes, two of them claims)"
     );
 
-    let all = events.lock().expect("lock");
+    let all: Vec<(Duration, Event)> = std::mem::take(&mut *events.lock().expect("lock"));
     for (took, ev) in all.iter() {
         assert!(*took < NO_HANG, "an operation took {took:?} ({ev:?})");
         if let Event::Err(k) = ev {
