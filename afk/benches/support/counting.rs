@@ -1,0 +1,148 @@
+//! A store wrapper that counts what is written: the sum of [`Commit::byte_len`] over applied
+//! commits, per step (the step of a commit is the `<step>` of its `checkpoint:<run>:<step>:…`
+//! keys; a commit without one belongs to the step of the commit before it).
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use afk::{Commit, Epoch, ListPage, Result, RunId, Store, ThreadId};
+use async_trait::async_trait;
+
+#[derive(Debug, Default)]
+struct Counts {
+    commits: u64,
+    bytes: u64,
+    step: u64,
+    /// Bytes per step, indexed by step (index 0: commits before the first step record).
+    per_step: Vec<u64>,
+    kept: Option<Vec<Commit>>,
+}
+
+/// Counts bytes of applied commits; optionally keeps the commits themselves.
+#[derive(Debug)]
+pub struct CountingStore {
+    inner: Arc<dyn Store>,
+    counts: Mutex<Counts>,
+}
+
+fn step_of(commit: &Commit) -> Option<u64> {
+    commit
+        .puts
+        .iter()
+        .filter_map(|(k, _)| {
+            let mut f = k.split(':');
+            (f.next() == Some("checkpoint"))
+                .then(|| f.nth(1).and_then(|s| s.parse::<u64>().ok()))
+                .flatten()
+        })
+        .max()
+}
+
+impl CountingStore {
+    /// Wrap `inner`.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        CountingStore {
+            inner,
+            counts: Mutex::new(Counts::default()),
+        }
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keep a copy of every applied commit (for [`CountingStore::commits`]).
+    pub fn keep_commits(&self, keep: bool) {
+        self.counts().kept = keep.then(Vec::new);
+    }
+
+    /// The kept commits, in the order they were applied.
+    pub fn commits(&self) -> Vec<Commit> {
+        self.counts().kept.clone().unwrap_or_default()
+    }
+
+    /// Applied commits and their total bytes.
+    pub fn totals(&self) -> (u64, u64) {
+        let c = self.counts();
+        (c.commits, c.bytes)
+    }
+
+    /// Bytes written in `step` (0 if none).
+    pub fn step_bytes(&self, step: u64) -> u64 {
+        let c = self.counts();
+        usize::try_from(step)
+            .ok()
+            .and_then(|i| c.per_step.get(i).copied())
+            .unwrap_or(0)
+    }
+
+    fn record(&self, commit: &Commit) {
+        let mut c = self.counts();
+        let len = commit.byte_len() as u64;
+        c.commits += 1;
+        c.bytes += len;
+        if let Some(s) = step_of(commit) {
+            c.step = s;
+        }
+        let i = usize::try_from(c.step).unwrap_or(usize::MAX);
+        if c.per_step.len() <= i {
+            c.per_step.resize(i + 1, 0);
+        }
+        c.per_step[i] += len;
+        if let Some(kept) = c.kept.as_mut() {
+            kept.push(commit.clone());
+        }
+    }
+}
+
+#[async_trait]
+impl Store for CountingStore {
+    fn capabilities(&self) -> afk::Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.get(thread, key).await
+    }
+
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.inner.get_many(thread, keys).await
+    }
+
+    async fn list(
+        &self,
+        thread: &ThreadId,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        self.inner.list(thread, prefix, cursor, limit).await
+    }
+
+    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
+        self.inner.delete(thread, keys).await
+    }
+
+    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
+        self.inner.delete_run(thread, run).await
+    }
+
+    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        self.inner.claim(thread, run).await
+    }
+
+    async fn commit(&self, commit: &Commit) -> Result<()> {
+        self.inner.commit(commit).await?;
+        self.record(commit);
+        Ok(())
+    }
+
+    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        let out = self.inner.commit_batch(commits).await;
+        for (c, r) in commits.iter().zip(&out) {
+            if r.is_ok() {
+                self.record(c);
+            }
+        }
+        out
+    }
+}
