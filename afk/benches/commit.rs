@@ -26,9 +26,9 @@ use afk::{Commit, MemoryStore, RunId, Store};
 use criterion::{
     BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main, measurement::WallTime,
 };
-use support::{captured_commits, runtime, thread, with_epoch};
 #[cfg(any(feature = "redis", feature = "s3"))]
 use support::servers;
+use support::{captured_commits, runtime, thread, with_epoch};
 
 const RUN: &str = "run_commit_bench";
 
@@ -65,8 +65,11 @@ async fn ours_commits(store: &dyn Store, commits: &[Commit]) -> Arc<Vec<Commit>>
     Arc::new(with_epoch(commits, epoch))
 }
 
+/// Each commit's keys and values, in commit order.
+type Kvs = Arc<Vec<Vec<(String, Vec<u8>)>>>;
+
 /// Each commit's keys and values as the raw clients write them (the latest pointer as its key).
-fn raw_kvs(commits: &[Commit]) -> Arc<Vec<Vec<(String, Vec<u8>)>>> {
+fn raw_kvs(commits: &[Commit]) -> Kvs {
     Arc::new(
         commits
             .iter()

@@ -1,6 +1,6 @@
 //! Resume time for long runs: a 100- and a 1000-step run of the scripted agent crashed inside
-//! one of its last steps (its latest pointer names a mid-step snapshot), loaded into a fresh
-//! store, then resumed to its end. Timed: `Runner::resume` until the run's result is back
+//! its last tool step (its latest pointer names the mid-step snapshot holding the model's
+//! pending answer), loaded into a fresh store, then resumed to its end. Timed: `Runner::resume` until the run's result is back
 //! (claim, load the snapshot and the transcript log, verify the digest, finish the interrupted
 //! step and the closing answer, flush). If resume cost grew with the run, the 1000-step case
 //! would take ~10× the 100-step one.
@@ -18,9 +18,6 @@ use afk::{MemoryStore, RunId, Store};
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use support::{CrashedRun, agent, crashed_run, load_crashed, runner, runtime, thread};
 
-/// Commits from the end of a run at which it is crashed: inside the last tool step.
-const BACK: u64 = 8;
-
 /// Resume `run` on `store` to its end; the elapsed time.
 async fn resume_once(store: Arc<dyn Store>, steps: u64, run: &str) -> Duration {
     let r = runner(store, true);
@@ -33,7 +30,10 @@ async fn resume_once(store: Arc<dyn Store>, steps: u64, run: &str) -> Duration {
         .await
         .expect("resume");
     let took = start.elapsed();
-    assert!(matches!(out, Outcome::Completed(_)), "resume did not finish");
+    assert!(
+        matches!(out, Outcome::Completed(_)),
+        "resume did not finish"
+    );
     took
 }
 
@@ -72,7 +72,7 @@ fn benches(c: &mut Criterion) {
     let states: Vec<(u64, CrashedRun)> = [100u64, 1000]
         .into_iter()
         .map(|steps| {
-            let state = rt.block_on(crashed_run(steps, &format!("run_resume_{steps}"), BACK));
+            let state = rt.block_on(crashed_run(steps, &format!("run_resume_{steps}")));
             println!(
                 "{steps}-step run: {} records, latest = {}",
                 state.puts.len(),
@@ -87,8 +87,8 @@ fn benches(c: &mut Criterion) {
     #[cfg(feature = "rocksdb")]
     group(c, &rt, "rocksdb", &states, || {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = afk_store_rocksdb::RocksDbStore::open(dir.path().join("db"))
-            .expect("open rocksdb");
+        let store =
+            afk_store_rocksdb::RocksDbStore::open(dir.path().join("db")).expect("open rocksdb");
         (Arc::new(store) as Arc<dyn Store>, Some(dir))
     });
 }

@@ -2,6 +2,7 @@
 //! commits, per step (the step of a commit is the `<step>` of its `checkpoint:<run>:<step>:…`
 //! keys; a commit without one belongs to the step of the commit before it).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use afk::{Commit, Epoch, ListPage, Result, RunId, Store, ThreadId};
@@ -14,6 +15,8 @@ struct Counts {
     step: u64,
     /// Bytes per step, indexed by step (index 0: commits before the first step record).
     per_step: Vec<u64>,
+    /// Bytes per step and kind of key (see [`kind_of`]).
+    per_kind: BTreeMap<(u64, String), u64>,
     kept: Option<Vec<Commit>>,
 }
 
@@ -35,6 +38,16 @@ fn step_of(commit: &Commit) -> Option<u64> {
                 .flatten()
         })
         .max()
+}
+
+/// The kind of a key for the breakdown: `checkpoint:<phase>`, `messages`, `effect`, ….
+fn kind_of(key: &str) -> String {
+    let mut f = key.split(':');
+    match f.next() {
+        Some("checkpoint") => format!("checkpoint:{}", f.next_back().unwrap_or("")),
+        Some(family) => family.to_owned(),
+        None => String::new(),
+    }
 }
 
 impl CountingStore {
@@ -75,6 +88,15 @@ impl CountingStore {
             .unwrap_or(0)
     }
 
+    /// Bytes written in `step` by kind of key, the latest pointer as `latest`.
+    pub fn step_kinds(&self, step: u64) -> Vec<(String, u64)> {
+        self.counts()
+            .per_kind
+            .range((step, String::new())..(step + 1, String::new()))
+            .map(|((_, k), b)| (k.clone(), *b))
+            .collect()
+    }
+
     fn record(&self, commit: &Commit) {
         let mut c = self.counts();
         let len = commit.byte_len() as u64;
@@ -88,6 +110,13 @@ impl CountingStore {
             c.per_step.resize(i + 1, 0);
         }
         c.per_step[i] += len;
+        let step = c.step;
+        for (k, v) in &commit.puts {
+            *c.per_kind.entry((step, kind_of(k))).or_insert(0) += (k.len() + v.len()) as u64;
+        }
+        if let Some(l) = &commit.latest {
+            *c.per_kind.entry((step, "latest".into())).or_insert(0) += l.len() as u64;
+        }
         if let Some(kept) = c.kept.as_mut() {
             kept.push(commit.clone());
         }

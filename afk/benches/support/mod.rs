@@ -33,14 +33,18 @@ pub fn agent(steps: u64) -> Agent {
     let r = |v: Value| serde_json::from_value::<LlmResponse>(v).expect("scripted response");
     let mut script: Vec<LlmResponse> = (0..steps)
         .map(|i| {
-            r(json!({"text": format!("step {i}: adding"), "finish_reason": "tool_calls",
+            r(
+                json!({"text": format!("step {i}: adding"), "finish_reason": "tool_calls",
                 "tool_calls": [{"id": format!("c{i}"), "tool_name": "add",
                     "arguments": {"a": i, "b": 1}}],
-                "usage": {"input_tokens": 20, "output_tokens": 8, "total_tokens": 28}}))
+                "usage": {"input_tokens": 20, "output_tokens": 8, "total_tokens": 28}}),
+            )
         })
         .collect();
-    script.push(r(json!({"text": "done", "finish_reason": "stop", "tool_calls": [],
-        "usage": {"input_tokens": 20, "output_tokens": 2, "total_tokens": 22}})));
+    script.push(r(
+        json!({"text": "done", "finish_reason": "stop", "tool_calls": [],
+        "usage": {"input_tokens": 20, "output_tokens": 2, "total_tokens": 22}}),
+    ));
     let llm = ScriptedLlm::new(script);
     let mut agent = Agent::new("bench", "Add numbers.", "scripted-1", llm)
         .with_tool(ScriptedTool::add(InvocationCounter::new()));
@@ -117,18 +121,35 @@ pub struct CrashedRun {
     pub latest_names: String,
 }
 
-/// A `steps`-step run of [`agent`] under `run`, crashed `back` commits before its end (sync
-/// writes), so that its latest pointer names a snapshot inside the last steps.
-pub async fn crashed_run(steps: u64, run: &str, back: u64) -> CrashedRun {
+/// A `steps`-step run of [`agent`] under `run`, crashed right after the commit that points
+/// latest at the mid-step snapshot of step `steps` (`runtime_state` #2, which holds the pending
+/// model answer: the model has answered, the tool has not run). Sync writes.
+pub async fn crashed_run(steps: u64, run: &str) -> CrashedRun {
     let run_id = RunId::new(run).expect("run id");
-    // One clean run to count its commits.
-    let clean = Arc::new(FaultStore::new(MemoryStore::new()));
-    run_to_end(&runner(clean.clone(), false), &agent(steps), run_id.clone()).await;
-    let total = clean.persisted_commits();
+    // One clean run to find the commit to crash after.
+    let commits = captured_commits(steps, run).await;
+    let names = |c: &Commit| -> Option<(u64, String)> {
+        let v: Value = serde_json::from_slice(c.latest.as_ref()?).ok()?;
+        Some((
+            v.get("step")?.as_u64()?,
+            v.get("phase")?.as_str()?.to_owned(),
+        ))
+    };
+    let post_llm = commits
+        .iter()
+        .position(|c| names(c) == Some((steps, "post_llm".into())))
+        .expect("the last tool step has a post_llm record");
+    let snapshot = post_llm
+        + 1
+        + commits[post_llm + 1..]
+            .iter()
+            .position(|c| names(c).is_some_and(|(_, p)| p == "runtime_state"))
+            .expect("a snapshot follows post_llm");
+    let crash_after = snapshot as u64 + 1;
 
     let mem = Arc::new(MemoryStore::new());
     let fault = Arc::new(FaultStore::from_arc(mem.clone() as Arc<dyn Store>));
-    fault.crash_after_commits(total.saturating_sub(back), CrashMode::Down);
+    fault.crash_after_commits(crash_after, CrashMode::Down);
     let mut cfg = CheckpointConfig {
         async_writes: false,
         retry: RetryPolicy::none(),
@@ -152,7 +173,9 @@ pub async fn crashed_run(steps: u64, run: &str, back: u64) -> CrashedRun {
     let latest_key = afk::store::latest_key(&run_id);
     let fence = format!("run:{run}");
     let mut snapshot: BTreeMap<String, Vec<u8>> = mem.snapshot(&thread());
-    let latest = snapshot.remove(&latest_key).expect("crashed run has a latest pointer");
+    let latest = snapshot
+        .remove(&latest_key)
+        .expect("crashed run has a latest pointer");
     snapshot.remove(&fence);
     let latest_names = String::from_utf8_lossy(&latest)
         .chars()

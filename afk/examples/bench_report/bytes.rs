@@ -19,6 +19,7 @@ pub struct Row {
     last_step_bytes: u64,
     async_commits: u64,
     async_bytes: u64,
+    last_step_kinds: Vec<(String, u64)>,
 }
 
 async fn measure(steps: u64, async_writes: bool) -> Arc<CountingStore> {
@@ -46,6 +47,7 @@ pub async fn rows() -> Vec<Row> {
             last_step_bytes: s.step_bytes(steps),
             async_commits,
             async_bytes,
+            last_step_kinds: s.step_kinds(steps),
         });
     }
     out
@@ -109,6 +111,31 @@ pub fn section(rows: &[Row]) -> String {
             r.async_commits,
             human(r.async_bytes as f64),
         );
+    }
+    let _ = writeln!(
+        s,
+        "\nWhat the last step of each run wrote, by kind of key (sync writes):\n"
+    );
+    let kinds: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .flat_map(|r| r.last_step_kinds.iter().map(|(k, _)| k.as_str()))
+        .collect();
+    let _ = write!(s, "| key kind |");
+    for r in rows {
+        let _ = write!(s, " step {} |", r.steps);
+    }
+    let _ = writeln!(s, "\n|---|{}", "---:|".repeat(rows.len()));
+    for kind in kinds {
+        let _ = write!(s, "| `{kind}` |");
+        for r in rows {
+            let b = r
+                .last_step_kinds
+                .iter()
+                .find(|(k, _)| k == kind)
+                .map_or(0, |(_, b)| *b);
+            let _ = write!(s, " {} |", human(b as f64));
+        }
+        s.push('\n');
     }
     s
 }

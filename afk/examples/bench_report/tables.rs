@@ -17,8 +17,15 @@ fn cell_rate(e: Option<&Estimate>) -> String {
         .map_or_else(|| "–".into(), rate)
 }
 
+/// Mean time per element, with the half width of the 95 % confidence interval in percent.
 fn cell_time(e: Option<&Estimate>, per: f64) -> String {
-    e.map_or_else(|| "–".into(), |e| time(e.mean_ns / per))
+    e.map_or_else(
+        || "–".into(),
+        |e| {
+            let half = (e.ci_ns.1 - e.ci_ns.0) / 2.0 / e.mean_ns * 100.0;
+            format!("{} ±{half:.0}%", time(e.mean_ns / per))
+        },
+    )
 }
 
 /// Commit throughput, ours vs the raw client.
@@ -101,7 +108,12 @@ pub fn steps(found: &Found) -> String {
             let (pa, ps) = afk_steps(store, n);
             let afk = |v: Option<f64>| v.map_or_else(|| "–".into(), rate);
             if a.is_none() && y.is_none() {
-                let _ = writeln!(s, "| {store} | {n} | not measured | | {} | {} |", afk(pa), afk(ps));
+                let _ = writeln!(
+                    s,
+                    "| {store} | {n} | not measured | | {} | {} |",
+                    afk(pa),
+                    afk(ps)
+                );
                 continue;
             }
             let _ = writeln!(
