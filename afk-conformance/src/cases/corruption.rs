@@ -6,7 +6,8 @@
 //! reads (the latest pointer, the newest snapshot, a transcript entry, an effect row of the
 //! step in progress) is mutated: a flipped bit, a truncation, a JSON value replaced by one of
 //! another type, or (for the latest pointer) removal. The records are written into the store
-//! under test under a fresh thread, and the run is resumed. What must hold:
+//! under test under a fresh thread (and read back: the store must hold exactly those bytes),
+//! and the run is resumed. What must hold:
 //!
 //! * the resume ends with a result, a pause, or an error of kind `Corrupt` or `NotFound`;
 //!   never another kind, never a panic of the run task;
@@ -176,20 +177,31 @@ async fn load(
     store: &dyn Store,
     thread: &ThreadId,
     run: &RunId,
-    mut records: BTreeMap<String, Vec<u8>>,
+    records: BTreeMap<String, Vec<u8>>,
 ) -> CaseResult {
-    let latest = records.remove(&latest_key(run));
+    let mut puts = records.clone();
+    let latest = puts.remove(&latest_key(run));
     let epoch = store.claim(thread, run).await.ctx("claim")?;
     store
         .commit(&Commit {
             thread: thread.clone(),
             run: run.clone(),
             epoch,
-            puts: records.into_iter().collect(),
+            puts: puts.into_iter().collect(),
             latest,
         })
         .await
-        .ctx("commit of the mutated records")
+        .ctx("commit of the mutated records")?;
+    // The level is about what the runner makes of these bytes: the store must hold them.
+    let mut stored = crate::agents::dump(store, thread).await?;
+    stored.remove(&run_key(run));
+    ensure!(
+        stored == records,
+        "the store holds other records than the {} just committed (keys {:?})",
+        records.len(),
+        stored.keys().collect::<Vec<_>>()
+    );
+    Ok(())
 }
 
 /// Mutated records resume to typed errors with no calls (see the module docs).
