@@ -169,6 +169,15 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), n, "a case is listed twice");
         assert!(n >= 25, "only {n} cases");
-        assert!(!names.contains(&"large::hundred_thousand_keys_list_in_order".to_string()));
+        for optional in [&LARGE_CASE, &RESUME_CASE, &CORPUS_CASE] {
+            let name = format!("{}::{}", optional.module, optional.name);
+            assert!(!names.contains(&name), "{name} is optional");
+        }
+        for runner_level in [
+            "corruption::corrupted_records_give_typed_errors",
+            "concurrency::racing_resumers_one_finishes",
+        ] {
+            assert!(names.contains(&runner_level.to_string()), "{runner_level}");
+        }
     }
 }
