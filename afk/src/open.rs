@@ -82,11 +82,10 @@ fn memory(name: &str) -> Arc<dyn Store> {
 #[cfg(feature = "rocksdb")]
 async fn open_rocksdb(url: &str) -> Result<Arc<dyn Store>> {
     let url = url.to_owned();
-    let store = tokio::task::spawn_blocking(move || {
-        afk_store_rocksdb::RocksDbStore::from_url(&url)
-    })
-    .await
-    .map_err(|e| Error::unexpected("opening RocksDB panicked").with_source(e))??;
+    let store =
+        tokio::task::spawn_blocking(move || afk_store_rocksdb::RocksDbStore::from_url(&url))
+            .await
+            .map_err(|e| Error::unexpected("opening RocksDB panicked").with_source(e))??;
     Ok(Arc::new(store))
 }
 
@@ -119,16 +118,19 @@ async fn open_s3(_url: &str) -> Result<Arc<dyn Store>> {
 /// every URL of a comma-separated list) replaced by `***`, and query parameters whose name
 /// mentions a secret (`password`, `secret`, `token`, `key`) replaced likewise. Safe to print.
 pub fn redact_url(url: &str) -> String {
-    url.split(',')
-        .map(redact_one)
-        .collect::<Vec<_>>()
-        .join(",")
+    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
 }
 
 fn redact_one(url: &str) -> String {
     let (head, rest) = match url.split_once("://") {
         Some((s, r)) => (format!("{s}://"), r),
-        None => (String::new(), url),
+        // Without a scheme nothing says where the user info ends: hide all of it.
+        None => {
+            return match url.rsplit_once('@') {
+                Some((_, host)) => format!("***@{host}"),
+                None => url.to_owned(),
+            };
+        }
     };
     let (before_query, query) = match rest.split_once('?') {
         Some((b, q)) => (b, Some(q)),

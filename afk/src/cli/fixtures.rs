@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use afk_core::fixture::{FixtureFile, check_file_normalize};
 use afk_core::runner::fixture_check::{check_fixture, load_state};
-use afk_core::{Error, Store, ThreadId};
+use afk_core::store::run_of_key;
+use afk_core::{Error, RunId, Store, ThreadId};
 use clap::{Subcommand, ValueEnum};
 use serde_json::Value;
 
@@ -89,7 +90,10 @@ fn read_fixture(path: &Path) -> afk_core::Result<Value> {
 /// Move a parsed fixture to thread `to`: its `thread_id` and every record's top-level thread
 /// id (`thread_id` or the legacy `threadId`) that named the old thread.
 fn rethread(fixture: &mut Value, to: &str) {
-    let from = fixture.get("thread_id").and_then(Value::as_str).map(str::to_owned);
+    let from = fixture
+        .get("thread_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     fixture["thread_id"] = Value::String(to.to_owned());
     if let Some(Value::Object(state)) = fixture.get_mut("state") {
         for rec in state.values_mut() {
@@ -114,8 +118,10 @@ fn load(url: &str, thread: Option<String>, file: &Path) -> ExitCode {
         let state = fixture["state"]
             .as_object()
             .ok_or_else(|| Error::invalid_input("fixture state is not an object"))?;
-        for run in runs_of(store.as_ref(), &thread).await? {
-            store.delete_run(&thread, &run).await?;
+        let mut runs: Vec<&str> = state.keys().filter_map(|k| run_of_key(k)).collect();
+        runs.dedup();
+        for run in runs {
+            store.delete_run(&thread, &RunId::new(run)?).await?;
         }
         load_state(store.as_ref(), &thread, state).await?;
         println!(
@@ -180,7 +186,10 @@ async fn check_one(
     let mut value = read_fixture(path).map_err(|e| e.to_string())?;
     let thread = format!(
         "{}-{suffix}",
-        value.get("thread_id").and_then(Value::as_str).unwrap_or("t")
+        value
+            .get("thread_id")
+            .and_then(Value::as_str)
+            .unwrap_or("t")
     );
     rethread(&mut value, &thread);
     let verdict = check_fixture(&value, store.clone()).await;

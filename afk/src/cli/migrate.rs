@@ -64,7 +64,12 @@ pub fn run(args: Args, url: &str) -> ExitCode {
 }
 
 /// Where a snapshot's messages go: a prefix of the log, an appended entry, or inline.
-fn place(log: &mut Vec<TranscriptEntry>, msgs: &[Message], step: u64, append: bool) -> Option<TranscriptRef> {
+fn place(
+    log: &mut Vec<TranscriptEntry>,
+    msgs: &[Message],
+    step: u64,
+    append: bool,
+) -> Option<TranscriptRef> {
     let mut pos = 0;
     if msgs.is_empty() {
         return Some(TranscriptRef::of(&[]));
@@ -83,7 +88,12 @@ fn place(log: &mut Vec<TranscriptEntry>, msgs: &[Message], step: u64, append: bo
         return None;
     }
     let prev = log.last().map(|e| e.digest.clone()).unwrap_or_default();
-    log.push(TranscriptEntry::new(log.len() as u64, step, msgs[pos..].to_vec(), &prev));
+    log.push(TranscriptEntry::new(
+        log.len() as u64,
+        step,
+        msgs[pos..].to_vec(),
+        &prev,
+    ));
     Some(TranscriptRef::of(log))
 }
 
@@ -151,8 +161,9 @@ pub async fn migrate_run(
     let entries: Vec<(String, Vec<u8>)> = log[existing..]
         .iter()
         .map(|e| {
-            let bytes = serde_json::to_vec(e)
-                .map_err(|err| Error::unexpected("cannot encode a transcript entry").with_source(err))?;
+            let bytes = serde_json::to_vec(e).map_err(|err| {
+                Error::unexpected("cannot encode a transcript entry").with_source(err)
+            })?;
             Ok((afk_core::keys::messages_key(run, e.index), bytes))
         })
         .collect::<Result<_>>()?;
@@ -164,7 +175,11 @@ pub async fn migrate_run(
         return Ok(format!("{run}: would migrate: {summary}"));
     }
     let epoch = store.claim(thread, run).await?;
-    let max = store.capabilities().max_commit_keys.unwrap_or(usize::MAX).max(1);
+    let max = store
+        .capabilities()
+        .max_commit_keys
+        .unwrap_or(usize::MAX)
+        .max(1);
     let mut puts = entries;
     puts.extend(records);
     let mut chunks: Vec<Vec<(String, Vec<u8>)>> = Vec::new();
@@ -189,4 +204,3 @@ pub async fn migrate_run(
     }
     Ok(format!("{run}: migrated {summary}"))
 }
-

@@ -57,7 +57,11 @@ pub(crate) const EXIT_USAGE: u8 = 2;
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let store = cli.store;
-    let url = || store.clone().unwrap_or_else(|| common::DEFAULT_STORE.to_owned());
+    let url = || {
+        store
+            .clone()
+            .unwrap_or_else(|| common::DEFAULT_STORE.to_owned())
+    };
     match cli.command {
         Command::Demo(args) => demo::run(args, store),
         Command::Runs(args) => runs::run(args, &url()),

@@ -82,7 +82,10 @@ fn print_latest(rec: &CheckpointRecord) {
 
 fn print_snapshot(rec: &CheckpointRecord) {
     let Some(s) = rec.snapshot() else { return };
-    println!("snapshot: step {} ({}), state {:?}", rec.step, rec.schema_version, s.state);
+    println!(
+        "snapshot: step {} ({}), state {:?}",
+        rec.step, rec.schema_version, s.state
+    );
     println!(
         "counters: {} model calls, {} tool calls, {} effects replayed",
         s.llm_calls, s.tool_calls, s.replayed_effect_count

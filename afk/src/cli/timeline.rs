@@ -56,7 +56,10 @@ pub fn run(args: Args, url: &str) -> ExitCode {
         }
         keys.sort_by_key(|(p, k)| (rank(p), k.clone()));
         for (parsed, key) in &keys {
-            println!("{}", line(store.as_ref(), &thread, &run, parsed, key).await?);
+            println!(
+                "{}",
+                line(store.as_ref(), &thread, &run, parsed, key).await?
+            );
         }
         Ok(ExitCode::SUCCESS)
     })

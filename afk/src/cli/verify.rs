@@ -78,7 +78,9 @@ pub fn run(args: Args, url: &str) -> ExitCode {
 }
 
 fn well_formed_hash(h: &str) -> bool {
-    h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    h.len() == 64
+        && h.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Check one run. Store errors are returned; broken data is reported in the findings.
@@ -91,7 +93,8 @@ pub async fn check_run(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Res
             None
         }
         Err(e) => {
-            f.problems.push(format!("latest pointer does not normalize: {e}"));
+            f.problems
+                .push(format!("latest pointer does not normalize: {e}"));
             None
         }
     };
@@ -111,7 +114,9 @@ pub async fn check_run(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Res
         Ok(Some(rec)) => check_transcript(store, thread, run, &rec, &mut f).await?,
         Ok(None) if latest.is_some() => f.notes.push("no runtime_state snapshot yet".to_owned()),
         Ok(None) => {}
-        Err(e) => f.problems.push(format!("newest snapshot does not normalize: {e}")),
+        Err(e) => f
+            .problems
+            .push(format!("newest snapshot does not normalize: {e}")),
     }
     for key in list_all(store, thread, &effect_prefix(run)).await? {
         let Some(bytes) = store.get(thread, &key).await? else {
@@ -127,8 +132,9 @@ pub async fn check_run(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Res
                     ));
                 }
                 if row.status() == EffectStatus::Intent {
-                    f.uncertain
-                        .push(format!("{key}: intent without a result (may or may not have run)"));
+                    f.uncertain.push(format!(
+                        "{key}: intent without a result (may or may not have run)"
+                    ));
                 }
             }
         }

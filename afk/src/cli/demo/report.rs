@@ -198,7 +198,11 @@ pub fn summary(
             "  {tool} ({policy}): executed {} before the crash, {} {} on resume, {} in total (uncrashed run: {})",
             times(t1),
             times(t2),
-            if t1 > 0 { "again" } else { "for the first time" },
+            if t1 > 0 {
+                "again"
+            } else {
+                "for the first time"
+            },
             t1 + t2,
             base_tools.get(id)
         );
