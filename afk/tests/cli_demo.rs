@@ -1,5 +1,7 @@
 //! `afk demo` end to end: it crashes, resumes, and the facts it prints come from counters.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 mod common;
 
 use common::{afk_in, line, numbers, rocks};

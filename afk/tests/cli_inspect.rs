@@ -1,6 +1,8 @@
 //! `runs`, `show`, `timeline`, `verify` on a demo state and on a fixture loaded into RocksDB;
 //! `verify` catching broken states.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 mod common;
 
 use afk::backend::RocksDbStore;

@@ -1,5 +1,7 @@
 //! `migrate` (v1 fixture state to v2, resumed to the same result) and `prune`.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 mod common;
 
 use std::path::Path;
