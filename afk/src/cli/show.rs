@@ -115,6 +115,9 @@ fn print_snapshot(rec: &CheckpointRecord) {
     }
     println!("final text: {:?}", s.final_text);
     match &s.pending_llm_response {
+        Some(r) if r.tool_calls.is_empty() => {
+            println!("pending response: the model's final answer, not yet the run's result")
+        }
         Some(r) => println!(
             "pending response: {} tool call(s) not done yet: {}",
             r.tool_calls.len(),

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use afk_core::keys::{ParsedKey, parse_key};
 use afk_core::normalize::{normalize_effect_row, normalize_record, normalize_transcript_entry};
 use afk_core::schema::{EffectStatus, Phase, PhasePayload};
-use afk_core::{Error, Result, RunId, Store, ThreadId};
+use afk_core::{Error, Result, Store, ThreadId};
 
 use super::common::{ids, keys_of_run, with_store};
 
@@ -56,10 +56,7 @@ pub fn run(args: Args, url: &str) -> ExitCode {
         }
         keys.sort_by_key(|(p, k)| (rank(p), k.clone()));
         for (parsed, key) in &keys {
-            println!(
-                "{}",
-                line(store.as_ref(), &thread, &run, parsed, key).await?
-            );
+            println!("{}", line(store.as_ref(), &thread, parsed, key).await?);
         }
         Ok(ExitCode::SUCCESS)
     })
@@ -68,7 +65,6 @@ pub fn run(args: Args, url: &str) -> ExitCode {
 async fn line(
     store: &dyn Store,
     thread: &ThreadId,
-    _run: &RunId,
     parsed: &ParsedKey,
     key: &str,
 ) -> Result<String> {
