@@ -387,6 +387,15 @@ impl RunHandle {
         let _ = self.ctl.send(Signal::Interrupt);
     }
 
+    /// A handle that aborts the run task at its current await point, as a crash of this
+    /// process would (nothing more is written by the task; commits it already handed to the
+    /// writer may still land). The handle then resolves with [`ErrorKind::Cancelled`] and a
+    /// later [`Runner::resume`] continues the run from its checkpoints. `None` for a handle
+    /// that failed before starting.
+    pub fn abort_handle(&self) -> Option<tokio::task::AbortHandle> {
+        self.join.as_ref().map(|j| j.abort_handle())
+    }
+
     /// Wait for the run to end or pause.
     pub async fn result(mut self) -> Result<Outcome> {
         if let Some(e) = self.early.take() {
