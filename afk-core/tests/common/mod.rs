@@ -116,3 +116,11 @@ pub fn has_snapshot(store: &MemoryStore, thread: &ThreadId) -> bool {
         .keys()
         .any(|key| key.ends_with(":runtime_state"))
 }
+
+/// The `run_terminal` record the latest pointer of `run` names, as JSON, if it is one.
+pub fn latest_terminal(store: &MemoryStore, thread: &ThreadId, run: &str) -> Option<Value> {
+    let snap = store.snapshot(thread);
+    let bytes = snap.get(&format!("checkpoint:{run}:latest"))?;
+    let v: Value = serde_json::from_slice(bytes).ok()?;
+    (v.get("phase") == Some(&json!("run_terminal"))).then_some(v)
+}
