@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use std::sync::Arc;
 
+use afk_core::fixture::load_state;
 use afk_core::fixture::{FixtureFile, check_file_normalize};
-use afk_core::runner::fixture_check::{check_fixture, load_state};
+use afk_core::runner::fixture_check::check_fixture;
 use afk_core::store::run_of_key;
 use afk_core::{Error, RunId, Store, ThreadId};
 use clap::{Subcommand, ValueEnum};
