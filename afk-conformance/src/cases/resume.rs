@@ -256,7 +256,7 @@ async fn one_case(
     stats: &mut ResumeStats,
 ) -> CaseResult {
     let script = &input.script;
-    let run = named_run("run_conf");
+    let mut run = named_run("run_conf");
     let model = Arc::new(FaultStore::from_arc(
         Arc::new(MemoryStore::new()) as Arc<dyn Store>
     ));
@@ -376,7 +376,8 @@ async fn one_case(
                     && !has_snapshot(&*store, &thread, &run).await? =>
             {
                 // Crashed before the first snapshot: the input was never durable, nothing may
-                // run, and the caller starts the run again.
+                // run, and the caller starts the run again, under a new run id (a run id that
+                // has records is refused for a fresh run).
                 ensure!(
                     ran.is_empty() && asked.is_empty(),
                     "{}",
@@ -385,6 +386,7 @@ async fn one_case(
                     ))
                 );
                 stats.restarted += 1;
+                run = named_run(&format!("run_conf_{}", stats.restarted));
                 start = Start::Fresh;
             }
             Err(e) => return Err(ctx(format!("{start:?} failed: {e}"))),
