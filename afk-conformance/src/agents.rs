@@ -102,6 +102,16 @@ impl Script {
             .collect()
     }
 
+    /// Whether the call `id` is an at-most-once call.
+    pub fn is_charge(&self, id: &str) -> bool {
+        self.batches.iter().enumerate().any(|(b, batch)| {
+            batch
+                .iter()
+                .enumerate()
+                .any(|(j, (kind, _))| *kind == ToolKind::Charge && Script::call_id(b, j) == id)
+        })
+    }
+
     /// Whether some call is at-most-once (a crash may then end in `EffectUncertain`).
     pub fn has_charge(&self) -> bool {
         self.batches

@@ -313,12 +313,7 @@ async fn one_case(
             }
         }
         for (id, n) in calls.snapshot() {
-            let charge = script.batches.iter().enumerate().any(|(b, batch)| {
-                batch
-                    .iter()
-                    .enumerate()
-                    .any(|(j, (kind, _))| *kind == ToolKind::Charge && Script::call_id(b, j) == id)
-            });
+            let charge = script.is_charge(&id);
             ensure!(
                 !charge || n <= 1,
                 "{}",
@@ -351,13 +346,7 @@ async fn one_case(
                         "EffectUncertain ({e}) but ran {ran:?} and asked {asked:?}"
                     ))
                 );
-                let charged = before.intents.iter().any(|id| {
-                    script.batches.iter().enumerate().any(|(b, batch)| {
-                        batch.iter().enumerate().any(|(j, (kind, _))| {
-                            *kind == ToolKind::Charge && Script::call_id(b, j) == *id
-                        })
-                    })
-                });
+                let charged = before.intents.iter().any(|id| script.is_charge(id));
                 ensure!(
                     charged,
                     "{}",
