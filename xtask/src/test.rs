@@ -92,7 +92,8 @@ fn env_or(cmd: &mut Command, name: &str, default: &str) {
 }
 
 /// Runs the tests of `stores` (all when empty), passing `extra` to cargo-nextest. Returns the
-/// exit code: 0, or the first failing command's code. The servers are stopped before it returns.
+/// exit code: 0, or the first failing command's code (doctests run only after the other tests
+/// pass). The servers are stopped before it returns.
 pub fn run(stores: &[Store], extra: &[String]) -> Result<i32> {
     let selection = Selection::new(stores);
     system::ensure_debs(&selection.build_debs)?;
@@ -120,25 +121,16 @@ pub fn run(stores: &[Store], extra: &[String]) -> Result<i32> {
     nextest.args(&selection.cargo_args).args(extra);
     configure(&mut nextest);
     let status = system::run_status(&mut nextest)?;
-    if interrupted(status) {
+    if !status.success() {
         return Ok(code(status));
     }
     // cargo-nextest does not run doctests; cargo's own harness does.
     let mut doctest = system::cargo();
     doctest.args(["test", "--doc"]).args(&selection.cargo_args);
     configure(&mut doctest);
-    let doc_status = system::run_status(&mut doctest)?;
-    drop(services);
-    Ok(if status.success() {
-        code(doc_status)
-    } else {
-        code(status)
-    })
-}
-
-/// True when the child was killed by a signal (Ctrl-C): nothing more should run.
-fn interrupted(status: ExitStatus) -> bool {
-    status.code().is_none()
+    let status = system::run_status(&mut doctest)?;
+    drop(services); // stops the servers; an early return above drops them too
+    Ok(code(status))
 }
 
 /// The exit code to pass on; 128 + signal number style for a killed child.
