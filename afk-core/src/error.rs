@@ -99,7 +99,13 @@ pub struct Error {
 impl Error {
     /// A new error of `kind` with a context message.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), key: None, retryable: None, source: None }
+        Error {
+            kind,
+            message: message.into(),
+            key: None,
+            retryable: None,
+            source: None,
+        }
     }
 
     /// Attach the underlying error.
@@ -221,7 +227,9 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -233,7 +241,11 @@ mod tests {
     fn retryable_follows_kind_unless_overridden() {
         assert!(Error::unavailable("down").is_retryable());
         assert!(!Error::fenced("newer claim").is_retryable());
-        assert!(!Error::unavailable("down").with_retryable(false).is_retryable());
+        assert!(
+            !Error::unavailable("down")
+                .with_retryable(false)
+                .is_retryable()
+        );
         assert!(Error::conflict("race").with_retryable(true).is_retryable());
     }
 

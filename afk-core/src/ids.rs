@@ -19,9 +19,12 @@ pub const MAX_ID_LEN: usize = 128;
 pub const MAX_KEY_LEN: usize = 1024;
 
 fn check_id(what: &str, s: &str) -> Result<()> {
-    let allowed = "ASCII letters, digits, '_', '-' and '.' (not leading, never '..'), 1 to 128 characters";
+    let allowed =
+        "ASCII letters, digits, '_', '-' and '.' (not leading, never '..'), 1 to 128 characters";
     if s.is_empty() {
-        return Err(Error::invalid_input(format!("{what} is empty; allowed: {allowed}")));
+        return Err(Error::invalid_input(format!(
+            "{what} is empty; allowed: {allowed}"
+        )));
     }
     if s.len() > MAX_ID_LEN {
         return Err(Error::invalid_input(format!(
@@ -29,7 +32,10 @@ fn check_id(what: &str, s: &str) -> Result<()> {
             s.len()
         )));
     }
-    if let Some(bad) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))) {
+    if let Some(bad) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
         return Err(Error::invalid_input(format!(
             "{what} {s:?} contains {bad:?}; allowed: {allowed}"
         )));
@@ -142,7 +148,9 @@ mod tests {
 
     #[test]
     fn rejects_ids_that_could_escape_their_namespace() {
-        for bad in ["", "a:b", "a/b", "{a}", "a*", "..", "a..b", ".hidden", "a\0b", "é", "a b"] {
+        for bad in [
+            "", "a:b", "a/b", "{a}", "a*", "..", "a..b", ".hidden", "a\0b", "é", "a b",
+        ] {
             let err = RunId::new(bad).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidInput, "{bad:?}");
             assert!(err.message().contains("allowed"), "{}", err.message());

@@ -1,9 +1,16 @@
 #![doc = include_str!("../README.md")]
 
 pub mod error;
+pub mod hash;
 pub mod ids;
+pub mod keys;
 pub mod store;
+pub mod writer;
 
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{RunId, ThreadId};
-pub use store::{Capabilities, Commit, Epoch, ListPage, Store};
+pub use store::{
+    Capabilities, Commit, Epoch, FaultStore, ListPage, MemoryStore, RandomSource, RetryPolicy,
+    RetryStore, Store,
+};
+pub use writer::{CheckpointConfig, Ticket, Writer, WriterStats};

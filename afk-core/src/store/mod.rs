@@ -21,7 +21,20 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
 
+pub mod fault;
+pub mod memory;
+pub mod retry;
+mod validate;
+
+pub use fault::{CrashMode, FaultEvent, FaultStore, Op};
+pub use memory::MemoryStore;
+pub use retry::{RandomSource, RetryPolicy, RetryStore};
+pub use validate::validate_commit;
+
 /// A fencing epoch. Epoch 0 means "never claimed"; [`Store::claim`] returns 1, 2, ….
+///
+/// Only the order of epochs is part of the contract: a backend may skip numbers, so callers
+/// compare epochs, never count them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Epoch(pub u64);
 
@@ -42,7 +55,9 @@ pub struct Commit {
     pub run: RunId,
     /// The epoch of the claim this commit is made under.
     pub epoch: Epoch,
-    /// Keys and values to write (insert or overwrite). Every key must belong to `run`.
+    /// Keys and values to write (insert or overwrite). Every key must belong to `run`
+    /// ([`run_of_key`]), appear once, and be neither the latest pointer (use `latest`) nor the
+    /// fence `run:<run>` (written only by [`Store::claim`]); see [`validate_commit`].
     pub puts: Vec<(String, Vec<u8>)>,
     /// New value of `checkpoint:<run>:latest`, if this commit moves the pointer.
     pub latest: Option<Vec<u8>>,
@@ -51,7 +66,10 @@ pub struct Commit {
 impl Commit {
     /// Total payload bytes of the commit (keys and values), for metrics and size limits.
     pub fn byte_len(&self) -> usize {
-        self.puts.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+        self.puts
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
             + self.latest.as_ref().map_or(0, Vec::len)
     }
 }
@@ -62,7 +80,14 @@ impl fmt::Debug for Commit {
             .field("thread", &self.thread)
             .field("run", &self.run)
             .field("epoch", &self.epoch)
-            .field("keys", &self.puts.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>())
+            .field(
+                "keys",
+                &self
+                    .puts
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .field("latest", &self.latest.as_ref().map(Vec::len))
             .finish()
     }
@@ -142,7 +167,12 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// List the keys of `thread` that start with `prefix` (the empty prefix lists all), sorted
     /// by byte order, at most `limit` per page (clamped to `1..=`[`MAX_LIST_LIMIT`]). Pass the
-    /// returned `next_cursor` to continue. The fence key `run:<run>` is listed like any other
+    /// returned `next_cursor` to continue: the next page starts strictly after it (a cursor is
+    /// the last key of the previous page for the in-memory store; treat it as opaque). A page
+    /// may hold fewer than `limit` keys, or none, and still have a `next_cursor`.
+    ///
+    /// Errors: `InvalidInput` for a non-empty prefix or a cursor that is not a valid key;
+    /// `Unavailable`. The fence key `run:<run>` is listed like any other
     /// key. Keys written after a listing started may or may not appear in later pages; keys
     /// that existed throughout appear exactly once.
     async fn list(
@@ -155,27 +185,38 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Delete keys of a thread. Missing keys are ignored. Not fenced: deletion is maintenance
     /// (the CLI's `prune`), not part of a run.
+    ///
+    /// Errors: `InvalidInput` for a malformed key (nothing is deleted); `Unavailable`.
     async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()>;
 
     /// Delete every key of a run, including its latest pointer and fence. Returns how many
-    /// logical keys were removed.
+    /// logical keys were removed (the fence counts as one key, as it is listed as one). Keys of
+    /// other runs are untouched, also those of a run whose id has this one as a prefix
+    /// (`run_1` vs `run_10`).
+    ///
+    /// Deleting the fence resets the run's epochs: a later claim may hand out an epoch that was
+    /// handed out before. Delete only runs that nobody is working on.
     async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64>;
 
     /// Claim a run: returns a new epoch, strictly greater than every epoch handed out for this
-    /// run before (also across processes, for multi-process stores). From then on, commits
-    /// carrying an older epoch fail with `Fenced`.
+    /// run before (also across processes, for multi-process stores) since the run was last
+    /// deleted. From then on, commits carrying an older epoch fail with `Fenced`. Creates the
+    /// fence key `run:<run>` if needed.
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch>;
 
     /// Atomically write `commit.puts` and, if given, the latest pointer, only if `commit.epoch`
-    /// is the run's current epoch. Otherwise fail with `Fenced` and write nothing.
+    /// is the run's current epoch. Otherwise fail with `Fenced` and write nothing. A run that
+    /// was never claimed has no current epoch: every commit to it is `Fenced`. A commit with no
+    /// puts and no latest only checks the fence.
     ///
     /// All or nothing: no reader ever sees a pointer to a record of this commit that is not
     /// there, or a record of it without its pointer move. A commit whose outcome is unknown (a
     /// timeout after the request was sent) is resolved by the backend before returning, or
     /// reported as `Unavailable` only when nothing was written.
     ///
-    /// Errors: `Fenced`; `InvalidInput` for a key that does not belong to `commit.run` or a
-    /// value over [`Capabilities::max_value_size`]; `Unavailable`.
+    /// Errors: `Fenced`; `InvalidInput` when [`validate_commit`] rejects the commit, for a value
+    /// over [`Capabilities::max_value_size`] or more keys than
+    /// [`Capabilities::max_commit_keys`]; `Unavailable`. On every error nothing is written.
     async fn commit(&self, commit: &Commit) -> Result<()>;
 
     /// Apply several commits, in order, as one batch where the backend can (pipelines, write

@@ -1,0 +1,126 @@
+//! Stores that break the contract on purpose, so the suite can show it catches them
+//! (DESIGN §7: "the suite must be able to fail"). [`BrokenStore`] wraps a correct store and
+//! breaks one rule, chosen by [`Breakage`]; this crate's `tests/broken.rs` runs the suite
+//! against each and requires the cases about that rule to fail.
+//!
+//! Never use these outside tests.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use afk_core::{Capabilities, Commit, Epoch, ListPage, Result, RunId, Store, ThreadId};
+use async_trait::async_trait;
+
+/// Which rule a [`BrokenStore`] breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Breakage {
+    /// Moves the latest pointer without writing the records: applies `commit.latest` and
+    /// drops `commit.puts`. A reader finds a pointer to a record that is not there.
+    PointerWithoutRecord,
+    /// Ignores fencing: every commit is made under the run's newest epoch, whatever epoch it
+    /// carries, so a stale claimant keeps writing.
+    NoFencing,
+    /// Loses writes: every `n`-th commit (the `n`-th, the `2n`-th, …) is acknowledged with `Ok`
+    /// without being written. `n` is at least 1 (1 loses every commit).
+    LosesWrites(u64),
+}
+
+/// A correct store with one rule broken; everything but `commit` (and the bookkeeping of
+/// `claim` and `delete_run` for [`Breakage::NoFencing`]) is forwarded unchanged.
+#[derive(Debug)]
+pub struct BrokenStore<S> {
+    inner: S,
+    breakage: Breakage,
+    newest: Mutex<HashMap<(ThreadId, RunId), Epoch>>,
+    commits: AtomicU64,
+}
+
+impl<S> BrokenStore<S> {
+    /// Wrap a correct store.
+    pub fn new(inner: S, breakage: Breakage) -> Self {
+        BrokenStore {
+            inner,
+            breakage,
+            newest: Mutex::default(),
+            commits: AtomicU64::new(0),
+        }
+    }
+
+    fn newest(&self) -> MutexGuard<'_, HashMap<(ThreadId, RunId), Epoch>> {
+        self.newest.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl<S: Store> Store for BrokenStore<S> {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.get(thread, key).await
+    }
+
+    async fn list(
+        &self,
+        thread: &ThreadId,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        self.inner.list(thread, prefix, cursor, limit).await
+    }
+
+    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
+        self.inner.delete(thread, keys).await
+    }
+
+    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
+        self.newest().remove(&(thread.clone(), run.clone()));
+        self.inner.delete_run(thread, run).await
+    }
+
+    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        let epoch = self.inner.claim(thread, run).await?;
+        let mut newest = self.newest();
+        let slot = newest.entry((thread.clone(), run.clone())).or_default();
+        *slot = (*slot).max(epoch);
+        Ok(epoch)
+    }
+
+    async fn commit(&self, commit: &Commit) -> Result<()> {
+        match self.breakage {
+            Breakage::PointerWithoutRecord => {
+                self.inner
+                    .commit(&Commit {
+                        puts: Vec::new(),
+                        ..commit.clone()
+                    })
+                    .await
+            }
+            Breakage::NoFencing => {
+                let key = (commit.thread.clone(), commit.run.clone());
+                let newest = self.newest().get(&key).copied();
+                match newest {
+                    Some(epoch) => {
+                        self.inner
+                            .commit(&Commit {
+                                epoch,
+                                ..commit.clone()
+                            })
+                            .await
+                    }
+                    None => self.inner.commit(commit).await,
+                }
+            }
+            Breakage::LosesWrites(n) => {
+                let count = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
+                if count % n.max(1) == 0 {
+                    return Ok(());
+                }
+                self.inner.commit(commit).await
+            }
+        }
+    }
+}

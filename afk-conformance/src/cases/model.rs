@@ -1,0 +1,363 @@
+//! Model-based test: random operation sequences replayed against the store under test and a
+//! fresh [`MemoryStore`] (the model), comparing every answer.
+//!
+//! Seeded: the seed is printed, and `AFK_CONFORMANCE_SEED=<seed>` replays it; `PROPTEST_CASES`
+//! sets how many sequences run (default 32). Failures are shrunk to a short sequence.
+
+use std::collections::HashMap;
+
+use afk_core::store::{run_of_key, validate_commit};
+use afk_core::{Commit, Epoch, ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+
+use crate::support::{CaseResult, list_all, named_run, unique_thread};
+
+mod ops;
+
+use ops::{CommitSpec, Op, ops_strategy};
+
+/// Threads per sequence.
+const THREADS: usize = 2;
+/// Run ids per thread; `run_1` is a prefix of `run_10`.
+const RUNS: [&str; 3] = ["run_1", "run_10", "run_2"];
+/// Claimant slots per run (holders of an epoch).
+const SLOTS: usize = 2;
+
+/// Random sequences of claims, commits, batches, gets, lists, deletes and run deletions give
+/// the same answers from the store as from the reference model. Epochs are compared by order
+/// only, and the value of the fence key by presence only. Needs a multi-thread runtime.
+pub async fn model_based(store: &dyn Store) -> CaseResult {
+    run_model(store, ModelConfig::from_env()?).await
+}
+
+/// Seed and size of a [`run_model`] run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// Seed of the sequence generator.
+    pub seed: u64,
+    /// How many sequences to replay.
+    pub cases: u32,
+}
+
+impl ModelConfig {
+    /// Seed from `AFK_CONFORMANCE_SEED` (random when unset), cases from `PROPTEST_CASES`
+    /// (default 32). `Err` when `AFK_CONFORMANCE_SEED` is not a number.
+    pub fn from_env() -> Result<Self, String> {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(32);
+        Ok(ModelConfig {
+            seed: seed()?,
+            cases,
+        })
+    }
+}
+
+/// [`model_based`] with an explicit seed and case count. Needs a multi-thread runtime.
+pub async fn run_model(store: &dyn Store, config: ModelConfig) -> CaseResult {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let handle = Handle::current();
+    if handle.runtime_flavor() != RuntimeFlavor::MultiThread {
+        return Err("model_based needs a multi-thread tokio runtime".into());
+    }
+    let ModelConfig { seed, cases } = config;
+    println!("model_based: seed {seed} ({cases} cases; replay with AFK_CONFORMANCE_SEED={seed})");
+    let mut seed_bytes = [0u8; 32];
+    for (i, chunk) in seed_bytes.chunks_mut(8).enumerate() {
+        let word = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    tokio::task::block_in_place(|| {
+        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
+        let mut runner = TestRunner::new_with_rng(config, rng);
+        runner
+            .run(&ops_strategy(), |ops| {
+                handle
+                    .block_on(replay(store, &ops))
+                    .map_err(TestCaseError::fail)
+            })
+            .map_err(|e| format!("{e}\n(seed {seed}: replay with AFK_CONFORMANCE_SEED={seed})"))
+    })
+}
+
+fn seed() -> Result<u64, String> {
+    match std::env::var("AFK_CONFORMANCE_SEED") {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map_err(|e| format!("AFK_CONFORMANCE_SEED={s:?}: {e}")),
+        Err(_) => Ok(rand::random()),
+    }
+}
+
+/// One side of the comparison: a store and the epochs its claimants hold.
+struct Side<'a> {
+    store: &'a dyn Store,
+    /// (thread, run, slot) -> epoch held by that claimant.
+    held: HashMap<(usize, usize, usize), Epoch>,
+    /// (thread, run) -> greatest epoch handed out since the run was last reset.
+    max: HashMap<(usize, usize), Epoch>,
+}
+
+impl<'a> Side<'a> {
+    fn new(store: &'a dyn Store) -> Self {
+        Side {
+            store,
+            held: HashMap::new(),
+            max: HashMap::new(),
+        }
+    }
+
+    /// Forget the epochs of a run whose fence was deleted: the contract lets a backend restart
+    /// its epochs or not, so later claims are not compared with earlier ones.
+    fn reset(&mut self, t: usize, r: usize) {
+        self.held.retain(|&(ht, hr, _), _| (ht, hr) != (t, r));
+        self.max.remove(&(t, r));
+    }
+
+    fn build(&self, threads: &[ThreadId], runs: &[RunId], spec: &CommitSpec) -> Commit {
+        let epoch = self
+            .held
+            .get(&(spec.thread, spec.run, spec.slot))
+            .copied()
+            .unwrap_or(Epoch(0));
+        Commit {
+            thread: threads[spec.thread].clone(),
+            run: runs[spec.run].clone(),
+            epoch,
+            puts: spec
+                .puts
+                .iter()
+                .map(|(k, v)| (k.render(&runs[spec.run], runs), v.clone()))
+                .collect(),
+            latest: spec.latest.clone(),
+        }
+    }
+}
+
+/// Compare a commit's outcome: both Ok, or both errors where the store's kind is one the
+/// model's rules allow (a commit can be both invalid and fenced; either answer is right).
+fn compare_commit(
+    i: usize,
+    c: &Commit,
+    got: &afk_core::Result<()>,
+    want: &afk_core::Result<()>,
+    stale: bool,
+) -> CaseResult {
+    let mut allowed = Vec::new();
+    if validate_commit(c).is_err() {
+        allowed.push(ErrorKind::InvalidInput);
+    }
+    if stale {
+        allowed.push(ErrorKind::Fenced);
+    }
+    match (got, want) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(g), Err(_)) if allowed.contains(&g.kind()) => Ok(()),
+        _ => Err(format!(
+            "op {i}: commit {c:?}: the store answered {:?}, the model {:?}",
+            got.as_ref().map_err(|e| e.to_string()),
+            want.as_ref().map_err(|e| e.to_string())
+        )),
+    }
+}
+
+fn is_fence(key: &str) -> bool {
+    key.starts_with("run:")
+}
+
+async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
+    let model_store = MemoryStore::new();
+    let threads: Vec<ThreadId> = (0..THREADS)
+        .map(|i| unique_thread(&format!("model{i}")))
+        .collect();
+    let runs: Vec<RunId> = RUNS.iter().map(|r| named_run(r)).collect();
+    let mut sut = Side::new(store);
+    let mut model = Side::new(&model_store);
+    for (i, op) in ops.iter().enumerate() {
+        match op {
+            Op::Claim { thread, run, slot } => {
+                let (t, r) = (&threads[*thread], &runs[*run]);
+                let got = sut
+                    .store
+                    .claim(t, r)
+                    .await
+                    .map_err(|e| format!("op {i}: claim {r}: {e}"))?;
+                let want = model
+                    .store
+                    .claim(t, r)
+                    .await
+                    .map_err(|e| format!("op {i}: model claim: {e}"))?;
+                if let Some(prev) = sut.max.get(&(*thread, *run)) {
+                    if got <= *prev {
+                        return Err(format!(
+                            "op {i}: claim {r} returned {got}, not above {prev}"
+                        ));
+                    }
+                }
+                sut.max.insert((*thread, *run), got);
+                sut.held.insert((*thread, *run, *slot), got);
+                model.held.insert((*thread, *run, *slot), want);
+            }
+            Op::Commit(spec) => {
+                let stale = model.is_stale(spec);
+                let (c, mc) = (
+                    sut.build(&threads, &runs, spec),
+                    model.build(&threads, &runs, spec),
+                );
+                let got = sut.store.commit(&c).await;
+                let want = model.store.commit(&mc).await;
+                compare_commit(i, &c, &got, &want, stale)?;
+            }
+            Op::Batch(specs) => {
+                let mut stale = Vec::new();
+                for s in specs {
+                    stale.push(model.is_stale(s));
+                }
+                let cs: Vec<Commit> = specs
+                    .iter()
+                    .map(|s| sut.build(&threads, &runs, s))
+                    .collect();
+                let ms: Vec<Commit> = specs
+                    .iter()
+                    .map(|s| model.build(&threads, &runs, s))
+                    .collect();
+                let got = sut.store.commit_batch(&cs).await;
+                let want = model.store.commit_batch(&ms).await;
+                if got.len() != want.len() {
+                    return Err(format!(
+                        "op {i}: commit_batch of {} answered {} results",
+                        cs.len(),
+                        got.len()
+                    ));
+                }
+                for (j, c) in cs.iter().enumerate() {
+                    compare_commit(i, c, &got[j], &want[j], stale[j])?;
+                }
+            }
+            Op::Get { thread, key } => {
+                let k = key.render(&runs[0], &runs);
+                let t = &threads[*thread];
+                let got = sut
+                    .store
+                    .get(t, &k)
+                    .await
+                    .map_err(|e| format!("op {i}: get {k}: {e}"))?;
+                let want = model
+                    .store
+                    .get(t, &k)
+                    .await
+                    .map_err(|e| format!("op {i}: model get: {e}"))?;
+                let same = if is_fence(&k) {
+                    got.is_some() == want.is_some()
+                } else {
+                    got == want
+                };
+                if !same {
+                    return Err(format!(
+                        "op {i}: get {k}: the store has {}, the model {}",
+                        crate::support::show(&got),
+                        crate::support::show(&want)
+                    ));
+                }
+            }
+            Op::List {
+                thread,
+                prefix,
+                limit,
+            } => {
+                let t = &threads[*thread];
+                let p = prefix.render(&runs);
+                let got = list_all(sut.store, t, &p, *limit)
+                    .await
+                    .map_err(|e| format!("op {i}: {e}"))?;
+                let want = list_all(model.store, t, &p, *limit)
+                    .await
+                    .map_err(|e| format!("op {i}: model: {e}"))?;
+                if got != want {
+                    return Err(format!(
+                        "op {i}: list {p:?}: the store has {got:?}, the model {want:?}"
+                    ));
+                }
+            }
+            Op::Delete { thread, keys } => {
+                let t = &threads[*thread];
+                let ks: Vec<String> = keys.iter().map(|k| k.render(&runs[0], &runs)).collect();
+                sut.store
+                    .delete(t, &ks)
+                    .await
+                    .map_err(|e| format!("op {i}: delete {ks:?}: {e}"))?;
+                model
+                    .store
+                    .delete(t, &ks)
+                    .await
+                    .map_err(|e| format!("op {i}: model delete: {e}"))?;
+                for k in ks.iter().filter(|k| is_fence(k)) {
+                    if let Some(r) = runs.iter().position(|r| run_of_key(k) == Some(r.as_str())) {
+                        sut.reset(*thread, r);
+                        model.reset(*thread, r);
+                    }
+                }
+            }
+            Op::DeleteRun { thread, run } => {
+                let (t, r) = (&threads[*thread], &runs[*run]);
+                let got = sut
+                    .store
+                    .delete_run(t, r)
+                    .await
+                    .map_err(|e| format!("op {i}: delete_run {r}: {e}"))?;
+                let want = model
+                    .store
+                    .delete_run(t, r)
+                    .await
+                    .map_err(|e| format!("op {i}: model delete_run: {e}"))?;
+                if got != want {
+                    return Err(format!(
+                        "op {i}: delete_run {r}: the store removed {got} keys, the model {want}"
+                    ));
+                }
+                sut.reset(*thread, *run);
+                model.reset(*thread, *run);
+            }
+        }
+    }
+    // Final check: both sides hold the same keys in every thread.
+    for t in &threads {
+        let got = list_all(store, t, "", 1000).await?;
+        let want = list_all(&model_store, t, "", 1000).await?;
+        if got != want {
+            return Err(format!(
+                "at the end: the store holds {got:?}, the model {want:?}"
+            ));
+        }
+        for k in got.iter().filter(|k| !is_fence(k)) {
+            let (g, w) = (store.get(t, k).await, model_store.get(t, k).await);
+            if g.as_ref().ok() != w.as_ref().ok() {
+                return Err(format!("at the end: {k} differs from the model"));
+            }
+        }
+        let _ = store.delete(t, &got).await; // tidy up a shared server; best effort
+    }
+    Ok(())
+}
+
+impl Side<'_> {
+    /// Whether this side fences `spec`: its slot holds no epoch, or not the newest one (the
+    /// newest claim of a run is always held by the slot that made it).
+    fn is_stale(&self, spec: &CommitSpec) -> bool {
+        let held = self.held.get(&(spec.thread, spec.run, spec.slot)).copied();
+        let newest = self
+            .held
+            .iter()
+            .filter(|((t, r, _), _)| (*t, *r) == (spec.thread, spec.run))
+            .map(|(_, e)| *e)
+            .max();
+        held.is_none() || held != newest
+    }
+}

@@ -1,0 +1,258 @@
+//! [`MemoryStore`]: the reference implementation of [`Store`], kept in process memory.
+//!
+//! It is the executable definition of the store contract: the conformance suite
+//! (`afk-conformance`) replays random operation sequences against a backend and against a fresh
+//! `MemoryStore` and requires the same answers. Every rule of the contract is therefore spelled
+//! out here in plain code, in one lock, without cleverness.
+//!
+//! Layout: one `BTreeMap<String, Vec<u8>>` per thread (sorted, so prefix listing is a range
+//! scan); the fence of a run is the key `run:<run>` holding `{"epoch": n}`, visible to
+//! [`Store::get`] and [`Store::list`] like any other key. Values are copied in and out; no
+//! caller ever shares a buffer with the store.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+
+use super::{
+    Capabilities, Commit, Epoch, ListPage, MAX_LIST_LIMIT, Store, latest_key, run_key,
+    validate_commit,
+};
+use crate::error::{Error, Result};
+use crate::ids::{RunId, ThreadId, validate_key};
+
+/// The families of keys that belong to a run, as `<family>:<run>:…`.
+const RUN_FAMILIES: [&str; 4] = ["checkpoint", "effect", "messages", "bgtool"];
+
+type Keys = BTreeMap<String, Vec<u8>>;
+
+/// An in-memory [`Store`]: thread-safe, not durable, one process.
+///
+/// Cheap to create; share it as `Arc<MemoryStore>` (or `Arc<dyn Store>`). Its state is lost
+/// when it is dropped. [`MemoryStore::snapshot`] and [`MemoryStore::dump`] expose the raw
+/// contents for tests.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    threads: Mutex<HashMap<ThreadId, Keys>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryStore::default()
+    }
+
+    /// Every key and value of `thread` (including the fence keys `run:<run>`), in key order.
+    /// Empty when the thread has no keys.
+    pub fn snapshot(&self, thread: &ThreadId) -> BTreeMap<String, Vec<u8>> {
+        self.lock().get(thread).cloned().unwrap_or_default()
+    }
+
+    /// Every key and value of every thread that has at least one key.
+    pub fn dump(&self) -> BTreeMap<ThreadId, BTreeMap<String, Vec<u8>>> {
+        self.lock()
+            .iter()
+            .map(|(t, keys)| (t.clone(), keys.clone()))
+            .collect()
+    }
+
+    /// Total number of keys over all threads.
+    pub fn len(&self) -> usize {
+        self.lock().values().map(BTreeMap::len).sum()
+    }
+
+    /// Whether the store holds no key at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<ThreadId, Keys>> {
+        // No code path panics while holding the lock, and every mutation is applied after all
+        // checks, so a poisoned map is still consistent.
+        self.threads.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The epoch stored in a fence value. `Corrupt` when the bytes are not `{"epoch": n}`.
+fn decode_epoch(key: &str, bytes: &[u8]) -> Result<Epoch> {
+    #[derive(serde::Deserialize)]
+    struct Fence {
+        epoch: u64,
+    }
+    serde_json::from_slice::<Fence>(bytes)
+        .map(|f| Epoch(f.epoch))
+        .map_err(|e| Error::corrupt_record(key, "fence value is not {\"epoch\": n}").with_source(e))
+}
+
+fn encode_epoch(epoch: Epoch) -> Vec<u8> {
+    serde_json::json!({ "epoch": epoch.0 })
+        .to_string()
+        .into_bytes()
+}
+
+fn current_epoch(keys: Option<&Keys>, run: &RunId) -> Result<Epoch> {
+    let key = run_key(run);
+    match keys.and_then(|k| k.get(&key)) {
+        Some(bytes) => decode_epoch(&key, bytes),
+        None => Ok(Epoch(0)),
+    }
+}
+
+/// Whether `key` belongs to `run` (see [`super::run_of_key`]).
+fn belongs_to(key: &str, run: &str) -> bool {
+    super::run_of_key(key) == Some(run)
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new("memory")
+    }
+
+    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
+        Ok(self
+            .lock()
+            .get(thread)
+            .and_then(|keys| keys.get(key))
+            .cloned())
+    }
+
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        for key in keys {
+            validate_key(key)?;
+        }
+        let threads = self.lock();
+        let map = threads.get(thread);
+        Ok(keys
+            .iter()
+            .map(|k| map.and_then(|m| m.get(k)).cloned())
+            .collect())
+    }
+
+    async fn list(
+        &self,
+        thread: &ThreadId,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        if !prefix.is_empty() {
+            validate_key(prefix)?;
+        }
+        if let Some(c) = cursor {
+            validate_key(c)?;
+        }
+        let limit = limit.clamp(1, MAX_LIST_LIMIT);
+        let threads = self.lock();
+        let Some(keys) = threads.get(thread) else {
+            return Ok(ListPage::default());
+        };
+        // Start strictly after the cursor, but never before the prefix.
+        let start = match cursor {
+            Some(c) if c >= prefix => Bound::Excluded(c),
+            _ => Bound::Included(prefix),
+        };
+        let mut matching = keys
+            .range::<str, _>((start, Bound::Unbounded))
+            .map(|(k, _)| k)
+            .take_while(|k| k.starts_with(prefix));
+        let page: Vec<String> = matching.by_ref().take(limit).cloned().collect();
+        let more = matching.next().is_some();
+        let next_cursor = if more { page.last().cloned() } else { None };
+        Ok(ListPage {
+            keys: page,
+            next_cursor,
+        })
+    }
+
+    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
+        for key in keys {
+            validate_key(key)?;
+        }
+        let mut threads = self.lock();
+        if let Some(map) = threads.get_mut(thread) {
+            for key in keys {
+                map.remove(key);
+            }
+            if map.is_empty() {
+                threads.remove(thread);
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
+        let mut threads = self.lock();
+        let Some(map) = threads.get_mut(thread) else {
+            return Ok(0);
+        };
+        let mut doomed: Vec<String> = Vec::new();
+        for family in RUN_FAMILIES {
+            let prefix = format!("{family}:{run}:");
+            doomed.extend(
+                map.range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+                    .map(|(k, _)| k)
+                    .take_while(|k| k.starts_with(&prefix))
+                    .filter(|k| belongs_to(k, run.as_str()))
+                    .cloned(),
+            );
+        }
+        let fence = run_key(run);
+        if map.contains_key(&fence) {
+            doomed.push(fence);
+        }
+        for key in &doomed {
+            map.remove(key);
+        }
+        if map.is_empty() {
+            threads.remove(thread);
+        }
+        Ok(doomed.len() as u64)
+    }
+
+    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        let mut threads = self.lock();
+        let current = current_epoch(threads.get(thread), run)?;
+        let next = Epoch(current.0.checked_add(1).ok_or_else(|| {
+            Error::corrupt_record(run_key(run), "fence epoch is at u64::MAX and cannot grow")
+        })?);
+        threads
+            .entry(thread.clone())
+            .or_default()
+            .insert(run_key(run), encode_epoch(next));
+        Ok(next)
+    }
+
+    async fn commit(&self, commit: &Commit) -> Result<()> {
+        validate_commit(commit)?;
+        let mut threads = self.lock();
+        let current = current_epoch(threads.get(&commit.thread), &commit.run)?;
+        if current == Epoch(0) {
+            return Err(Error::fenced(format!(
+                "run {} of thread {} was never claimed; claim it before committing",
+                commit.run, commit.thread
+            )));
+        }
+        if commit.epoch != current {
+            return Err(Error::fenced(format!(
+                "run {} of thread {} is claimed at epoch {current}; this commit carries epoch {}",
+                commit.run, commit.thread, commit.epoch
+            )));
+        }
+        let map = threads.entry(commit.thread.clone()).or_default();
+        for (key, value) in &commit.puts {
+            map.insert(key.clone(), value.clone());
+        }
+        if let Some(latest) = &commit.latest {
+            map.insert(latest_key(&commit.run), latest.clone());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "memory_tests.rs"]
+mod tests;

@@ -1,0 +1,99 @@
+//! Checkpoint writer settings: AFK's four, with its defaults, plus ours.
+
+use std::time::Duration;
+
+use crate::store::RetryPolicy;
+
+/// Settings of the checkpoint [`Writer`](super::Writer).
+///
+/// The first four are AFK's (`checkpoint_async_writes`, `checkpoint_queue_maxsize`,
+/// `checkpoint_flush_timeout_s`, `checkpoint_coalesce_runtime_state`) with AFK's defaults; the
+/// rest are ours. Out-of-range values are clamped as AFK does (see [`CheckpointConfig::clamped`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointConfig {
+    /// Queue commits to a background task (`true`, AFK's default) or write each one inline in
+    /// [`Writer::submit`](super::Writer::submit) (`false`, "sync mode").
+    pub async_writes: bool,
+    /// Most commits waiting in the queue; a full queue makes `submit` wait (backpressure).
+    /// Default 1024; clamped to at least 1.
+    pub queue_maxsize: usize,
+    /// Bound of the terminal flush (AFK's `checkpoint_flush_timeout_s`, default 10 s). The
+    /// runner passes it to [`Writer::flush`](super::Writer::flush).
+    pub flush_timeout: Duration,
+    /// Merge a run's queued snapshot commits that have not been written yet (default `true`).
+    pub coalesce_runtime_state: bool,
+    /// Retries of failed writes (retryable errors only). Keep its `max_elapsed` below
+    /// `flush_timeout` so a failing store fails the run with its own error, not a timeout.
+    pub retry: RetryPolicy,
+    /// Bound of [`Writer::shutdown`](super::Writer::shutdown) when the caller has none
+    /// (default 30 s).
+    pub shutdown_timeout: Duration,
+    /// Most commits handed to [`Store::commit_batch`](crate::Store::commit_batch) in one call
+    /// (default 64; clamped to at least 1).
+    pub max_batch_size: usize,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            async_writes: true,
+            queue_maxsize: 1024,
+            flush_timeout: Duration::from_secs(10),
+            coalesce_runtime_state: true,
+            retry: RetryPolicy::default(),
+            shutdown_timeout: Duration::from_secs(30),
+            max_batch_size: 64,
+        }
+    }
+}
+
+impl CheckpointConfig {
+    /// Set the flush timeout from AFK's `checkpoint_flush_timeout_s` (seconds; negative and
+    /// NaN are clamped to 0 as AFK does, huge values to one day).
+    pub fn with_flush_timeout_s(mut self, seconds: f64) -> Self {
+        let s = if seconds.is_nan() {
+            0.0
+        } else {
+            seconds.clamp(0.0, 86_400.0)
+        };
+        self.flush_timeout = Duration::from_secs_f64(s);
+        self
+    }
+
+    /// The same settings with sizes clamped to their minimum of 1 and at least one attempt.
+    pub fn clamped(mut self) -> Self {
+        self.queue_maxsize = self.queue_maxsize.max(1);
+        self.max_batch_size = self.max_batch_size.max(1);
+        self.retry.max_attempts = self.retry.max_attempts.max(1);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_afks() {
+        let c = CheckpointConfig::default();
+        assert!(c.async_writes);
+        assert_eq!(c.queue_maxsize, 1024);
+        assert_eq!(c.flush_timeout, Duration::from_secs(10));
+        assert!(c.coalesce_runtime_state);
+        assert!(c.retry.max_elapsed < c.flush_timeout);
+    }
+
+    #[test]
+    fn clamps_like_afk() {
+        let c = CheckpointConfig {
+            queue_maxsize: 0,
+            max_batch_size: 0,
+            ..Default::default()
+        }
+        .with_flush_timeout_s(-3.0)
+        .clamped();
+        assert_eq!(c.queue_maxsize, 1);
+        assert_eq!(c.max_batch_size, 1);
+        assert_eq!(c.flush_timeout, Duration::ZERO);
+    }
+}

@@ -1,0 +1,342 @@
+//! The write-behind checkpoint writer.
+//!
+//! The runner hands every checkpoint [`Commit`] to a [`Writer`]. With
+//! [`CheckpointConfig::async_writes`] on (the default) commits go through a bounded queue to one
+//! background tokio task that coalesces a run's unwritten snapshot commits, batches commits of
+//! different runs into one [`Store::commit_batch`] call, and retries retryable failures; with it
+//! off, [`Writer::submit`] writes inline. The guarantees are the same in both modes:
+//!
+//! - **per-run order**: a run's commits reach the store in submission order; coalescing only
+//!   merges a snapshot commit into the run's newest queued one, never across other records;
+//! - **barrier**: [`Writer::barrier`] returns once everything queued for the run is durable (the
+//!   runner calls it before every side effect);
+//! - **terminal flush**: [`Writer::flush`] is the barrier bounded by a timeout; a timeout is
+//!   `Timeout` and a store error is returned, never only logged (AFK swallowed both);
+//! - **failures**: a write that still fails after the retry policy fails its run: every later
+//!   `submit`, `barrier` and `flush` of the run returns that error, and the run's queued commits
+//!   are dropped with it (a `Fenced` run's all fail with `Fenced`). Nothing is dropped silently.
+//!   The error stays with the run for the life of the writer: a process that re-claims a failed
+//!   run writes its new attempt through a new `Writer`;
+//! - **no hang**: if the background task dies (panic, abort, runtime shutdown), every pending and
+//!   later call returns `Unavailable` ("checkpoint writer stopped"), not retryable;
+//! - **shutdown**: [`Writer::shutdown`] drains the queue within a bound and reports what could
+//!   not be written.
+//!
+//! Commits are atomic in the store, so aborting the writer at any point leaves every run at
+//! some prefix of its commits: never a pointer to a missing record.
+
+mod config;
+mod state;
+mod worker;
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+pub use config::CheckpointConfig;
+pub use state::{Ticket, WriterStats};
+
+use state::{RunKey, Shared, replay, stopped};
+use worker::{Entry, Msg, Worker};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::ids::{RunId, ThreadId};
+use crate::store::{Commit, RandomSource, RetryStore, Store};
+
+/// Handle to a checkpoint writer. Cheap to clone; all clones share one queue and task. See the
+/// module docs for the guarantees.
+#[derive(Clone)]
+pub struct Writer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    store: Arc<dyn Store>,
+    retrying: Arc<RetryStore<dyn Store>>,
+    config: CheckpointConfig,
+    tx: Option<mpsc::Sender<Msg>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for Writer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer")
+            .field("store", &self.inner.store)
+            .field("config", &self.inner.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Writer {
+    /// Start a writer over `store` with `config` (clamped, see [`CheckpointConfig::clamped`]),
+    /// drawing retry jitter from `jitter`. In async mode this spawns the background task on the
+    /// current tokio runtime; outside a runtime it fails with `InvalidConfig`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        config: CheckpointConfig,
+        jitter: RandomSource,
+    ) -> Result<Self> {
+        let config = config.clamped();
+        let shared = Arc::new(Shared::new());
+        let retrying = Arc::new(RetryStore::from_arc(
+            store.clone(),
+            config.retry.clone(),
+            jitter,
+        ));
+        let (tx, task) = if config.async_writes {
+            let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+                Error::invalid_config("the checkpoint writer needs a tokio runtime").with_source(e)
+            })?;
+            let (tx, rx) = mpsc::channel(config.queue_maxsize);
+            let worker = Worker::new(shared.clone(), retrying.clone(), config.clone());
+            (Some(tx), Some(runtime.spawn(worker.run(rx))))
+        } else {
+            (None, None)
+        };
+        let inner = Inner {
+            shared,
+            store,
+            retrying,
+            config,
+            tx,
+            task: Mutex::new(task),
+        };
+        Ok(Writer {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The store written to (without the retry wrapper).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The settings in force (after clamping).
+    pub fn config(&self) -> &CheckpointConfig {
+        &self.inner.config
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> WriterStats {
+        self.inner.shared.lock().stats
+    }
+
+    /// The error that failed the run, if one did.
+    pub fn run_error(&self, thread: &ThreadId, run: &RunId) -> Option<Error> {
+        let key = (thread.clone(), run.clone());
+        self.inner
+            .shared
+            .lock()
+            .runs
+            .get(&key)
+            .and_then(|r| r.error.as_ref())
+            .map(replay)
+    }
+
+    /// Queue `commit` (async mode) or write it now (sync mode).
+    ///
+    /// `coalescible` marks a pure snapshot commit (the runner's `runtime_state` writes) that may
+    /// be merged into the run's newest queued commit if that one is coalescible too and not yet
+    /// written; see the module docs. Waits while the queue is full (backpressure).
+    ///
+    /// Errors: the error that failed the run earlier; `Unavailable` (not retryable) after
+    /// [`Writer::shutdown`] or if the background task is gone. In sync mode, the store's error
+    /// after retries (which also fails the run).
+    pub async fn submit(&self, commit: Commit, coalescible: bool) -> Result<Ticket> {
+        let key: RunKey = (commit.thread.clone(), commit.run.clone());
+        let Some(tx) = &self.inner.tx else {
+            return self.submit_sync(key, commit).await;
+        };
+        if let Some(e) = self.inner.shared.lock().refuse(&key) {
+            return Err(e);
+        }
+        let permit = tx.reserve().await.map_err(|_| self.stopped_now())?;
+        let mut st = self.inner.shared.lock();
+        if let Some(e) = st.refuse(&key) {
+            return Err(e);
+        }
+        let run = st.runs.entry(key.clone()).or_default();
+        run.submitted += 1;
+        let seq = run.submitted;
+        st.stats.submitted += 1;
+        // Sent under the lock, so channel order is sequence order even for concurrent submits.
+        permit.send(Msg::Commit(Entry {
+            key: key.clone(),
+            seq,
+            commit,
+            coalescible,
+        }));
+        drop(st);
+        Ok(Ticket {
+            shared: self.inner.shared.clone(),
+            key,
+            seq,
+        })
+    }
+
+    async fn submit_sync(&self, key: RunKey, commit: Commit) -> Result<Ticket> {
+        if let Some(e) = self.inner.shared.lock().refuse(&key) {
+            return Err(e);
+        }
+        let result = self.inner.retrying.commit(&commit).await;
+        let mut st = self.inner.shared.lock();
+        st.stats.submitted += 1;
+        st.stats.batches += 1;
+        st.stats.max_batch_len = 1;
+        match result {
+            Ok(()) => {
+                st.stats.written += 1;
+                let run = st.runs.entry(key.clone()).or_default();
+                run.submitted += 1;
+                run.durable = run.submitted;
+                let seq = run.submitted;
+                Ok(Ticket {
+                    shared: self.inner.shared.clone(),
+                    key,
+                    seq,
+                })
+            }
+            Err(e) => Err(replay(&st.fail_run(&key, e))),
+        }
+    }
+
+    fn stopped_now(&self) -> Error {
+        let st = self.inner.shared.lock();
+        if st.closed {
+            stopped("shut down")
+        } else {
+            stopped(st.dead.unwrap_or("channel closed"))
+        }
+    }
+
+    /// Returns once every commit submitted for `(thread, run)` so far is durable; or the error
+    /// that failed the run; or `Unavailable` if the writer stopped first. Not bounded by time
+    /// (the retry policy bounds each write); use [`Writer::flush`] for a bound.
+    pub async fn barrier(&self, thread: &ThreadId, run: &RunId) -> Result<()> {
+        let key: RunKey = (thread.clone(), run.clone());
+        let target = {
+            let st = self.inner.shared.lock();
+            match st.runs.get(&key) {
+                None => return Ok(()),
+                Some(r) => match &r.error {
+                    Some(e) => return Err(replay(e)),
+                    None => r.submitted,
+                },
+            }
+        };
+        self.inner.shared.wait_for(&key, target).await
+    }
+
+    /// The terminal flush: [`Writer::barrier`] bounded by `timeout` (the runner passes
+    /// [`CheckpointConfig::flush_timeout`]). On success the writer forgets the run's state (a
+    /// later submit of the run starts afresh); a failed run's error is kept.
+    ///
+    /// Errors: `Timeout` if the run's commits are not durable in time (they stay queued); the
+    /// run's store error; `Unavailable` if the writer stopped first.
+    pub async fn flush(&self, thread: &ThreadId, run: &RunId, timeout: Duration) -> Result<()> {
+        match tokio::time::timeout(timeout, self.barrier(thread, run)).await {
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "checkpoint flush of run {run} did not finish within {:.3} s",
+                    timeout.as_secs_f64()
+                ),
+            )),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(())) => {
+                let key: RunKey = (thread.clone(), run.clone());
+                let mut st = self.inner.shared.lock();
+                if st
+                    .runs
+                    .get(&key)
+                    .is_some_and(|r| r.error.is_none() && r.durable >= r.submitted)
+                {
+                    st.runs.remove(&key);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Stop accepting commits, write what is queued, and stop the background task, within
+    /// `timeout`. Later `submit`s fail with `Unavailable`. Calling it again is harmless.
+    ///
+    /// Errors: `Timeout` (naming how many commits were not written) if the queue did not drain
+    /// in time (the task is then aborted and their waiters get `Unavailable`); otherwise, if any
+    /// commit accepted by this writer was never written, an error of the first failure's kind
+    /// naming how many; `Unavailable` if the task had died.
+    pub async fn shutdown(&self, timeout: Duration) -> Result<()> {
+        self.inner.shared.lock().closed = true;
+        let handle = self
+            .inner
+            .task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let (Some(handle), Some(tx)) = (handle, &self.inner.tx) {
+            let abort = handle.abort_handle();
+            let drained = tokio::time::timeout(timeout, async {
+                // A send error means the task is already gone; the join tells how.
+                let _ = tx.send(Msg::Shutdown).await;
+                handle.await
+            })
+            .await;
+            match drained {
+                Err(_) => {
+                    abort.abort();
+                    let pending = self.stats().pending();
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "checkpoint writer shutdown: {pending} commits not written within {:.3} s",
+                            timeout.as_secs_f64()
+                        ),
+                    ));
+                }
+                Ok(Err(join)) => {
+                    return Err(
+                        stopped("the background task panicked or was aborted").with_source(join)
+                    );
+                }
+                Ok(Ok(())) => {}
+            }
+        }
+        let st = self.inner.shared.lock();
+        match &st.first_failure {
+            Some(first) if st.stats.failed > 0 => Err(Error::new(
+                first.kind(),
+                format!(
+                    "{} checkpoint commits could not be written; first error: {}",
+                    st.stats.failed,
+                    first.message()
+                ),
+            )
+            .with_source(first.clone())),
+            _ => Ok(()),
+        }
+    }
+
+    /// Abort the background task at once, without draining (a crash, or a hard stop). Pending
+    /// and later calls get `Unavailable`. No effect in sync mode.
+    pub fn abort(&self) {
+        if let Some(h) = self
+            .inner
+            .task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            h.abort();
+        }
+    }
+}

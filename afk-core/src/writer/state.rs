@@ -1,0 +1,194 @@
+//! State shared by the writer handle, its tickets and its background task.
+//!
+//! Per run: how many commits were accepted (`submitted`, the sequence number of the newest),
+//! the newest sequence number known durable (`durable`; per-run order makes it a watermark:
+//! everything at or below it is written), and the error that failed the run, if any. Waiters
+//! re-check after every change, signalled through a `watch` counter, so no wake-up is lost.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::ids::{RunId, ThreadId};
+
+/// A run's identity inside the writer.
+pub(crate) type RunKey = (ThreadId, RunId);
+
+/// Counters of a [`Writer`](super::Writer), for tests and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriterStats {
+    /// Commits accepted by `submit`.
+    pub submitted: u64,
+    /// Commits handed to the store and acknowledged (a merged commit counts once).
+    pub written: u64,
+    /// Commits that will never be written: failed, or dropped because their run had failed.
+    pub failed: u64,
+    /// Commits merged into a newer one of their run before being written.
+    pub coalesced: u64,
+    /// Calls to `Store::commit_batch` (sync mode: calls to `Store::commit`).
+    pub batches: u64,
+    /// Most commits handed to the store in one call.
+    pub max_batch_len: u64,
+}
+
+impl WriterStats {
+    /// Commits accepted and not yet resolved (written, failed or merged).
+    pub fn pending(&self) -> u64 {
+        self.submitted
+            .saturating_sub(self.written + self.failed + self.coalesced)
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RunState {
+    pub(crate) submitted: u64,
+    pub(crate) durable: u64,
+    pub(crate) error: Option<Arc<Error>>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) runs: HashMap<RunKey, RunState>,
+    /// Shutdown has started: no new commits.
+    pub(crate) closed: bool,
+    /// Why the background task is gone, once it is.
+    pub(crate) dead: Option<&'static str>,
+    pub(crate) stats: WriterStats,
+    pub(crate) first_failure: Option<Arc<Error>>,
+}
+
+impl State {
+    /// The error a new commit of `key` must get, if any.
+    pub(crate) fn refuse(&self, key: &RunKey) -> Option<Error> {
+        if let Some(e) = self.runs.get(key).and_then(|r| r.error.as_ref()) {
+            return Some(replay(e));
+        }
+        if self.closed {
+            return Some(stopped("shut down"));
+        }
+        self.dead.map(stopped)
+    }
+
+    /// Record that `key` failed with `error`: every later call for the run returns it.
+    /// Returns the error the run now reports.
+    pub(crate) fn fail_run(&mut self, key: &RunKey, error: Error) -> Arc<Error> {
+        let error = Arc::new(error);
+        let run = self.runs.entry(key.clone()).or_default();
+        let kept = run.error.get_or_insert_with(|| error.clone()).clone();
+        self.stats.failed += 1;
+        if self.first_failure.is_none() {
+            self.first_failure = Some(error);
+        }
+        kept
+    }
+}
+
+/// The error returned for a run that failed earlier: same kind, message and key, with the
+/// original as its source.
+pub(crate) fn replay(e: &Arc<Error>) -> Error {
+    let mut out = Error::new(e.kind(), e.message()).with_source(e.clone());
+    if let Some(key) = e.key() {
+        out = out.with_key(key);
+    }
+    out
+}
+
+/// The error for calls that can no longer be served because the background task is gone.
+pub(crate) fn stopped(why: &str) -> Error {
+    Error::unavailable(format!("checkpoint writer stopped ({why})")).with_retryable(false)
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    progress: watch::Sender<u64>,
+}
+
+impl Shared {
+    pub(crate) fn new() -> Self {
+        Shared {
+            state: Mutex::new(State::default()),
+            progress: watch::channel(0).0,
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wake every waiter so it re-checks.
+    pub(crate) fn notify(&self) {
+        self.progress.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Wait until commit `seq` of `key` is durable (`Ok`), its run failed (that error), or the
+    /// background task is gone with it unwritten (`Unavailable`, not retryable).
+    pub(crate) async fn wait_for(&self, key: &RunKey, seq: u64) -> Result<()> {
+        let mut rx = self.progress.subscribe();
+        loop {
+            {
+                let st = self.lock();
+                let Some(run) = st.runs.get(key) else {
+                    return Ok(());
+                };
+                if run.durable >= seq {
+                    return Ok(());
+                }
+                if let Some(e) = &run.error {
+                    return Err(replay(e));
+                }
+                if let Some(why) = st.dead {
+                    return Err(stopped(why));
+                }
+            }
+            if rx.changed().await.is_err() {
+                return Err(stopped("dropped"));
+            }
+        }
+    }
+}
+
+/// Marks the writer dead when the background task ends, however it ends: return, panic, or
+/// abort (dropping the task's future drops this guard).
+#[derive(Debug)]
+pub(crate) struct AliveGuard {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) finished: bool,
+}
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        let why = if self.finished {
+            "shut down"
+        } else {
+            "the background task panicked or was aborted"
+        };
+        self.shared.lock().dead.get_or_insert(why);
+        self.shared.notify();
+    }
+}
+
+/// Proof that a commit was accepted; [`Ticket::wait`] awaits its durability.
+#[derive(Debug, Clone)]
+pub struct Ticket {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) key: RunKey,
+    pub(crate) seq: u64,
+}
+
+impl Ticket {
+    /// Returns once this commit (and, per-run order, every earlier one of its run) is durable,
+    /// or the error that failed its run, or `Unavailable` if the writer stopped before writing
+    /// it. Never hangs on a dead writer.
+    pub async fn wait(&self) -> Result<()> {
+        self.shared.wait_for(&self.key, self.seq).await
+    }
+
+    /// The commit's sequence number within its run (1, 2, …, in submission order).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}

@@ -1,0 +1,533 @@
+//! Unit tests of the writer rules, against `MemoryStore` behind a `FaultStore`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+
+use super::*;
+use crate::store::{FaultEvent, FaultStore, MemoryStore, Op, RetryPolicy};
+
+pub(super) fn tid(s: &str) -> ThreadId {
+    ThreadId::new(s).unwrap()
+}
+
+pub(super) fn rid(s: &str) -> RunId {
+    RunId::new(s).unwrap()
+}
+
+/// A commit of `run` writing record `checkpoint:<run>:<i>:<phase>` and pointing latest at it.
+pub(super) fn record(thread: &ThreadId, run: &RunId, epoch: Epoch, i: u64, phase: &str) -> Commit {
+    let key = format!("checkpoint:{run}:{i}:{phase}");
+    Commit {
+        thread: thread.clone(),
+        run: run.clone(),
+        epoch,
+        puts: vec![(key.clone(), format!("value {i}").into_bytes())],
+        latest: Some(key.into_bytes()),
+    }
+}
+
+use crate::store::Epoch;
+
+pub(super) type Faulty = Arc<FaultStore<MemoryStore>>;
+
+pub(super) fn writer(config: CheckpointConfig) -> (Faulty, Writer) {
+    let fs = Arc::new(FaultStore::new(MemoryStore::new()));
+    let store: Arc<dyn Store> = fs.clone();
+    let w = Writer::new(store, config, RandomSource::seeded(7)).unwrap();
+    (fs, w)
+}
+
+async fn claimed(fs: &Faulty, thread: &ThreadId, run: &RunId) -> Epoch {
+    fs.inner().claim(thread, run).await.unwrap()
+}
+
+/// Keys of the commits the inner store applied for `run`, in apply order.
+pub(super) fn applied(fs: &Faulty, run: &RunId) -> Vec<Vec<String>> {
+    fs.log()
+        .into_iter()
+        .filter_map(|e| match e {
+            FaultEvent::Commit(c) if &c.run == run => {
+                Some(c.puts.into_iter().map(|(k, _)| k).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+async fn latest(fs: &Faulty, thread: &ThreadId, run: &RunId) -> Option<String> {
+    let v = fs
+        .inner()
+        .get(thread, &crate::store::latest_key(run))
+        .await
+        .unwrap();
+    v.map(|b| String::from_utf8(b).unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn writes_in_submission_order_and_barrier_waits_for_durability() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    fs.set_latency(Duration::from_millis(10));
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    for (i, phase) in ["pre_llm", "post_llm", "pre_tool_batch"].iter().enumerate() {
+        w.submit(record(&t, &r, e, i as u64, phase), false)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        fs.persisted_commits(),
+        0,
+        "nothing written before the task ran"
+    );
+    w.barrier(&t, &r).await.unwrap();
+    assert_eq!(
+        applied(&fs, &r),
+        vec![
+            vec!["checkpoint:r1:0:pre_llm".to_string()],
+            vec!["checkpoint:r1:1:post_llm".to_string()],
+            vec!["checkpoint:r1:2:pre_tool_batch".to_string()],
+        ]
+    );
+    assert_eq!(
+        latest(&fs, &t, &r).await.as_deref(),
+        Some("checkpoint:r1:2:pre_tool_batch")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn coalesces_unwritten_snapshots_and_keeps_every_record() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    fs.set_latency(Duration::from_millis(100));
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    w.submit(record(&t, &r, e, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    let mut last = None;
+    for i in 1..=5 {
+        last = Some(
+            w.submit(record(&t, &r, e, i, "runtime_state"), true)
+                .await
+                .unwrap(),
+        );
+    }
+    last.unwrap().wait().await.unwrap();
+    assert_eq!(w.stats().coalesced, 4);
+    let commits = applied(&fs, &r);
+    assert_eq!(commits.len(), 2, "{commits:?}");
+    assert_eq!(
+        commits[1].len(),
+        5,
+        "the merged commit keeps every snapshot record"
+    );
+    assert_eq!(
+        latest(&fs, &t, &r).await.as_deref(),
+        Some("checkpoint:r1:5:runtime_state")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_phase_record_between_snapshots_prevents_coalescing() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    fs.set_latency(Duration::from_millis(100));
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    w.submit(record(&t, &r, e, 1, "runtime_state"), true)
+        .await
+        .unwrap();
+    w.submit(record(&t, &r, e, 1, "pre_llm"), false)
+        .await
+        .unwrap();
+    w.submit(record(&t, &r, e, 2, "runtime_state"), true)
+        .await
+        .unwrap();
+    w.barrier(&t, &r).await.unwrap();
+    assert_eq!(w.stats().coalesced, 0);
+    let order: Vec<String> = applied(&fs, &r).into_iter().flatten().collect();
+    assert_eq!(
+        order,
+        [
+            "checkpoint:r1:1:runtime_state",
+            "checkpoint:r1:1:pre_llm",
+            "checkpoint:r1:2:runtime_state"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn coalescing_off_writes_every_snapshot() {
+    let config = CheckpointConfig {
+        coalesce_runtime_state: false,
+        ..Default::default()
+    };
+    let (fs, w) = writer(config);
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    for i in 0..4 {
+        w.submit(record(&t, &r, e, i, "runtime_state"), true)
+            .await
+            .unwrap();
+    }
+    w.barrier(&t, &r).await.unwrap();
+    assert_eq!(w.stats().coalesced, 0);
+    assert_eq!(applied(&fs, &r).len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_hold_at_most_one_commit_per_run() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    let t = tid("t1");
+    let runs = [rid("a"), rid("b"), rid("c")];
+    let mut epochs = Vec::new();
+    for r in &runs {
+        epochs.push(claimed(&fs, &t, r).await);
+    }
+    for i in 0..2 {
+        for (r, e) in runs.iter().zip(&epochs) {
+            w.submit(record(&t, r, *e, i, "pre_llm"), false)
+                .await
+                .unwrap();
+        }
+    }
+    for r in &runs {
+        w.barrier(&t, r).await.unwrap();
+    }
+    let s = w.stats();
+    assert_eq!((s.batches, s.max_batch_len, s.written), (2, 3, 6), "{s:?}");
+    assert_eq!(fs.calls(Op::CommitBatch), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_batch_size_bounds_a_store_call() {
+    let config = CheckpointConfig {
+        max_batch_size: 2,
+        ..Default::default()
+    };
+    let (fs, w) = writer(config);
+    let t = tid("t1");
+    let runs: Vec<RunId> = (0..5).map(|i| rid(&format!("r{i}"))).collect();
+    for r in &runs {
+        let e = claimed(&fs, &t, r).await;
+        w.submit(record(&t, r, e, 0, "pre_llm"), false)
+            .await
+            .unwrap();
+    }
+    for r in &runs {
+        w.barrier(&t, r).await.unwrap();
+    }
+    assert_eq!(w.stats().max_batch_len, 2);
+    assert_eq!(w.stats().batches, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_failures_are_retried() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    fs.fail_nth(Some(Op::Commit), 1, ErrorKind::Unavailable);
+    fs.fail_nth(Some(Op::Commit), 2, ErrorKind::Unavailable);
+    w.submit(record(&t, &r, e, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    w.flush(&t, &r, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(fs.calls(Op::Commit), 3);
+    assert_eq!(applied(&fs, &r).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_failing_every_write_fails_the_run_within_the_flush_timeout() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    fs.fail_with_probability(Some(Op::Commit), 1.0, 1, ErrorKind::Unavailable);
+    let start = tokio::time::Instant::now();
+    w.submit(record(&t, &r, e, 0, "run_terminal"), false)
+        .await
+        .unwrap();
+    let err = w.flush(&t, &r, w.config().flush_timeout).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.message().contains("injected failure"), "{err}");
+    assert!(start.elapsed() < w.config().flush_timeout);
+    assert_eq!(
+        fs.calls(Op::Commit),
+        u64::from(w.config().retry.max_attempts)
+    );
+    // The run stays failed: nothing later of it is accepted or reported durable.
+    let again = w
+        .submit(record(&t, &r, e, 1, "run_terminal"), false)
+        .await
+        .unwrap_err();
+    assert_eq!(again.kind(), ErrorKind::Unavailable);
+    assert_eq!(
+        w.barrier(&t, &r).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    assert!(w.run_error(&t, &r).is_some());
+    // Another run is unaffected once the store recovers.
+    fs.clear_failures();
+    let r2 = rid("r2");
+    let e2 = claimed(&fs, &t, &r2).await;
+    w.submit(record(&t, &r2, e2, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    w.flush(&t, &r2, Duration::from_secs(10)).await.unwrap();
+    let err = w.shutdown(Duration::from_secs(5)).await.unwrap_err();
+    assert!(
+        err.message()
+            .contains("1 checkpoint commits could not be written"),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fenced_run_fails_all_its_queued_commits_with_fenced() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    fs.set_latency(Duration::from_millis(50));
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    let mut tickets = Vec::new();
+    for i in 0..3 {
+        tickets.push(
+            w.submit(record(&t, &r, e, i, "pre_llm"), false)
+                .await
+                .unwrap(),
+        );
+    }
+    let newer = claimed(&fs, &t, &r).await;
+    assert!(newer > e);
+    for ticket in &tickets {
+        assert_eq!(ticket.wait().await.unwrap_err().kind(), ErrorKind::Fenced);
+    }
+    assert_eq!(
+        w.barrier(&t, &r).await.unwrap_err().kind(),
+        ErrorKind::Fenced
+    );
+    assert_eq!(w.stats().failed, 3);
+    assert_eq!(
+        fs.calls(Op::Commit),
+        1,
+        "fenced is not retried, later commits are not sent"
+    );
+    assert!(applied(&fs, &r).is_empty());
+    let err = w
+        .submit(record(&t, &r, e, 9, "pre_llm"), false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+}
+
+#[tokio::test(start_paused = true)]
+async fn flush_times_out_on_a_slow_store_and_the_write_still_lands() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    fs.set_latency(Duration::from_secs(60));
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    w.submit(record(&t, &r, e, 0, "run_terminal"), false)
+        .await
+        .unwrap();
+    let err = w.flush(&t, &r, Duration::from_secs(1)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    w.barrier(&t, &r).await.unwrap();
+    assert_eq!(applied(&fs, &r).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_drains_then_refuses_new_commits() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    fs.set_latency(Duration::from_millis(20));
+    let t = tid("t1");
+    let runs = [rid("a"), rid("b")];
+    for r in &runs {
+        let e = claimed(&fs, &t, r).await;
+        for i in 0..3 {
+            w.submit(record(&t, r, e, i, "pre_llm"), false)
+                .await
+                .unwrap();
+        }
+    }
+    w.shutdown(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(fs.persisted_commits(), 6);
+    let err = w
+        .submit(record(&t, &runs[0], Epoch(1), 9, "pre_llm"), false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(!err.is_retryable());
+    w.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_is_bounded_and_reports_what_was_not_written() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    fs.set_latency(Duration::from_secs(10));
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    for i in 0..3 {
+        w.submit(record(&t, &r, e, i, "pre_llm"), false)
+            .await
+            .unwrap();
+    }
+    let err = w.shutdown(Duration::from_secs(1)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert!(err.message().contains("3 commits not written"), "{err}");
+    assert_eq!(
+        w.barrier(&t, &r).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_aborted_writer_answers_errors_instead_of_hanging() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    fs.set_latency(Duration::from_secs(1));
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    let ticket = w
+        .submit(record(&t, &r, e, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    tokio::task::yield_now().await;
+    w.abort();
+    let err = ticket.wait().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(err.message().contains("checkpoint writer stopped"), "{err}");
+    assert_eq!(
+        w.barrier(&t, &r).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    assert_eq!(
+        w.flush(&t, &r, Duration::from_secs(1))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Unavailable
+    );
+    assert!(
+        w.submit(record(&t, &r, e, 1, "pre_llm"), false)
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_store_stops_the_writer_without_hanging() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    fs.panic_on_nth(Op::Commit, 1);
+    w.submit(record(&t, &r, e, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    let err = w.barrier(&t, &r).await.unwrap_err();
+    assert!(err.message().contains("panicked"), "{err}");
+    assert!(w.shutdown(Duration::from_secs(1)).await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_applies_backpressure_and_a_dropped_submit_loses_nothing() {
+    let config = CheckpointConfig {
+        queue_maxsize: 1,
+        ..Default::default()
+    };
+    let (fs, w) = writer(config);
+    fs.set_latency(Duration::from_secs(1));
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    w.submit(record(&t, &r, e, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    tokio::task::yield_now().await; // the task takes commit 0 and starts writing it
+    w.submit(record(&t, &r, e, 1, "pre_llm"), false)
+        .await
+        .unwrap();
+    let blocked = w
+        .submit(record(&t, &r, e, 2, "pre_llm"), false)
+        .now_or_never();
+    assert!(blocked.is_none(), "a full queue must make submit wait");
+    w.barrier(&t, &r).await.unwrap();
+    assert_eq!(
+        applied(&fs, &r).len(),
+        2,
+        "the dropped submit was never accepted"
+    );
+    w.submit(record(&t, &r, e, 2, "pre_llm"), false)
+        .await
+        .unwrap();
+    w.barrier(&t, &r).await.unwrap();
+    assert_eq!(applied(&fs, &r).len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_mode_writes_inline_with_the_same_failure_rules() {
+    let config = CheckpointConfig {
+        async_writes: false,
+        ..Default::default()
+    };
+    let (fs, w) = writer(config);
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    let ticket = w
+        .submit(record(&t, &r, e, 0, "pre_llm"), true)
+        .await
+        .unwrap();
+    assert_eq!(applied(&fs, &r).len(), 1, "written before submit returned");
+    ticket.wait().await.unwrap();
+    fs.fail_nth(Some(Op::Commit), 2, ErrorKind::Unavailable);
+    w.submit(record(&t, &r, e, 1, "pre_llm"), false)
+        .await
+        .unwrap();
+    assert_eq!(fs.calls(Op::Commit), 3, "retried once");
+    fs.fail_nth(Some(Op::Commit), 4, ErrorKind::Corrupt);
+    let err = w
+        .submit(record(&t, &r, e, 2, "pre_llm"), false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt);
+    assert_eq!(fs.calls(Op::Commit), 4, "not retried");
+    let later = w
+        .submit(record(&t, &r, e, 3, "pre_llm"), false)
+        .await
+        .unwrap_err();
+    assert_eq!(later.kind(), ErrorKind::Corrupt, "the run stays failed");
+    assert_eq!(
+        w.barrier(&t, &r).await.unwrap_err().kind(),
+        ErrorKind::Corrupt
+    );
+    assert_eq!(
+        w.flush(&t, &r, Duration::from_secs(1))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Corrupt
+    );
+    assert_eq!(fs.calls(Op::Commit), 4);
+}
+
+#[test]
+fn async_mode_outside_a_runtime_is_a_config_error() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let err = Writer::new(store, CheckpointConfig::default(), RandomSource::seeded(1)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_retry_policy_fails_at_the_first_error() {
+    let config = CheckpointConfig {
+        retry: RetryPolicy::none(),
+        ..Default::default()
+    };
+    let (fs, w) = writer(config);
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    fs.fail_nth(Some(Op::Commit), 1, ErrorKind::Unavailable);
+    w.submit(record(&t, &r, e, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        w.barrier(&t, &r).await.unwrap_err().kind(),
+        ErrorKind::Unavailable
+    );
+    assert_eq!(fs.calls(Op::Commit), 1);
+}
