@@ -192,3 +192,26 @@ pub fn stop_process(pid: u32, needle: &str) {
         let _ = output(Command::new("kill").args(["-KILL", &pid.to_string()]));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_and_never_reserved() {
+        let ports = free_ports(8).unwrap();
+        let distinct: BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), 8);
+        assert!(ports.iter().all(|p| !RESERVED_PORTS.contains(p)));
+    }
+
+    #[test]
+    fn process_matches_checks_the_command_line() {
+        let me = std::process::id();
+        let exe = env::current_exe().unwrap();
+        let name = exe.file_name().unwrap().to_string_lossy();
+        assert!(process_matches(me, &name));
+        assert!(!process_matches(me, "redis-server"));
+        assert!(!process_matches(u32::MAX, &name)); // no such process
+    }
+}

@@ -140,3 +140,57 @@ pub fn code(status: ExitStatus) -> i32 {
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_store_selects_everything_with_all_features_and_servers() {
+        let all = Selection::new(&[]);
+        assert_eq!(all.cargo_args, ["--workspace", "--all-features"]);
+        assert_eq!(all.needs, Needs::ALL);
+        assert!(all.build_debs.contains("librocksdb-dev"));
+    }
+
+    #[test]
+    fn memory_needs_no_server_and_no_system_library() {
+        let memory = Selection::new(&[Store::Memory]);
+        assert_eq!(
+            memory.cargo_args,
+            [
+                "-p",
+                "afk-conformance",
+                "-p",
+                "afk-core",
+                "-p",
+                "custom-store"
+            ]
+        );
+        assert_eq!(
+            memory.needs,
+            Needs {
+                redis: false,
+                s3: false
+            }
+        );
+        assert!(memory.build_debs.is_empty());
+    }
+
+    #[test]
+    fn stores_combine_packages_servers_and_packages_to_install() {
+        let both = Selection::new(&[Store::S3, Store::Rocksdb]);
+        assert_eq!(
+            both.cargo_args,
+            ["-p", "afk", "-p", "afk-store-rocksdb", "-p", "afk-store-s3"]
+        );
+        assert_eq!(
+            both.needs,
+            Needs {
+                redis: false,
+                s3: true
+            }
+        );
+        assert_eq!(both.build_debs, BTreeSet::from(ROCKSDB_DEBS));
+    }
+}
