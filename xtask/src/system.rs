@@ -161,6 +161,18 @@ pub fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) 
     Ok(())
 }
 
+/// The last `n` lines of a log file, for error messages (the set directory, logs included,
+/// is removed when a failed start stops what it had started).
+pub fn log_tail(path: &Path, n: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    format!(
+        "{}:\n{}",
+        path.display(),
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    )
+}
+
 /// True when `pid` runs (not a zombie) and its command line contains `needle`: a pid file
 /// that outlived its process never makes us signal an unrelated process.
 pub fn process_matches(pid: u32, needle: &str) -> bool {

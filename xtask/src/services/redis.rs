@@ -38,7 +38,7 @@ fn start_node(dir: &Path, name: &str, port: u16, cluster_bus: Option<u16>) -> Re
         Duration::from_secs(10),
         || cli(port, &["ping"]).is_some_and(|out| out.trim() == "PONG"),
     )
-    .with_context(|| format!("see {}", dir.join(format!("{name}.log")).display()))
+    .with_context(|| system::log_tail(&dir.join(format!("{name}.log")), 10))
 }
 
 /// `redis-cli -p <port> <args>`, quietly; its stdout if it succeeded.

@@ -83,6 +83,6 @@ pub fn start(dir: &Path) -> Result<String> {
         Duration::from_secs(60),
         || answers_http(port),
     )
-    .with_context(|| format!("see {}", log_path.display()))?;
+    .with_context(|| system::log_tail(&log_path, 10))?;
     Ok(format!("http://127.0.0.1:{port}"))
 }
