@@ -76,8 +76,13 @@ pub fn output(cmd: &mut Command) -> Option<String> {
 pub fn show(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for arg in cmd.get_args() {
+        let arg = arg.to_string_lossy();
         s.push(' ');
-        s.push_str(&arg.to_string_lossy());
+        if arg.is_empty() || arg.contains(' ') {
+            s.push_str(&format!("'{arg}'"));
+        } else {
+            s.push_str(&arg);
+        }
     }
     s
 }
