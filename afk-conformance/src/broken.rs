@@ -116,7 +116,7 @@ impl<S: Store> Store for BrokenStore<S> {
             }
             Breakage::LosesWrites(n) => {
                 let count = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
-                if count % n.max(1) == 0 {
+                if count.is_multiple_of(n.max(1)) {
                     return Ok(());
                 }
                 self.inner.commit(commit).await

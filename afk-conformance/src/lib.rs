@@ -115,3 +115,42 @@ pub mod __private {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn require_env_returns_a_set_variable() {
+        // Cargo sets CARGO_MANIFEST_DIR for every test process.
+        assert!(require_env("CARGO_MANIFEST_DIR").is_some_and(|v| v.ends_with("afk-conformance")));
+    }
+
+    #[test]
+    fn require_env_skips_or_fails_on_a_missing_variable() {
+        let name = "AFK_TEST_THIS_VARIABLE_IS_NEVER_SET";
+        let result = std::panic::catch_unwind(|| require_env(name));
+        if std::env::var(REQUIRE_INTEGRATION).is_ok_and(|v| v == "1") {
+            assert!(
+                result.is_err(),
+                "with {REQUIRE_INTEGRATION}=1 a missing variable must panic"
+            );
+        } else {
+            assert_eq!(result.ok(), Some(None), "a missing variable is a skip");
+        }
+    }
+
+    #[test]
+    fn case_table_lists_every_case_once() {
+        let mut names: Vec<String> = CASES
+            .iter()
+            .map(|c| format!("{}::{}", c.module, c.name))
+            .collect();
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "a case is listed twice");
+        assert!(n >= 25, "only {n} cases");
+        assert!(!names.contains(&"large::hundred_thousand_keys_list_in_order".to_string()));
+    }
+}

@@ -111,7 +111,7 @@ macro_rules! __store_suite_tests {
 /// `store_suite!(factory(), skip_large)` leaves out the 100,000-key case
 /// ([`cases::large`](crate::cases::large)) for backends where it is too slow.
 ///
-/// ```ignore
+/// ```text
 /// // tests/conformance.rs of a backend crate:
 /// afk_conformance::store_suite!(store());
 ///

@@ -87,7 +87,7 @@ impl fmt::Display for ErrorKind {
 ///
 /// Construct with [`Error::new`] and the kind helpers ([`Error::not_found`], …); add a source
 /// with [`Error::with_source`]. A checkpoint-corruption error additionally names the key it was
-/// read from ([`Error::corrupt_record`], [`Error::corrupt_key`]).
+/// read from ([`Error::corrupt_record`]).
 pub struct Error {
     kind: ErrorKind,
     message: String,

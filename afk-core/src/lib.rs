@@ -1,9 +1,13 @@
 #![doc = include_str!("../README.md")]
 
 pub mod error;
+pub mod fixture;
 pub mod hash;
 pub mod ids;
 pub mod keys;
+pub mod normalize;
+pub mod runner;
+pub mod schema;
 pub mod store;
 pub mod writer;
 

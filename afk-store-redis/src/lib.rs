@@ -1,1 +1,12 @@
 #![doc = include_str!("../README.md")]
+
+mod config;
+mod conn;
+mod error;
+mod scripts;
+mod store;
+
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT_MS, RedisConfig, SCHEMES,
+};
+pub use store::{MAX_VALUE_SIZE, RedisStore};

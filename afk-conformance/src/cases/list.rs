@@ -57,7 +57,7 @@ pub async fn list_filters_by_prefix(store: &dyn Store) -> CaseResult {
     let t = unique_thread("list-prefix");
     let r = unique_run();
     let e = store.claim(&t, &r).await.ctx("claim")?;
-    let keys = vec![
+    let keys = [
         format!("checkpoint:{r}:0:pre_llm"),
         format!("checkpoint:{r}:1:pre_llm"),
         format!("checkpoint:{r}:10:pre_llm"),

@@ -194,12 +194,12 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
                     .claim(t, r)
                     .await
                     .map_err(|e| format!("op {i}: model claim: {e}"))?;
-                if let Some(prev) = sut.max.get(&(*thread, *run)) {
-                    if got <= *prev {
-                        return Err(format!(
-                            "op {i}: claim {r} returned {got}, not above {prev}"
-                        ));
-                    }
+                if let Some(prev) = sut.max.get(&(*thread, *run))
+                    && got <= *prev
+                {
+                    return Err(format!(
+                        "op {i}: claim {r} returned {got}, not above {prev}"
+                    ));
                 }
                 sut.max.insert((*thread, *run), got);
                 sut.held.insert((*thread, *run, *slot), got);

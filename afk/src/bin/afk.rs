@@ -1,5 +1,8 @@
-//! The `afk` command-line tool.
+//! The `afk` command-line tool. Subcommands live in `src/cli/`, one module each.
 
-fn main() {
-    println!("afk: work in progress");
+#[path = "../cli/mod.rs"]
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
 }

@@ -1,0 +1,213 @@
+//! The agent definition: instructions, model, tools, limits and policies.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::llm::LlmClient;
+use super::tool::ToolRef;
+use crate::schema::ToolCall;
+
+/// What the runner does when a model call, a tool call or an approval fails
+/// (`reference/afk-python.md` §7.3: AFK's policy names map onto these three outcomes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FailurePolicy {
+    /// Record the failure and go on (AFK `continue`, `continue_with_error`, `skip_action`).
+    #[default]
+    Continue,
+    /// Stop the run with state `degraded` and the failure as final text (AFK
+    /// `retry_then_degrade`).
+    Degrade,
+    /// Fail the run with the error (AFK `retry_then_fail`, `fail_fast`, `fail_run`).
+    Fail,
+}
+
+impl FailurePolicy {
+    /// Map an AFK policy name onto an outcome (unknown names continue, like AFK).
+    pub fn from_afk_name(name: &str) -> Self {
+        match name {
+            "retry_then_degrade" => FailurePolicy::Degrade,
+            "retry_then_fail" | "fail_fast" | "fail_run" => FailurePolicy::Fail,
+            _ => FailurePolicy::Continue,
+        }
+    }
+}
+
+/// The three failure policies of an agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailurePolicies {
+    /// Every model candidate failed for a step. Default: fail (AFK `retry_then_fail`);
+    /// `Continue` behaves like `Degrade` here, as in AFK.
+    pub llm: FailurePolicy,
+    /// A tool call returned an error or panicked. Default: continue (AFK default).
+    pub tool: FailurePolicy,
+    /// A tool call was denied by the gate or by a human. Default: continue.
+    pub approval: FailurePolicy,
+}
+
+impl Default for FailurePolicies {
+    fn default() -> Self {
+        FailurePolicies {
+            llm: FailurePolicy::Fail,
+            tool: FailurePolicy::Continue,
+            approval: FailurePolicy::Continue,
+        }
+    }
+}
+
+/// Run budgets. Every limit is checked at each step start; cost also after each model call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Most loop steps (model turns).
+    pub max_steps: u64,
+    /// Most model calls over the whole run (resumes included).
+    pub max_llm_calls: u64,
+    /// Most tool calls over the whole run.
+    pub max_tool_calls: u64,
+    /// Most *active* milliseconds: time spent paused or crashed does not count (AFK defect #5).
+    pub max_wall_time_ms: Option<u64>,
+    /// Most accumulated model cost in USD.
+    pub max_cost_usd: Option<f64>,
+    /// Most tool calls of one batch that run at the same time.
+    pub tool_parallelism: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_steps: 20,
+            max_llm_calls: 50,
+            max_tool_calls: 200,
+            max_wall_time_ms: Some(300_000),
+            max_cost_usd: None,
+            tool_parallelism: 16,
+        }
+    }
+}
+
+/// What the gate says about one tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateDecision {
+    /// Run it.
+    Allow,
+    /// Do not run it: a failed tool record with this reason; the approval policy decides.
+    Deny(String),
+    /// Pause the run until a human decides (see [`Runner::resume_with_decision`](super::Runner::resume_with_decision)).
+    RequestApproval(String),
+}
+
+/// A policy hook consulted for every tool call before it runs (human in the loop).
+pub trait ToolGate: Send + Sync + fmt::Debug {
+    /// Decide about one call of `step`.
+    fn decide(&self, step: u64, call: &ToolCall) -> GateDecision;
+}
+
+/// An agent: what the runner drives. Cheap to clone (everything shared is behind `Arc`).
+#[derive(Clone)]
+pub struct Agent {
+    /// Name, stored in `run_started` and tool records.
+    pub name: String,
+    /// System instructions, the first message of a fresh run.
+    pub instructions: String,
+    /// Primary model name.
+    pub model: String,
+    /// Models tried in order when the primary fails for a step (AFK
+    /// `fallback_model_chain`, §7.2); duplicates of earlier candidates are skipped.
+    pub fallback_models: Vec<String>,
+    /// The model client.
+    pub llm: Arc<dyn LlmClient>,
+    /// Tools the model may call.
+    pub tools: Vec<ToolRef>,
+    /// Agents the model may delegate to: a tool call named like a subagent runs a child run.
+    pub subagents: Vec<Agent>,
+    /// Budgets.
+    pub limits: Limits,
+    /// Failure policies.
+    pub policies: FailurePolicies,
+    /// Optional approval gate.
+    pub gate: Option<Arc<dyn ToolGate>>,
+    /// Default run context (overlaid by the restored and the caller's context).
+    pub context: Map<String, Value>,
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("name", &self.name)
+            .field("model", &self.model)
+            .field(
+                "tools",
+                &self.tools.iter().map(|t| t.spec().name).collect::<Vec<_>>(),
+            )
+            .field(
+                "subagents",
+                &self.subagents.iter().map(|a| &a.name).collect::<Vec<_>>(),
+            )
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// An agent with default limits and policies, no tools.
+    pub fn new(
+        name: impl Into<String>,
+        instructions: impl Into<String>,
+        model: impl Into<String>,
+        llm: Arc<dyn LlmClient>,
+    ) -> Self {
+        Agent {
+            name: name.into(),
+            instructions: instructions.into(),
+            model: model.into(),
+            fallback_models: Vec::new(),
+            llm,
+            tools: Vec::new(),
+            subagents: Vec::new(),
+            limits: Limits::default(),
+            policies: FailurePolicies::default(),
+            gate: None,
+            context: Map::new(),
+        }
+    }
+
+    /// Add a tool (builder style).
+    pub fn with_tool(mut self, tool: ToolRef) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Add a subagent (builder style).
+    pub fn with_subagent(mut self, agent: Agent) -> Self {
+        self.subagents.push(agent);
+        self
+    }
+
+    /// Set the approval gate (builder style).
+    pub fn with_gate(mut self, gate: Arc<dyn ToolGate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// The tool named `name`, if any.
+    pub fn tool(&self, name: &str) -> Option<&ToolRef> {
+        self.tools.iter().find(|t| t.spec().name == name)
+    }
+
+    /// The subagent named `name`, if any.
+    pub fn subagent(&self, name: &str) -> Option<&Agent> {
+        self.subagents.iter().find(|a| a.name == name)
+    }
+
+    /// Model candidates in order, deduplicated.
+    pub fn model_candidates(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for m in std::iter::once(&self.model).chain(&self.fallback_models) {
+            if !out.contains(m) {
+                out.push(m.clone());
+            }
+        }
+        out
+    }
+}

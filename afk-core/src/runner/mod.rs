@@ -1,0 +1,434 @@
+//! The runner: drives an [`Agent`] with its model and tools, checkpointing every phase, and
+//! resumes runs from their checkpoints after a crash, a deploy or a pause.
+//!
+//! * [`Runner::run`] starts a fresh run, [`Runner::resume`] continues a stored one,
+//!   [`Runner::resume_with_decision`] continues a run paused for approval. Each returns a
+//!   [`RunHandle`] at once; the run executes on the Tokio runtime.
+//! * The loop and its phase order are in `exec.rs`, tool batches and the effect journal in
+//!   `tools.rs`, **the resume rules in `resume.rs`**, delegation in `subagent.rs`.
+//! * Every error path resolves the handle with an [`Error`]: store failures, corrupt records,
+//!   fencing, panicking tools (caught and recorded as failed calls) and panics of the run task.
+
+mod agent;
+mod clock;
+mod exec;
+pub mod fixture_check;
+mod llm;
+mod persist;
+mod resume;
+pub mod scripted;
+mod state;
+mod subagent;
+mod tool;
+mod tools;
+
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, watch};
+use tracing::Instrument;
+
+pub use agent::{Agent, FailurePolicies, FailurePolicy, GateDecision, Limits, ToolGate};
+pub use clock::{Clock, IdGen, ManualClock, RandomIds, SequentialIds, SystemClock};
+pub use llm::{LlmClient, LlmRequest};
+pub use subagent::child_run_id;
+pub use tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::ids::{RunId, ThreadId};
+use crate::schema::{AgentResult, PauseRequest};
+use crate::store::{RandomSource, Store};
+use crate::writer::{CheckpointConfig, Writer};
+use exec::RunTask;
+use persist::Checkpointer;
+use state::RunState;
+
+/// Runner settings.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// Time source (records' timestamps, budgets).
+    pub clock: Arc<dyn Clock>,
+    /// Run id source for [`Runner::run`].
+    pub ids: Arc<dyn IdGen>,
+    /// Capacity of each run's event channel; slow subscribers miss the oldest events.
+    pub event_capacity: usize,
+    /// The write-behind writer's settings (async writes, queue size, coalescing, retries, and
+    /// `flush_timeout`, the bound for making the terminal record durable before the result is
+    /// returned).
+    pub checkpoint: CheckpointConfig,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig {
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
+            event_capacity: 256,
+            checkpoint: CheckpointConfig::default(),
+        }
+    }
+}
+
+/// A human decision about a paused tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Run the call.
+    Approve,
+    /// Do not run it; the reason becomes the failed call's error.
+    Deny(String),
+}
+
+/// How a run ended (for now).
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// The run reached a terminal state (`completed`, `degraded`, or a stored `failed` /
+    /// `cancelled` result returned by the terminal short-circuit).
+    Completed(Box<AgentResult>),
+    /// The run waits for a human decision; the `paused` record holding `request` is durable.
+    Paused {
+        /// What the human is asked.
+        request: PauseRequest,
+    },
+}
+
+impl Outcome {
+    /// The result, if the run is terminal.
+    pub fn result(&self) -> Option<&AgentResult> {
+        match self {
+            Outcome::Completed(r) => Some(r),
+            Outcome::Paused { .. } => None,
+        }
+    }
+}
+
+/// What happens during a run, for observers.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum RunEvent {
+    /// The run started or resumed.
+    RunStarted {
+        /// The run id.
+        run_id: String,
+        /// Whether this is a resume.
+        resumed: bool,
+    },
+    /// A step began.
+    StepStarted {
+        /// The step.
+        step: u64,
+    },
+    /// The model answered (or a saved answer was reused).
+    LlmCompleted {
+        /// The step.
+        step: u64,
+        /// Tool calls in the answer.
+        tool_calls: usize,
+    },
+    /// A tool call was processed.
+    ToolCompleted {
+        /// The step.
+        step: u64,
+        /// The call id.
+        tool_call_id: String,
+        /// Whether it succeeded.
+        success: bool,
+        /// Whether its output came from the effect journal.
+        replayed: bool,
+    },
+    /// The run paused for approval.
+    Paused {
+        /// The step.
+        step: u64,
+    },
+    /// The run reached a terminal state.
+    Finished {
+        /// `completed`, `degraded`, ….
+        state: String,
+    },
+    /// The run stopped with an error.
+    Failed {
+        /// The error kind.
+        kind: ErrorKind,
+        /// The error message.
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signal {
+    Run,
+    Cancel,
+    Interrupt,
+}
+
+#[derive(Debug)]
+pub(crate) enum Start {
+    Fresh(String),
+    Resume(Option<Decision>),
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+    pub config: RunnerConfig,
+    pub writer: tokio::sync::OnceCell<Writer>,
+}
+
+impl Shared {
+    /// The writer, started on first use (it needs the Tokio runtime the runs execute on).
+    pub async fn writer(&self) -> Result<Writer> {
+        self.writer
+            .get_or_try_init(|| async {
+                Writer::new(
+                    self.store.clone(),
+                    self.config.checkpoint.clone(),
+                    RandomSource::from_os(),
+                )
+            })
+            .await
+            .cloned()
+    }
+}
+
+/// Starts and resumes runs on one store. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    shared: Arc<Shared>,
+}
+
+impl Runner {
+    /// A runner writing to `store`.
+    pub fn new(store: Arc<dyn Store>, config: RunnerConfig) -> Self {
+        let clock = config.clock.clone();
+        Runner {
+            shared: Arc::new(Shared {
+                store,
+                clock,
+                config,
+                writer: tokio::sync::OnceCell::new(),
+            }),
+        }
+    }
+
+    /// The store this runner writes to.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.shared.store
+    }
+
+    /// Start a fresh run of `agent` in `thread` with the user's `input`, under a new run id.
+    /// Must be called inside a Tokio runtime.
+    pub fn run(&self, agent: &Agent, thread: &ThreadId, input: impl Into<String>) -> RunHandle {
+        match RunId::new(self.shared.config.ids.new_id("run")) {
+            Ok(run) => self.run_with_id(agent, thread, run, input),
+            Err(e) => RunHandle::failed(thread.clone(), e),
+        }
+    }
+
+    /// Start a fresh run under a caller-chosen run id.
+    ///
+    /// Errors (through the handle): `Conflict` if the thread already holds checkpoints of
+    /// `run` (use [`Runner::resume`] for it); nothing is claimed or written then.
+    pub fn run_with_id(
+        &self,
+        agent: &Agent,
+        thread: &ThreadId,
+        run: RunId,
+        input: impl Into<String>,
+    ) -> RunHandle {
+        self.spawn(agent, thread, run, Start::Fresh(input.into()))
+    }
+
+    /// Resume a stored run (see the resume rules in `runner/resume.rs`). A terminal run returns
+    /// its stored result; a paused run returns [`Outcome::Paused`] again.
+    pub fn resume(&self, agent: &Agent, thread: &ThreadId, run: &RunId) -> RunHandle {
+        self.spawn(agent, thread, run.clone(), Start::Resume(None))
+    }
+
+    /// Resume a run paused for approval, applying `decision` to the paused tool call. Works
+    /// from any process with access to the store.
+    pub fn resume_with_decision(
+        &self,
+        agent: &Agent,
+        thread: &ThreadId,
+        run: &RunId,
+        decision: Decision,
+    ) -> RunHandle {
+        self.spawn(agent, thread, run.clone(), Start::Resume(Some(decision)))
+    }
+
+    fn spawn(&self, agent: &Agent, thread: &ThreadId, run: RunId, start: Start) -> RunHandle {
+        let (ctl, rx) = watch::channel(Signal::Run);
+        let (ev_tx, ev_rx) = broadcast::channel(self.shared.config.event_capacity.max(1));
+        let span = tracing::info_span!("run", run = %run, thread = %thread);
+        let fut = execute(
+            self.shared.clone(),
+            agent.clone(),
+            thread.clone(),
+            run.clone(),
+            start,
+            0,
+            rx,
+            ev_tx,
+        );
+        let join = tokio::spawn(fut.instrument(span));
+        RunHandle {
+            run_id: run,
+            thread_id: thread.clone(),
+            join: Some(join),
+            ctl,
+            events: Some(ev_rx),
+            early: None,
+        }
+    }
+}
+
+/// Execute a fresh run or a resume to its end (or pause). Used for top-level runs and
+/// subagent child runs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn execute(
+    shared: Arc<Shared>,
+    agent: Agent,
+    thread: ThreadId,
+    run: RunId,
+    start: Start,
+    depth: u32,
+    control: watch::Receiver<Signal>,
+    events: broadcast::Sender<RunEvent>,
+) -> Result<Outcome> {
+    if matches!(start, Start::Fresh(_)) {
+        // A fresh run never continues or overwrites a stored one (checked before claiming, so
+        // a live run under that id is not fenced off by the refused attempt).
+        let lk = crate::store::latest_key(&run);
+        if shared.store.get(&thread, &lk).await?.is_some() {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "run {run} already exists in thread {thread}; resume it or start a run under \
+                     a new run id"
+                ),
+            )
+            .with_key(lk));
+        }
+    }
+    let epoch = shared.store.claim(&thread, &run).await?;
+    let writer = shared.writer().await?;
+    let mut ckpt = Checkpointer::new(
+        shared.store.clone(),
+        writer,
+        shared.clock.clone(),
+        shared.config.checkpoint.flush_timeout,
+        thread,
+        run,
+        epoch,
+    );
+    let (st, decisions, input) = match start {
+        Start::Fresh(input) => (RunState::default(), Default::default(), Some(input)),
+        Start::Resume(decision) => match resume::load(&mut ckpt, decision).await? {
+            resume::Loaded::Terminal(r) => return Ok(Outcome::Completed(r)),
+            resume::Loaded::Paused(request) => return Ok(Outcome::Paused { request }),
+            resume::Loaded::Continue(restored) => {
+                ckpt.continue_log(restored.transcript.as_ref());
+                (restored.state, restored.decisions, None)
+            }
+        },
+    };
+    let segment_start_ms = shared.clock.now_ms();
+    let mut task = RunTask {
+        agent,
+        shared,
+        ckpt,
+        st,
+        decisions,
+        depth,
+        control,
+        events,
+        segment_start_ms,
+    };
+    let res = task.run_loop(input).await;
+    if let Err(e) = &res {
+        task.on_error(e).await;
+    }
+    res
+}
+
+/// A running run: await its result, stop it, watch its events.
+#[derive(Debug)]
+pub struct RunHandle {
+    run_id: RunId,
+    thread_id: ThreadId,
+    join: Option<tokio::task::JoinHandle<Result<Outcome>>>,
+    ctl: watch::Sender<Signal>,
+    events: Option<broadcast::Receiver<RunEvent>>,
+    early: Option<Error>,
+}
+
+impl RunHandle {
+    fn failed(thread: ThreadId, e: Error) -> Self {
+        let (ctl, _) = watch::channel(Signal::Run);
+        let run_id = RunId::new("invalid_run_id").expect("a literal valid run id");
+        RunHandle {
+            run_id,
+            thread_id: thread,
+            join: None,
+            ctl,
+            events: None,
+            early: Some(e),
+        }
+    }
+
+    /// The run id.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// The thread id.
+    pub fn thread_id(&self) -> &ThreadId {
+        &self.thread_id
+    }
+
+    /// The event stream of this run (the first call gets every event from the start; later
+    /// calls get `None`).
+    pub fn events(&mut self) -> Option<broadcast::Receiver<RunEvent>> {
+        self.events.take()
+    }
+
+    /// Stop the run for good: it ends with a `cancelled` terminal record and the handle
+    /// resolves with [`ErrorKind::Cancelled`]. Takes effect at the next step boundary or model
+    /// call.
+    pub fn cancel(&self) {
+        let _ = self.ctl.send(Signal::Cancel);
+    }
+
+    /// Stop the run without ending it: nothing terminal is written, so a later
+    /// [`Runner::resume`] continues it. The handle resolves with [`ErrorKind::Cancelled`].
+    pub fn interrupt(&self) {
+        let _ = self.ctl.send(Signal::Interrupt);
+    }
+
+    /// A handle that aborts the run task at its current await point, as a crash of this
+    /// process would (nothing more is written by the task; commits it already handed to the
+    /// writer may still land). The handle then resolves with [`ErrorKind::Cancelled`] and a
+    /// later [`Runner::resume`] continues the run from its checkpoints. `None` for a handle
+    /// that failed before starting.
+    pub fn abort_handle(&self) -> Option<tokio::task::AbortHandle> {
+        self.join.as_ref().map(|j| j.abort_handle())
+    }
+
+    /// Wait for the run to end or pause.
+    pub async fn result(mut self) -> Result<Outcome> {
+        if let Some(e) = self.early.take() {
+            return Err(e);
+        }
+        let Some(join) = self.join.take() else {
+            return Err(Error::unexpected("run handle has no task"));
+        };
+        match join.await {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => Err(Error::unexpected("the run task panicked")),
+            Err(e) => Err(Error::new(
+                ErrorKind::Cancelled,
+                format!("the run task was aborted: {e}"),
+            )),
+        }
+    }
+}

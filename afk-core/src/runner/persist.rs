@@ -1,0 +1,184 @@
+//! Writing a run's records: checkpoint records with the latest pointer, effect rows and the
+//! append-only transcript log, all as fenced commits under the run's claim epoch.
+
+use std::sync::Arc;
+
+use std::time::Duration;
+
+use super::clock::Clock;
+use crate::error::Result;
+use crate::ids::{RunId, ThreadId};
+use crate::keys;
+use crate::schema::{
+    CheckpointRecord, EffectRow, Extra, Message, Phase, PhasePayload, SCHEMA_VERSION,
+    TranscriptEntry, TranscriptRef,
+};
+use crate::store::{Commit, Epoch, Store};
+use crate::writer::Writer;
+
+/// The writer of one run (one process's claim on it).
+#[derive(Debug)]
+pub(crate) struct Checkpointer {
+    store: Arc<dyn Store>,
+    writer: Writer,
+    clock: Arc<dyn Clock>,
+    flush_timeout: Duration,
+    pub thread: ThreadId,
+    pub run: RunId,
+    pub epoch: Epoch,
+    /// Entries in the transcript log that the current snapshot chain covers.
+    log_len: u64,
+    /// Messages those entries hold.
+    log_messages: u64,
+    /// Digest of the last entry.
+    log_digest: String,
+    /// Number of commits made (for tests and metrics).
+    pub commits: u64,
+}
+
+impl Checkpointer {
+    pub fn new(
+        store: Arc<dyn Store>,
+        writer: Writer,
+        clock: Arc<dyn Clock>,
+        flush_timeout: Duration,
+        thread: ThreadId,
+        run: RunId,
+        epoch: Epoch,
+    ) -> Self {
+        Checkpointer {
+            store,
+            writer,
+            clock,
+            flush_timeout,
+            thread,
+            run,
+            epoch,
+            log_len: 0,
+            log_messages: 0,
+            log_digest: String::new(),
+            commits: 0,
+        }
+    }
+
+    /// Continue the log after a restore from a snapshot that referenced `tref`.
+    pub fn continue_log(&mut self, tref: Option<&TranscriptRef>) {
+        if let Some(t) = tref {
+            self.log_len = t.len;
+            self.log_messages = t.message_count;
+            self.log_digest = t.digest.clone();
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    async fn commit(
+        &mut self,
+        puts: Vec<(String, Vec<u8>)>,
+        latest: Option<Vec<u8>>,
+        coalescible: bool,
+    ) -> Result<()> {
+        let c = Commit {
+            thread: self.thread.clone(),
+            run: self.run.clone(),
+            epoch: self.epoch,
+            puts,
+            latest,
+        };
+        self.writer.submit(c, coalescible).await?;
+        self.commits += 1;
+        Ok(())
+    }
+
+    fn record(&self, step: u64, payload: PhasePayload) -> CheckpointRecord {
+        CheckpointRecord {
+            schema_version: SCHEMA_VERSION.to_owned(),
+            run_id: self.run.clone(),
+            thread_id: self.thread.clone(),
+            step,
+            phase: payload.phase(),
+            timestamp_ms: self.clock.now_ms(),
+            payload,
+            extra: Extra::new(),
+        }
+    }
+
+    /// Commit a checkpoint record at `checkpoint:<run>:<step>:<phase>` and move the latest
+    /// pointer to it, atomically.
+    pub async fn checkpoint(&mut self, step: u64, payload: PhasePayload) -> Result<()> {
+        self.checkpoint_with(step, payload, true).await
+    }
+
+    /// Commit a checkpoint record; move the latest pointer only if `move_latest`.
+    pub async fn checkpoint_with(
+        &mut self,
+        step: u64,
+        payload: PhasePayload,
+        move_latest: bool,
+    ) -> Result<()> {
+        let rec = self.record(step, payload);
+        let phase: Phase = rec.phase;
+        let bytes = rec.to_bytes()?;
+        let key = keys::checkpoint_key(&self.run, step, phase.as_str())?;
+        let latest = move_latest.then(|| bytes.clone());
+        tracing::trace!(run = %self.run, step, phase = %phase, "checkpoint");
+        self.commit(vec![(key, bytes)], latest, phase == Phase::RuntimeState)
+            .await
+    }
+
+    /// Append the messages not yet in the log as one entry (if any) and return the reference
+    /// a snapshot must carry.
+    pub async fn sync_transcript(
+        &mut self,
+        step: u64,
+        messages: &[Message],
+    ) -> Result<TranscriptRef> {
+        let have = usize::try_from(self.log_messages).unwrap_or(usize::MAX);
+        if messages.len() > have {
+            let entry = TranscriptEntry::new(
+                self.log_len,
+                step,
+                messages[have..].to_vec(),
+                &self.log_digest,
+            );
+            let bytes = serde_json::to_vec(&entry).map_err(|e| {
+                crate::Error::unexpected(format!("cannot encode transcript entry: {e}"))
+            })?;
+            let key = keys::messages_key(&self.run, self.log_len);
+            self.commit(vec![(key, bytes)], None, false).await?;
+            self.log_len += 1;
+            self.log_messages = messages.len() as u64;
+            self.log_digest = entry.digest;
+        }
+        Ok(TranscriptRef {
+            len: self.log_len,
+            message_count: self.log_messages,
+            digest: self.log_digest.clone(),
+            extra: Extra::new(),
+        })
+    }
+
+    /// Commit an effect row (no pointer move).
+    pub async fn effect(&mut self, step: u64, call_id: &str, row: &EffectRow) -> Result<()> {
+        let key = keys::effect_key(&self.run, step, call_id)?;
+        let bytes = serde_json::to_vec(row)
+            .map_err(|e| crate::Error::unexpected(format!("cannot encode effect row: {e}")))?;
+        self.commit(vec![(key, bytes)], None, false).await
+    }
+
+    /// Wait until everything submitted for the run is durable (before a side effect).
+    pub async fn barrier(&mut self) -> Result<()> {
+        self.writer
+            .barrier(&self.thread, &self.run, self.epoch)
+            .await
+    }
+
+    /// The terminal flush: [`Checkpointer::barrier`] bounded by the flush timeout.
+    pub async fn flush(&mut self) -> Result<()> {
+        self.writer
+            .flush(&self.thread, &self.run, self.epoch, self.flush_timeout)
+            .await
+    }
+}

@@ -1,0 +1,287 @@
+//! The resume rules, all in one place (DESIGN §5, `reference/afk-python.md` §5).
+//!
+//! 1. The caller has claimed the run (a new fencing epoch): an older process still working on
+//!    it is fenced off from here on.
+//! 2. Read `checkpoint:<run>:latest`. Missing -> `NotFound`
+//!    ("No checkpoint found for run_id=… thread_id=…"). Normalize it; unusable -> `Corrupt`.
+//! 3. `run_terminal` with a `terminal_result` -> return that result: nothing executes, nothing
+//!    is written. This holds for failed and cancelled runs too (AFK §7.6).
+//! 4. `paused` -> without a decision, return the stored request again (nothing written); with
+//!    a decision, commit a `resumed` record carrying it (decisions of the step accumulate in
+//!    `checkpoint:<run>:<step>:resumed`, so a crash after this point keeps them).
+//! 5. The snapshot: the latest record if it is a `runtime_state`; otherwise the
+//!    `checkpoint:<run>:<s>:runtime_state` with the highest `s`, found by *listing* the run's
+//!    checkpoint keys. AFK scans down from the latest pointer's step, which fails when AFK's
+//!    own resume moved the pointer back to `run_started` at step 0 (AFK defect #2, the
+//!    `a-double-crash-*` fixtures); the highest-step snapshot is the run's real progress,
+//!    because a step's snapshot is only ever rewritten by a later write of the same step.
+//!    No snapshot at all -> `Corrupt` ("No runtime_state checkpoint found for …").
+//! 6. Restore everything: the transcript (inline for AFK v1 records; for v2 the append-only log
+//!    `messages:<run>:<i>`, read with one `get_many` and verified against the snapshot's
+//!    length and digest chain), counters, usage, cost, tokens, records, the replayed-effect
+//!    count (AFK defect #4) and the active time (AFK defect #5).
+//! 7. A pending LLM response is reused for the same step without a model call (the loop does
+//!    this); an undecodable one was already rejected as `Corrupt` by normalization (AFK defect
+//!    #6: never call the model again for it).
+//! 8. The latest pointer never moves backwards: the resumed run's `run_started` record is
+//!    written without moving it.
+//!
+//! Effect replay during the resumed step is in [`super::tools`].
+//!
+//! # Rules and the tests that pin them (DESIGN §5, fixtures README §4–6)
+//!
+//! | Rule | Tests |
+//! |---|---|
+//! | 1 claim (fencing) | `writer::claim_tests`, `tests/runner_abort.rs` (an aborted attempt's queued commits fail `Fenced`, the resume goes on), `afk-conformance` fencing |
+//! | 2 missing latest -> `NotFound`; unusable -> `Corrupt` | `tests/fixtures_resume.rs` (`corrupt-latest-missing`, `corrupt-schema-v999`, `corrupt-payload-not-map`), `tests/runner_errors.rs::a_corrupt_pointer_is_corrupt_and_calls_nothing` |
+//! | 3 terminal result returned, nothing runs | fixtures `terminal-completed`, `terminal-failed`, `*-run_terminal-*`; the terminal re-resume in `tests/runner_crash.rs` and `tests/runner_abort.rs`; `tests/runner_policies.rs`, `tests/runner_budgets.rs`, `tests/runner_control.rs::cancel_writes_a_cancelled_record_that_resume_returns` |
+//! | 4 paused: request again / decision recorded and applied | `tests/runner_pause.rs` |
+//! | 5 snapshot: latest, else the highest-step one by listing | fixtures `a-double-crash-*` and every `*-latest-<non-snapshot>-*`; `tests/resume_v1_v2.rs` (`a-double-crash-k15-k13` migrated) |
+//! | 6 restore everything incl. replayed count and active time; v2 log verified | fixtures (`replayed_effect_count`, counters); `tests/resume_v1_v2.rs` (v1 vs migrated v2); `tests/resume_rules.rs::a_tampered_transcript_log_is_corrupt_and_calls_nothing`; active time: `tests/runner_pause.rs`, `tests/runner_control.rs::interrupt_writes_nothing_terminal_and_a_later_resume_continues` |
+//! | 7 pending response reused without a model call; undecodable -> `Corrupt` | fixtures `*-post_llm-*`, `corrupt-pending-garbage`; the "no durable answer requested again" checks of `tests/runner_crash.rs` and `tests/runner_abort.rs` |
+//! | 8 pointer never moves backwards | `tests/resume_rules.rs::a_resume_crashing_after_its_run_started_record_leaves_the_pointer_where_it_was` |
+//! | effects: replay / `Corrupt` on hash mismatch / intent -> re-run or `EffectUncertain` | fixtures `*-effect-*`, `corrupt-effect-hash-mismatch`; `tests/runner_crash.rs`, `tests/runner_abort.rs` (at-most-once `charge`) |
+//! | a fresh run never reuses a stored run id | `tests/runner_control.rs::a_fresh_run_under_an_existing_run_id_is_refused` |
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use super::Decision;
+use super::persist::Checkpointer;
+use super::state::RunState;
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::normalize::normalize_record;
+use crate::schema::{
+    AgentResult, CheckpointRecord, PauseKind, PauseRequest, Phase, PhasePayload, ResumedPayload,
+    TranscriptEntry, TranscriptRef,
+};
+use crate::store::{MAX_LIST_LIMIT, latest_key};
+
+/// What the stored state says to do.
+#[derive(Debug)]
+pub(crate) enum Loaded {
+    /// The run ended; here is its stored result.
+    Terminal(Box<AgentResult>),
+    /// The run waits for a human decision.
+    Paused(PauseRequest),
+    /// Continue from this state.
+    Continue(Box<Restored>),
+}
+
+/// A restored run.
+#[derive(Debug)]
+pub(crate) struct Restored {
+    pub state: RunState,
+    pub transcript: Option<TranscriptRef>,
+    pub decisions: BTreeMap<String, Decision>,
+}
+
+/// Apply the resume rules for the run `ckpt` is claimed for.
+pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) -> Result<Loaded> {
+    let store = ckpt.store().clone();
+    let (thread, run) = (ckpt.thread.clone(), ckpt.run.clone());
+    let lk = latest_key(&run);
+    let Some(bytes) = store.get(&thread, &lk).await? else {
+        return Err(Error::not_found(format!(
+            "No checkpoint found for run_id={run} thread_id={thread}"
+        ))
+        .with_key(lk));
+    };
+    let latest = normalize_record(&bytes, &thread, &lk)?;
+
+    let mut new_decision: Option<(u64, String, Decision)> = None;
+    match &latest.payload {
+        PhasePayload::RunTerminal(p) => {
+            if let Some(r) = &p.terminal_result {
+                return Ok(Loaded::Terminal(Box::new(r.clone())));
+            }
+        }
+        PhasePayload::Paused(p) => {
+            let request = p.request.clone().unwrap_or_else(|| PauseRequest {
+                kind: p.kind,
+                reason: p.reason.clone(),
+                prompt: p.prompt.clone(),
+                ..Default::default()
+            });
+            match decision {
+                None => return Ok(Loaded::Paused(request)),
+                Some(d) => {
+                    let Some(id) = request.tool_call_id.clone() else {
+                        return Err(Error::corrupt_record(
+                            lk,
+                            "paused record names no tool call to decide about",
+                        ));
+                    };
+                    new_decision = Some((latest.step, id, d));
+                }
+            }
+        }
+        _ => {
+            if decision.is_some() {
+                tracing::warn!(run = %run, "resume_with_decision on a run that is not paused; decision ignored");
+            }
+        }
+    }
+
+    if let Some((step, id, d)) = &new_decision {
+        let mut all = stored_decisions(ckpt, *step).await?;
+        all.insert(id.clone(), d.clone());
+        let payload = ResumedPayload {
+            kind: PauseKind::Approval,
+            decision: Some(decisions_to_value(&all)),
+            extra: Default::default(),
+        };
+        ckpt.checkpoint(*step, PhasePayload::Resumed(payload))
+            .await?;
+        ckpt.barrier().await?;
+    }
+
+    let snap_rec = if latest.phase == Phase::RuntimeState {
+        latest
+    } else {
+        match newest_snapshot(ckpt).await? {
+            Some(r) => r,
+            None => {
+                return Err(Error::corrupt_record(
+                    lk,
+                    format!(
+                        "No runtime_state checkpoint found for run_id={run} thread_id={thread}"
+                    ),
+                ));
+            }
+        }
+    };
+    let Some(snap) = snap_rec.snapshot() else {
+        return Err(Error::corrupt(
+            "snapshot record has no runtime_state payload",
+        ));
+    };
+    let messages = match &snap.transcript {
+        Some(tref) => read_log(ckpt, tref).await?,
+        None => snap.messages.clone().unwrap_or_default(),
+    };
+    let state = RunState::from_snapshot(snap, messages, snap_rec.timestamp_ms);
+    let mut decisions = stored_decisions(ckpt, state.step).await?;
+    if let Some((step, id, d)) = new_decision
+        && step == state.step
+    {
+        decisions.insert(id, d);
+    }
+    Ok(Loaded::Continue(Box::new(Restored {
+        state,
+        transcript: snap.transcript.clone(),
+        decisions,
+    })))
+}
+
+/// The highest-step `runtime_state` record of the run, by listing its checkpoint keys.
+async fn newest_snapshot(ckpt: &Checkpointer) -> Result<Option<CheckpointRecord>> {
+    let prefix = format!("checkpoint:{}:", ckpt.run);
+    let mut cursor: Option<String> = None;
+    let mut best: Option<(u64, String)> = None;
+    loop {
+        let page = ckpt
+            .store()
+            .list(&ckpt.thread, &prefix, cursor.as_deref(), MAX_LIST_LIMIT)
+            .await?;
+        for key in &page.keys {
+            let Some(rest) = key.strip_prefix(&prefix) else {
+                continue;
+            };
+            let Some((step, phase)) = rest.split_once(':') else {
+                continue;
+            };
+            if phase != Phase::RuntimeState.as_str() {
+                continue;
+            }
+            let Ok(step) = step.parse::<u64>() else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|(s, _)| step > *s) {
+                best = Some((step, key.clone()));
+            }
+        }
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    let Some((_, key)) = best else {
+        return Ok(None);
+    };
+    let Some(bytes) = ckpt.store().get(&ckpt.thread, &key).await? else {
+        return Err(Error::corrupt_record(key, "snapshot listed but missing"));
+    };
+    normalize_record(&bytes, &ckpt.thread, &key).map(Some)
+}
+
+/// Read and verify the transcript log a snapshot references.
+async fn read_log(
+    ckpt: &Checkpointer,
+    tref: &TranscriptRef,
+) -> Result<Vec<crate::schema::Message>> {
+    let keys: Vec<String> = (0..tref.len)
+        .map(|i| keys::messages_key(&ckpt.run, i))
+        .collect();
+    let values = ckpt.store().get_many(&ckpt.thread, &keys).await?;
+    let mut entries = Vec::with_capacity(values.len());
+    for (key, v) in keys.iter().zip(values) {
+        let Some(bytes) = v else {
+            return Err(Error::corrupt_record(
+                key.clone(),
+                "transcript entry referenced by the snapshot is missing",
+            ));
+        };
+        let e: TranscriptEntry = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::corrupt_record(key.clone(), format!("transcript entry is invalid: {e}"))
+        })?;
+        entries.push(e);
+    }
+    crate::schema::reassemble(&entries, tref)
+        .map_err(|e| Error::corrupt_record(latest_key(&ckpt.run), e.message().to_owned()))
+}
+
+/// Decisions recorded for `step` by earlier `resume_with_decision` calls.
+async fn stored_decisions(ckpt: &Checkpointer, step: u64) -> Result<BTreeMap<String, Decision>> {
+    let key = keys::checkpoint_key(&ckpt.run, step, Phase::Resumed.as_str())?;
+    let Some(bytes) = ckpt.store().get(&ckpt.thread, &key).await? else {
+        return Ok(BTreeMap::new());
+    };
+    let rec = normalize_record(&bytes, &ckpt.thread, &key)?;
+    let mut out = BTreeMap::new();
+    if let PhasePayload::Resumed(p) = &rec.payload
+        && let Some(Value::Object(map)) = &p.decision
+    {
+        for (id, d) in map {
+            let approved = d.get("approved").and_then(Value::as_bool).unwrap_or(false);
+            let reason = d
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            out.insert(
+                id.clone(),
+                if approved {
+                    Decision::Approve
+                } else {
+                    Decision::Deny(reason)
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn decisions_to_value(all: &BTreeMap<String, Decision>) -> Value {
+    let mut m = Map::new();
+    for (id, d) in all {
+        let v = match d {
+            Decision::Approve => json!({"approved": true}),
+            Decision::Deny(r) => json!({"approved": false, "reason": r}),
+        };
+        m.insert(id.clone(), v);
+    }
+    Value::Object(m)
+}

@@ -1,0 +1,464 @@
+//! One tool batch: the approval gate, the effect journal (intent before, result after each
+//! call), concurrent execution, replay of durable results, and the tool records and messages.
+//!
+//! Effect rules (DESIGN §5 step 5), evaluated for every call before anything runs:
+//! * result row (`status` done, or an AFK v1 row without status) whose `input_hash` matches:
+//!   successful -> replay its output; failed -> execute again;
+//! * `input_hash` differs -> `Corrupt` ("Effect journal integrity conflict");
+//! * intent row without result -> [`EffectPolicy::Idempotent`] tools execute again with the
+//!   same idempotency key, [`EffectPolicy::AtMostOnce`] tools stop the run with
+//!   `EffectUncertain`;
+//! * no row -> execute.
+//!
+//! Intent rows of every call about to execute are committed (and the write barrier passed)
+//! before the first one starts; each result row is committed as soon as that call finishes.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt;
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde_json::{Map, Value, json};
+use tokio::sync::Semaphore;
+use tracing::Instrument;
+
+use super::Decision;
+use super::agent::{FailurePolicy, GateDecision};
+use super::exec::{RunTask, UNTRUSTED_NOTE, text_message};
+use super::subagent;
+use super::tool::{EffectPolicy, ToolContext};
+use crate::error::{Error, ErrorKind, Result};
+use crate::hash::{canonical_json, input_hash, output_hash};
+use crate::keys;
+use crate::schema::{
+    EffectRow, EffectStatus, LlmResponse, PauseKind, PauseRequest, PausedPayload, PhasePayload,
+    Role, ToolCall, ToolExecution,
+};
+
+/// How a batch ended.
+#[derive(Debug)]
+pub(crate) enum BatchOutcome {
+    /// A call needs a human decision; the `paused` record is durable.
+    Paused(PauseRequest),
+    /// Every call was processed.
+    Done {
+        total: u64,
+        failures: u64,
+        degrade: Option<String>,
+    },
+}
+
+#[derive(Debug)]
+enum Plan {
+    Replay(Value),
+    Execute,
+    Denied(String),
+    Unknown,
+}
+
+/// The outcome of one call.
+#[derive(Debug, Clone)]
+struct CallResult {
+    success: bool,
+    output: Value,
+    error: Option<String>,
+    latency_ms: Option<f64>,
+}
+
+fn call_id(step: u64, i: usize, call: &ToolCall) -> String {
+    call.id
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("auto_{step}_{i}"))
+}
+
+/// Run the tool calls of `resp` for the current step.
+pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<BatchOutcome> {
+    let step = task.st.step;
+    let calls = &resp.tool_calls;
+    let ids: Vec<String> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| call_id(step, i, c))
+        .collect();
+
+    // 1. The gate, with human decisions taking precedence.
+    let mut plans: Vec<Plan> = Vec::with_capacity(calls.len());
+    for (call, id) in calls.iter().zip(&ids) {
+        let decision = match task.decisions.get(id) {
+            Some(Decision::Approve) => GateDecision::Allow,
+            Some(Decision::Deny(r)) => GateDecision::Deny(r.clone()),
+            None => match &task.agent.gate {
+                Some(g) => g.decide(step, call),
+                None => GateDecision::Allow,
+            },
+        };
+        match decision {
+            GateDecision::Allow => plans.push(Plan::Execute),
+            GateDecision::Deny(r) => plans.push(Plan::Denied(r)),
+            GateDecision::RequestApproval(reason) => {
+                return pause(task, call, id, reason).await;
+            }
+        }
+    }
+
+    // 2. The effect journal, one round trip.
+    let effect_keys = ids
+        .iter()
+        .map(|id| keys::effect_key(&task.ckpt.run, step, id))
+        .collect::<Result<Vec<String>>>()?;
+    let rows = task
+        .ckpt
+        .store()
+        .get_many(&task.ckpt.thread, &effect_keys)
+        .await?;
+    let mut hashes = Vec::with_capacity(calls.len());
+    for (i, call) in calls.iter().enumerate() {
+        let args = Value::Object(call.arguments.clone());
+        hashes.push(input_hash(&call.tool_name, &args));
+        if !matches!(plans[i], Plan::Execute) {
+            continue;
+        }
+        let is_sub = task.agent.subagent(&call.tool_name).is_some();
+        let policy = match task.agent.tool(&call.tool_name) {
+            Some(t) => t.effect_policy(),
+            None if is_sub => EffectPolicy::Idempotent,
+            None => {
+                plans[i] = Plan::Unknown;
+                continue;
+            }
+        };
+        let Some(bytes) = &rows[i] else { continue };
+        plans[i] = decide_from_row(bytes, &effect_keys[i], &ids[i], &hashes[i], policy)?;
+    }
+
+    // 3. Intents, then the barrier: nothing runs before every intent is durable.
+    let now_ms = task.shared.clock.now_ms();
+    for (i, call) in calls.iter().enumerate() {
+        if matches!(plans[i], Plan::Execute) {
+            let row = EffectRow {
+                input_hash: hashes[i].clone(),
+                output_hash: None,
+                output: Value::Null,
+                success: false,
+                status: Some(EffectStatus::Intent),
+                idempotency_key: Some(ToolContext::idempotency_key_for(
+                    task.ckpt.run.as_str(),
+                    step,
+                    &ids[i],
+                )),
+                tool_name: Some(call.tool_name.clone()),
+                started_at_ms: Some(now_ms),
+                extra: Default::default(),
+            };
+            task.ckpt.effect(step, &ids[i], &row).await?;
+        }
+    }
+    task.ckpt.barrier().await?;
+
+    // 4. Execute concurrently; commit each result row as soon as that call finishes.
+    let results = execute(task, calls, &ids, &plans, &hashes).await?;
+
+    // 5. Records and messages, in call order.
+    let mut failures = 0;
+    let mut degrade = None;
+    let mut fail: Option<Error> = None;
+    for (i, call) in calls.iter().enumerate() {
+        let (res, replayed) = match &plans[i] {
+            Plan::Replay(out) => {
+                task.st.replayed_effect_count += 1;
+                (
+                    CallResult {
+                        success: true,
+                        output: out.clone(),
+                        error: None,
+                        latency_ms: None,
+                    },
+                    true,
+                )
+            }
+            Plan::Denied(r) => (failed(format!("Tool call denied: {r}")), false),
+            Plan::Unknown => (failed(format!("Unknown tool '{}'", call.tool_name)), false),
+            Plan::Execute => match results.get(&i) {
+                Some(r) => (r.clone(), false),
+                None => (failed("tool did not report a result".to_owned()), false),
+            },
+        };
+        task.st.tool_calls += 1;
+        if !res.success {
+            failures += 1;
+            let policy = if matches!(plans[i], Plan::Denied(_)) {
+                task.agent.policies.approval
+            } else {
+                task.agent.policies.tool
+            };
+            let msg = res.error.clone().unwrap_or_default();
+            match policy {
+                FailurePolicy::Continue => {}
+                FailurePolicy::Degrade => degrade = degrade.or(Some(msg)),
+                FailurePolicy::Fail => {
+                    fail = fail.or(Some(Error::new(ErrorKind::Tool, msg)));
+                }
+            }
+        }
+        push_records(task, call, &ids[i], &res);
+        task.emit(super::RunEvent::ToolCompleted {
+            step,
+            tool_call_id: ids[i].clone(),
+            success: res.success,
+            replayed,
+        });
+    }
+    if let Some(e) = fail {
+        return Err(e);
+    }
+    Ok(BatchOutcome::Done {
+        total: calls.len() as u64,
+        failures,
+        degrade,
+    })
+}
+
+fn failed(error: String) -> CallResult {
+    CallResult {
+        success: false,
+        output: Value::Null,
+        error: Some(error),
+        latency_ms: None,
+    }
+}
+
+/// Apply the effect rules to a stored row.
+fn decide_from_row(
+    bytes: &[u8],
+    key: &str,
+    id: &str,
+    hash: &str,
+    policy: EffectPolicy,
+) -> Result<Plan> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| Error::corrupt_record(key, format!("effect row is not JSON: {e}")))?;
+    if let Some(stored) = value.get("input_hash").and_then(Value::as_str)
+        && stored != hash
+    {
+        return Err(Error::corrupt_record(
+            key,
+            format!("Effect journal integrity conflict for tool_call_id={id}"),
+        ));
+    }
+    let Value::Object(mut map) = value else {
+        return Ok(Plan::Execute); // AFK: a non-map row is no row
+    };
+    if !map.contains_key("input_hash") {
+        map.insert("input_hash".to_owned(), Value::String(hash.to_owned()));
+    }
+    let row: EffectRow = serde_json::from_value(Value::Object(map))
+        .map_err(|e| Error::corrupt_record(key, format!("effect row is invalid: {e}")))?;
+    Ok(match row.status() {
+        EffectStatus::Done if row.success => Plan::Replay(row.output),
+        EffectStatus::Done => Plan::Execute,
+        EffectStatus::Intent => match policy {
+            EffectPolicy::Idempotent => Plan::Execute,
+            EffectPolicy::AtMostOnce => {
+                return Err(Error::new(
+                    ErrorKind::EffectUncertain,
+                    format!(
+                        "tool call {id} may or may not have run (intent recorded, no result) \
+                         and its tool is at-most-once; a human must decide"
+                    ),
+                )
+                .with_key(key));
+            }
+        },
+    })
+}
+
+async fn execute(
+    task: &mut RunTask,
+    calls: &[ToolCall],
+    ids: &[String],
+    plans: &[Plan],
+    hashes: &[String],
+) -> Result<BTreeMap<usize, CallResult>> {
+    let step = task.st.step;
+    let sem = Arc::new(Semaphore::new(task.agent.limits.tool_parallelism.max(1)));
+    let mut futs = FuturesUnordered::new();
+    let sub_targets: Vec<(String, String)> = calls
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| {
+            matches!(plans[*i], Plan::Execute) && task.agent.subagent(&c.tool_name).is_some()
+        })
+        .map(|(i, c)| (c.tool_name.clone(), ids[i].clone()))
+        .collect();
+    if !sub_targets.is_empty() {
+        subagent::pre_batch(task, sub_targets.clone()).await?;
+    }
+    for (i, call) in calls.iter().enumerate() {
+        if !matches!(plans[i], Plan::Execute) {
+            continue;
+        }
+        let ctx = ToolContext {
+            run_id: task.run_str(),
+            thread_id: task.thread_str(),
+            tool_call_id: ids[i].clone(),
+            step,
+            idempotency_key: ToolContext::idempotency_key_for(
+                task.ckpt.run.as_str(),
+                step,
+                &ids[i],
+            ),
+        };
+        let args = Value::Object(call.arguments.clone());
+        let name = call.tool_name.clone();
+        let sem = sem.clone();
+        let span = tracing::info_span!("tool_call", tool = %name, call_id = %ids[i], step);
+        let fut: futures::future::BoxFuture<'static, std::result::Result<Value, String>> =
+            if let Some(tool) = task.agent.tool(&name).cloned() {
+                Box::pin(async move { tool.call(ctx, args).await.map_err(|e| e.message) })
+            } else if let Some(sub) = task.agent.subagent(&name).cloned() {
+                let child = subagent::ChildRun::new(task, sub, &ids[i]);
+                Box::pin(async move { child.run(args).await })
+            } else {
+                Box::pin(async move { Err(format!("Unknown tool '{name}'")) })
+            };
+        let tool_name = call.tool_name.clone();
+        futs.push(
+            async move {
+                let _permit = sem.acquire_owned().await;
+                let t0 = Instant::now();
+                let out = AssertUnwindSafe(fut).catch_unwind().await;
+                let latency = t0.elapsed().as_secs_f64() * 1000.0;
+                let res = match out {
+                    Ok(Ok(v)) => CallResult {
+                        success: true,
+                        output: v,
+                        error: None,
+                        latency_ms: Some(latency),
+                    },
+                    Ok(Err(m)) => CallResult {
+                        success: false,
+                        output: Value::Null,
+                        error: Some(format!("Error executing tool '{tool_name}': {m}")),
+                        latency_ms: Some(latency),
+                    },
+                    Err(_) => CallResult {
+                        success: false,
+                        output: Value::Null,
+                        error: Some(format!("Error executing tool '{tool_name}': tool panicked")),
+                        latency_ms: Some(latency),
+                    },
+                };
+                (i, res)
+            }
+            .instrument(span),
+        );
+    }
+    let mut results = BTreeMap::new();
+    let mut sub_ok = 0;
+    let mut sub_failed = 0;
+    while let Some((i, res)) = futs.next().await {
+        let row = EffectRow {
+            input_hash: hashes[i].clone(),
+            output_hash: Some(output_hash(&res.output)),
+            output: res.output.clone(),
+            success: res.success,
+            status: Some(EffectStatus::Done),
+            idempotency_key: Some(ToolContext::idempotency_key_for(
+                task.ckpt.run.as_str(),
+                step,
+                &ids[i],
+            )),
+            tool_name: Some(calls[i].tool_name.clone()),
+            started_at_ms: None,
+            extra: Default::default(),
+        };
+        task.ckpt.effect(step, &ids[i], &row).await?;
+        if task.agent.subagent(&calls[i].tool_name).is_some() {
+            if res.success {
+                sub_ok += 1
+            } else {
+                sub_failed += 1
+            }
+            subagent::record(
+                task,
+                &calls[i].tool_name,
+                &res.output,
+                res.error.clone(),
+                res.latency_ms,
+            );
+        }
+        results.insert(i, res);
+    }
+    if !sub_targets.is_empty() {
+        subagent::post_batch(task, sub_ok, sub_failed).await?;
+    }
+    Ok(results)
+}
+
+fn push_records(task: &mut RunTask, call: &ToolCall, id: &str, res: &CallResult) {
+    task.st.tool_executions.push(ToolExecution {
+        tool_name: call.tool_name.clone(),
+        tool_call_id: call.id.clone(),
+        success: res.success,
+        output: res.output.clone(),
+        error: res.error.clone(),
+        latency_ms: res.latency_ms,
+        agent_name: Some(task.agent.name.clone()),
+        agent_depth: Some(u64::from(task.depth)),
+        agent_path: Some(task.agent.name.clone()),
+        extra: Default::default(),
+    });
+    let mut body = Map::new();
+    body.insert("success".into(), Value::Bool(res.success));
+    body.insert("output".into(), res.output.clone());
+    body.insert(
+        "error".into(),
+        res.error.clone().map_or(Value::Null, Value::String),
+    );
+    let text = format!(
+        "[untrusted_tool_output:{}]\n{UNTRUSTED_NOTE}\n{{\"success\": {}, \"output\": {}, \"error\": {}}}",
+        call.tool_name,
+        res.success,
+        canonical_json(&res.output),
+        canonical_json(&body["error"]),
+    );
+    let mut msg = text_message(Role::Tool, text, Some(call.tool_name.clone()));
+    msg.tool_call_id = Some(id.to_owned());
+    task.st.messages.push(msg);
+}
+
+/// Commit a `paused` record holding the full request, make it durable, and stop.
+async fn pause(
+    task: &mut RunTask,
+    call: &ToolCall,
+    id: &str,
+    reason: String,
+) -> Result<BatchOutcome> {
+    let mut payload = Map::new();
+    payload.insert("tool_name".into(), Value::String(call.tool_name.clone()));
+    payload.insert("arguments".into(), Value::Object(call.arguments.clone()));
+    payload.insert("step".into(), json!(task.st.step));
+    let request = PauseRequest {
+        kind: PauseKind::Approval,
+        reason: Some(reason.clone()),
+        prompt: None,
+        tool_call_id: Some(id.to_owned()),
+        payload,
+        extra: Default::default(),
+    };
+    let rec = PausedPayload {
+        kind: PauseKind::Approval,
+        reason: Some(reason),
+        prompt: None,
+        request: Some(request.clone()),
+        extra: Default::default(),
+    };
+    task.ckpt
+        .checkpoint(task.st.step, PhasePayload::Paused(rec))
+        .await?;
+    task.ckpt.flush().await?;
+    Ok(BatchOutcome::Paused(request))
+}

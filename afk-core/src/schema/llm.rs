@@ -1,0 +1,98 @@
+//! LLM responses, tool calls and token usage (reference §3.2).
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::Extra;
+use super::de::record_de;
+
+/// Token counts of one response or of a whole run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+    /// Total as reported by the provider (not recomputed).
+    pub total_tokens: u64,
+    /// Unknown fields, kept as read.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_de!(Usage {
+    input_tokens: def,
+    output_tokens: def,
+    total_tokens: def
+});
+
+impl Usage {
+    /// Add another usage to this one (saturating), keeping this one's extra fields.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
+    }
+}
+
+/// One tool call requested by the model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ToolCall {
+    /// Provider-assigned call id (AFK: null when the provider gave none).
+    pub id: Option<String>,
+    /// Name of the tool to run.
+    pub tool_name: String,
+    /// Arguments, a JSON object.
+    pub arguments: Map<String, Value>,
+    /// Unknown fields, kept as read.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_de!(ToolCall {
+    id: def,
+    tool_name: def,
+    arguments: def
+});
+
+/// A model response, as stored in `pending_llm_response`, `final_response` and
+/// `terminal_result.llm_response`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LlmResponse {
+    /// Text of the answer (`""` when none).
+    pub text: String,
+    /// AFK's request id (`<run_id>:step:<n>`).
+    pub request_id: Option<String>,
+    /// The provider's own request id.
+    pub provider_request_id: Option<String>,
+    /// Provider session continuity token.
+    pub session_token: Option<String>,
+    /// Provider checkpoint continuity token.
+    pub checkpoint_token: Option<String>,
+    /// Structured output, when the provider returned one.
+    pub structured_response: Option<Map<String, Value>>,
+    /// Tool calls, in the order the model gave them.
+    pub tool_calls: Vec<ToolCall>,
+    /// Why the model stopped (`"stop"`, `"tool_calls"`, …).
+    pub finish_reason: Option<String>,
+    /// Tokens used by this response.
+    pub usage: Usage,
+    /// Provider raw payload (JSON-converted).
+    pub raw: Map<String, Value>,
+    /// Model that answered.
+    pub model: Option<String>,
+    /// Unknown fields, kept as read.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_de!(LlmResponse {
+    text: def,
+    request_id: def,
+    provider_request_id: def,
+    session_token: def,
+    checkpoint_token: def,
+    structured_response: def,
+    tool_calls: def,
+    finish_reason: def,
+    usage: def,
+    raw: def,
+    model: def,
+});

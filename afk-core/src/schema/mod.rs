@@ -1,0 +1,45 @@
+//! Typed checkpoint records: the envelope, one payload type per phase, the runtime snapshot,
+//! LLM responses, messages, the transcript log, `AgentResult` and effect rows.
+//!
+//! The JSON keys are AFK's (`reference/afk-python.md` §1.3, §1.5, §3); v2 additions are optional
+//! fields that are left out when unset, so an AFK record read and written back keeps its shape.
+//! Every struct keeps the fields it does not know in an `extra` map (`#[serde(flatten)]`), so a
+//! read-modify-write never drops a field written by a newer version or by AFK.
+//!
+//! Reading stored bytes goes through [`crate::normalize`], which accepts older shapes and turns
+//! anything unusable into a `Corrupt` error. The `Deserialize` impls here are the strict v2 shape.
+
+mod de;
+mod effect;
+mod envelope;
+mod llm;
+mod message;
+pub mod migrate;
+mod payloads;
+mod result;
+mod rows;
+mod snapshot;
+mod transcript;
+
+pub use effect::{EffectRow, EffectStatus};
+pub use envelope::{CheckpointRecord, Phase};
+pub use llm::{LlmResponse, ToolCall, Usage};
+pub use message::{Message, MessageContent, Role};
+pub use payloads::{
+    PauseKind, PauseRequest, PausedPayload, PhasePayload, PostLlmPayload, PostSubagentBatchPayload,
+    PostToolBatchPayload, PreLlmPayload, PreSubagentBatchPayload, PreToolBatchPayload,
+    ResumedPayload, RunStartedPayload, RunTerminalPayload, StepStartedPayload,
+};
+pub use result::{AgentResult, StateSnapshot};
+pub use rows::{BackgroundTicket, CommandExecution, SkillRead, SubagentExecution, ToolExecution};
+pub use snapshot::RuntimeSnapshot;
+pub use transcript::{TranscriptEntry, TranscriptRef, chain_digest, entry_digest, reassemble};
+
+/// Unknown fields kept by every record struct.
+pub type Extra = serde_json::Map<String, serde_json::Value>;
+
+/// The schema version this crate writes.
+pub const SCHEMA_VERSION: &str = "v2";
+
+/// The version AFK Python writes (and the one assumed when a record names none).
+pub const SCHEMA_VERSION_V1: &str = "v1";

@@ -1,0 +1,110 @@
+//! The runtime snapshot, payload of `runtime_state` records (reference §3.1, DESIGN §3.4).
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::Extra;
+use super::de::record_de;
+use super::llm::{LlmResponse, Usage};
+use super::message::{Message, lenient_opt_messages};
+use super::rows::{
+    BackgroundTicket, CommandExecution, SkillRead, SubagentExecution, ToolExecution,
+    background_rows, command_rows, skill_read_rows, subagent_rows, tool_rows,
+};
+use super::transcript::TranscriptRef;
+
+/// Everything a resume needs to rebuild a run.
+///
+/// v1 (AFK) snapshots carry the transcript inline in `messages` and no `transcript`; v2
+/// snapshots leave `messages` out and point at the transcript log with `transcript`.
+/// Record lists and `messages` are read leniently like AFK (bad rows dropped); every other
+/// field must have its documented type (missing fields take their default). A
+/// `pending_llm_response` that is present must decode; only `null` or absent means none.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RuntimeSnapshot {
+    /// The thread id as the runner saw it.
+    pub thread_id: String,
+    /// Step of the snapshot.
+    pub step: u64,
+    /// Runner state (`running`, `degraded`).
+    pub state: String,
+    /// Run context.
+    pub context: Map<String, Value>,
+    /// v1: the whole transcript inline. v2: `None` (left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<Message>>,
+    /// LLM calls made so far.
+    pub llm_calls: u64,
+    /// Tool calls made so far.
+    pub tool_calls: u64,
+    /// Epoch seconds of the original run start.
+    pub started_at_s: f64,
+    /// Token usage so far.
+    pub usage: Usage,
+    /// Accumulated cost (0.0 possible).
+    pub total_cost_usd: f64,
+    /// Provider session token.
+    pub session_token: Option<String>,
+    /// Provider checkpoint token.
+    pub checkpoint_token: Option<String>,
+    /// Model the agent asked for.
+    pub requested_model: Option<String>,
+    /// Model after normalization.
+    pub normalized_model: Option<String>,
+    /// Provider adapter id.
+    pub provider_adapter: Option<String>,
+    /// Tool execution records.
+    pub tool_executions: Vec<ToolExecution>,
+    /// Subagent execution records.
+    pub subagent_executions: Vec<SubagentExecution>,
+    /// Skill reads.
+    pub skill_reads: Vec<SkillRead>,
+    /// Skill command executions.
+    pub skill_command_executions: Vec<CommandExecution>,
+    /// Final text so far.
+    pub final_text: String,
+    /// Final structured output, if any.
+    pub final_structured: Option<Map<String, Value>>,
+    /// A response received at this step whose tool calls are not done yet.
+    pub pending_llm_response: Option<LlmResponse>,
+    /// Last successful response.
+    pub final_response: Option<LlmResponse>,
+    /// Effects replayed from the journal so far (AFK writes it but never reads it back).
+    pub replayed_effect_count: u64,
+    /// Background tool tickets still pending.
+    pub background_tools_pending: Vec<BackgroundTicket>,
+    /// v2: the transcript log this snapshot covers; left out when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<TranscriptRef>,
+    /// Unknown fields, kept as read.
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+record_de!(RuntimeSnapshot {
+    thread_id: def,
+    step: def,
+    state: def,
+    context: def,
+    messages: lenient(lenient_opt_messages),
+    llm_calls: def,
+    tool_calls: def,
+    started_at_s: def,
+    usage: def,
+    total_cost_usd: def,
+    session_token: def,
+    checkpoint_token: def,
+    requested_model: def,
+    normalized_model: def,
+    provider_adapter: def,
+    tool_executions: lenient(tool_rows),
+    subagent_executions: lenient(subagent_rows),
+    skill_reads: lenient(skill_read_rows),
+    skill_command_executions: lenient(command_rows),
+    final_text: def,
+    final_structured: def,
+    pending_llm_response: def,
+    final_response: def,
+    replayed_effect_count: def,
+    background_tools_pending: lenient(background_rows),
+    transcript: def,
+});

@@ -1,0 +1,474 @@
+//! [`RedisConfig`]: where the Redis server (or cluster) is and how to talk to it, parsed from a
+//! URL. Passwords never appear in `Debug`, logs or error messages.
+
+use std::fmt;
+use std::time::Duration;
+
+use afk_core::{Error, Result};
+use percent_encoding::percent_decode_str;
+use serde::{Deserialize, Serialize};
+
+/// URL schemes [`RedisConfig::from_url`] accepts.
+pub const SCHEMES: &[&str] = &["redis", "rediss", "redis+cluster", "rediss+cluster"];
+
+/// Default key prefix (the first part of every hash tag).
+pub const DEFAULT_PREFIX: &str = "afk";
+/// Default time allowed to open one connection, in milliseconds.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Default time allowed for one answer, in milliseconds.
+pub const DEFAULT_RESPONSE_TIMEOUT_MS: u64 = 5_000;
+
+const DEFAULT_PORT: u16 = 6379;
+
+/// Configuration of a [`crate::RedisStore`].
+///
+/// Usually parsed from a URL with [`RedisConfig::from_url`]:
+///
+/// - `redis://[user[:password]@]host[:port][/db][?options]`: one node; `rediss://` for TLS
+///   (rustls, webpki roots).
+/// - `redis+cluster://[user[:password]@]h1:p1,h2:p2[?options]` (or `rediss+cluster://`): a
+///   Redis Cluster, given by one or more seed nodes. A comma-separated list of plain
+///   `redis://` URLs (`redis://h1:p1,redis://h2:p2`, the form of `AFK_TEST_REDIS_CLUSTER_URLS`)
+///   is read as cluster seeds too. A cluster has only database 0.
+///
+/// Options: `prefix` (key prefix, default `afk`; ASCII letters, digits, `_`, `-`, `.`),
+/// `connect_timeout_ms`, `response_timeout_ms`, `ttl_s` (optional per-run time to live).
+/// Unknown options are rejected, so a typo does not silently do nothing.
+///
+/// `Debug` and [`RedisConfig::redacted_url`] never show the password; `Serialize` does (it is
+/// the configuration itself).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// Seed nodes as `(host, port)`. Exactly one unless `cluster`.
+    pub nodes: Vec<(String, u16)>,
+    /// Talk to a Redis Cluster (slot routing, MOVED/ASK handled by the client).
+    #[serde(default)]
+    pub cluster: bool,
+    /// Use TLS (rustls with the webpki root certificates).
+    #[serde(default)]
+    pub tls: bool,
+    /// ACL user name, if any.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Password, if any. Never shown by `Debug` or in errors.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Database index (single node only; must be 0 on a cluster).
+    #[serde(default)]
+    pub db: i64,
+    /// Key prefix: every key is under the hash tag `{<prefix>:<thread>}`.
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+    /// Time allowed to open one connection, in milliseconds.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Time allowed for one answer, in milliseconds.
+    #[serde(default = "default_response_timeout_ms")]
+    pub response_timeout_ms: u64,
+    /// If set, every key of a run expires together, between `ttl_s / 2` and `ttl_s` seconds
+    /// after the run's last claim or commit.
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+}
+
+fn default_prefix() -> String {
+    DEFAULT_PREFIX.to_string()
+}
+fn default_connect_timeout_ms() -> u64 {
+    DEFAULT_CONNECT_TIMEOUT_MS
+}
+fn default_response_timeout_ms() -> u64 {
+    DEFAULT_RESPONSE_TIMEOUT_MS
+}
+
+impl RedisConfig {
+    /// A single-node configuration for `host:port` with every option at its default.
+    pub fn single(host: impl Into<String>, port: u16) -> Self {
+        RedisConfig {
+            nodes: vec![(host.into(), port)],
+            cluster: false,
+            tls: false,
+            username: None,
+            password: None,
+            db: 0,
+            prefix: default_prefix(),
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            response_timeout_ms: DEFAULT_RESPONSE_TIMEOUT_MS,
+            ttl_s: None,
+        }
+    }
+
+    /// Parse a URL (see the type docs for the forms). Fails with `InvalidConfig`; the message
+    /// shows the URL with its password replaced by `***`.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let url = url.trim();
+        let bad = |why: &str| Error::invalid_config(format!("{why} in {}", redact(url)));
+        if url.contains(',') && url.split(',').all(|p| p.contains("://")) {
+            return parse_url_list(url);
+        }
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("missing scheme"))?;
+        let (tls, cluster) = match scheme.to_ascii_lowercase().as_str() {
+            "redis" => (false, false),
+            "rediss" => (true, false),
+            "redis+cluster" => (false, true),
+            "rediss+cluster" => (true, true),
+            _ => {
+                return Err(bad(
+                    "unknown scheme (expected redis, rediss, redis+cluster or rediss+cluster)",
+                ));
+            }
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.split_once('/') {
+            Some((a, p)) => (a, p),
+            None => (rest, ""),
+        };
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let mut cfg = RedisConfig::single("", DEFAULT_PORT);
+        cfg.nodes.clear();
+        cfg.tls = tls;
+        cfg.cluster = cluster;
+        if let Some(userinfo) = userinfo {
+            let (user, pass) = match userinfo.split_once(':') {
+                Some((u, p)) => (u, Some(p)),
+                None => (userinfo, None),
+            };
+            let decode = |s: &str| {
+                percent_decode_str(s)
+                    .decode_utf8()
+                    .map(|c| c.into_owned())
+                    .map_err(|_| bad("credentials are not valid percent-encoded UTF-8"))
+            };
+            let user = decode(user)?;
+            cfg.username = (!user.is_empty()).then_some(user);
+            if let Some(pass) = pass {
+                let pass = decode(pass)?;
+                cfg.password = (!pass.is_empty()).then_some(pass);
+            }
+        }
+        for host in hosts.split(',') {
+            cfg.nodes.push(parse_host(host).map_err(|why| bad(&why))?);
+        }
+        if !cluster && cfg.nodes.len() != 1 {
+            return Err(bad("several hosts need the redis+cluster:// scheme"));
+        }
+        let path = path.trim_matches('/');
+        if !path.is_empty() {
+            cfg.db = path.parse().map_err(|_| bad("database must be a number"))?;
+        }
+        if let Some(query) = query {
+            apply_query(&mut cfg, query).map_err(|why| bad(&why))?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Check the combination of settings; `InvalidConfig` names the problem.
+    pub fn validate(&self) -> Result<()> {
+        if self.nodes.is_empty() {
+            return Err(Error::invalid_config("redis: no host given"));
+        }
+        if !self.cluster && self.nodes.len() != 1 {
+            return Err(Error::invalid_config(
+                "redis: several hosts need cluster mode",
+            ));
+        }
+        if self.cluster && self.db != 0 {
+            return Err(Error::invalid_config(format!(
+                "redis: a Redis Cluster has only database 0, got database {} in {}",
+                self.db,
+                self.redacted_url()
+            )));
+        }
+        if self.db < 0 {
+            return Err(Error::invalid_config(
+                "redis: database index must not be negative",
+            ));
+        }
+        let p = &self.prefix;
+        if p.is_empty()
+            || p.len() > 64
+            || !p
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        {
+            return Err(Error::invalid_config(format!(
+                "redis: prefix {p:?} must be 1 to 64 ASCII letters, digits, '_', '-' or '.'"
+            )));
+        }
+        if self.connect_timeout_ms == 0 || self.response_timeout_ms == 0 {
+            return Err(Error::invalid_config(
+                "redis: timeouts must be at least 1 ms",
+            ));
+        }
+        if self.ttl_s == Some(0) {
+            return Err(Error::invalid_config(
+                "redis: ttl_s must be at least 1 (omit it for no TTL)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The time allowed to open one connection.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+
+    /// The time allowed for one answer.
+    pub fn response_timeout(&self) -> Duration {
+        Duration::from_millis(self.response_timeout_ms)
+    }
+
+    /// The configuration as a URL with the password replaced by `***`, for logs and errors.
+    pub fn redacted_url(&self) -> String {
+        let scheme = match (self.tls, self.cluster) {
+            (false, false) => "redis",
+            (true, false) => "rediss",
+            (false, true) => "redis+cluster",
+            (true, true) => "rediss+cluster",
+        };
+        let auth = match (&self.username, &self.password) {
+            (None, None) => String::new(),
+            (Some(u), None) => format!("{u}@"),
+            (u, Some(_)) => format!("{}:***@", u.as_deref().unwrap_or("")),
+        };
+        let hosts: Vec<String> = self.nodes.iter().map(|(h, p)| host_port(h, *p)).collect();
+        let mut s = format!(
+            "{scheme}://{auth}{}/{}?prefix={}",
+            hosts.join(","),
+            self.db,
+            self.prefix
+        );
+        if let Some(ttl) = self.ttl_s {
+            s.push_str(&format!("&ttl_s={ttl}"));
+        }
+        s
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("nodes", &self.nodes)
+            .field("cluster", &self.cluster)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("db", &self.db)
+            .field("prefix", &self.prefix)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("response_timeout_ms", &self.response_timeout_ms)
+            .field("ttl_s", &self.ttl_s)
+            .finish()
+    }
+}
+
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// `redis://h1:p1,redis://h2:p2`: cluster seeds given as separate URLs, which must agree on
+/// everything but the host.
+fn parse_url_list(list: &str) -> Result<RedisConfig> {
+    let mut merged: Option<RedisConfig> = None;
+    for part in list.split(',') {
+        let mut one = RedisConfig::from_url(part)?;
+        one.cluster = true;
+        match &mut merged {
+            None => merged = Some(one),
+            Some(m) => {
+                let mut probe = one.clone();
+                probe.nodes = m.nodes.clone();
+                if &probe != m {
+                    return Err(Error::invalid_config(format!(
+                        "cluster seed URLs disagree on options or credentials: {}",
+                        redact(list)
+                    )));
+                }
+                m.nodes.extend(one.nodes);
+            }
+        }
+    }
+    let cfg = merged.ok_or_else(|| Error::invalid_config("redis: empty URL list"))?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn parse_host(s: &str) -> std::result::Result<(String, u16), String> {
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, after) = rest.split_once(']').ok_or("unclosed '[' in host")?;
+        (h, after.strip_prefix(':'))
+    } else {
+        match s.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        }
+    };
+    if host.is_empty() {
+        return Err("empty host".into());
+    }
+    let port = match port {
+        Some(p) => p.parse::<u16>().map_err(|_| format!("bad port {p:?}"))?,
+        None => DEFAULT_PORT,
+    };
+    Ok((host.to_string(), port))
+}
+
+fn apply_query(cfg: &mut RedisConfig, query: &str) -> std::result::Result<(), String> {
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        let num = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("option {k} must be a number"))
+        };
+        match k.as_ref() {
+            "prefix" => cfg.prefix = v.into_owned(),
+            "connect_timeout_ms" => cfg.connect_timeout_ms = num(&v)?,
+            "response_timeout_ms" => cfg.response_timeout_ms = num(&v)?,
+            "ttl_s" => cfg.ttl_s = Some(num(&v)?),
+            other => return Err(format!("unknown option {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+/// `url` with any password replaced by `***` (every `user:pass@` of a comma list).
+pub(crate) fn redact(url: &str) -> String {
+    url.split(',')
+        .map(|part| {
+            let Some((scheme, rest)) = part.split_once("://") else {
+                return part.to_string();
+            };
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            let (authority, tail) = rest.split_at(end);
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+                    let pass = if userinfo.contains(':') { ":***" } else { "" };
+                    format!("{scheme}://{user}{pass}@{host}{tail}")
+                }
+                None => part.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use afk_core::ErrorKind;
+
+    #[test]
+    fn parses_single_node_with_everything() {
+        let c = RedisConfig::from_url(
+            "rediss://bob:s%40cret@cache.example:6380/3?prefix=team.a&connect_timeout_ms=150&response_timeout_ms=900&ttl_s=60",
+        )
+        .unwrap();
+        assert_eq!(c.nodes, vec![("cache.example".to_string(), 6380)]);
+        assert!(c.tls && !c.cluster);
+        assert_eq!(c.username.as_deref(), Some("bob"));
+        assert_eq!(c.password.as_deref(), Some("s@cret"));
+        assert_eq!((c.db, c.prefix.as_str()), (3, "team.a"));
+        assert_eq!(
+            (c.connect_timeout_ms, c.response_timeout_ms, c.ttl_s),
+            (150, 900, Some(60))
+        );
+    }
+
+    #[test]
+    fn defaults() {
+        let c = RedisConfig::from_url("redis://localhost").unwrap();
+        assert_eq!(c, RedisConfig::single("localhost", 6379));
+        assert_eq!(c.prefix, "afk");
+        assert_eq!(
+            RedisConfig::from_url("redis://[::1]:7000/").unwrap().nodes[0],
+            ("::1".into(), 7000)
+        );
+    }
+
+    #[test]
+    fn parses_cluster_seeds_both_forms() {
+        let a = RedisConfig::from_url("redis+cluster://:pw@h1:7001,h2:7002,h3").unwrap();
+        assert!(a.cluster && !a.tls);
+        assert_eq!(a.nodes.len(), 3);
+        assert_eq!(a.nodes[2], ("h3".to_string(), 6379));
+        assert_eq!(a.password.as_deref(), Some("pw"));
+        let b = RedisConfig::from_url("redis://127.0.0.1:7001,redis://127.0.0.1:7002").unwrap();
+        assert!(b.cluster);
+        assert_eq!(b.nodes.len(), 2);
+        assert!(
+            RedisConfig::from_url("rediss+cluster://h1:1,h2:2")
+                .unwrap()
+                .tls
+        );
+    }
+
+    #[test]
+    fn rejects_db_on_cluster_and_bad_options() {
+        let e = RedisConfig::from_url("redis+cluster://h1:1,h2:2/2").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidConfig);
+        assert!(e.message().contains("only database 0"), "{e}");
+        for bad in [
+            "http://h",
+            "redis://h:notaport",
+            "redis://h1:1,h2:2",
+            "redis://h/x",
+            "redis://h?prefx=a",
+            "redis://h?prefix=a{b}",
+            "redis://h?ttl_s=0",
+            "redis://h?connect_timeout_ms=abc",
+            "redis://:pw@",
+        ] {
+            assert_eq!(
+                RedisConfig::from_url(bad).unwrap_err().kind(),
+                ErrorKind::InvalidConfig,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn password_never_shown() {
+        let secret = "hunter2-topsecret";
+        let url = format!("redis://alice:{secret}@h:1/0?prefix=p");
+        let c = RedisConfig::from_url(&url).unwrap();
+        assert!(!format!("{c:?}").contains(secret));
+        assert!(!c.redacted_url().contains(secret));
+        assert!(
+            c.redacted_url().contains("alice:***@h:1"),
+            "{}",
+            c.redacted_url()
+        );
+        let e =
+            RedisConfig::from_url(&format!("redis://alice:{secret}@h:1/0?bogus=1")).unwrap_err();
+        assert!(!e.to_string().contains(secret), "{e}");
+        assert!(!format!("{e:?}").contains(secret));
+        let e = RedisConfig::from_url(&format!("redis+cluster://:{secret}@h:1,h:2/4")).unwrap_err();
+        assert!(!e.to_string().contains(secret), "{e}");
+        let e = RedisConfig::from_url(&format!("redis://u:{secret}@h:1,redis://u:other@h:2"))
+            .unwrap_err();
+        assert!(
+            !e.to_string().contains(secret) && !e.to_string().contains("other"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn serde_round_trip_with_defaults() {
+        let c: RedisConfig = serde_json::from_str(r#"{"nodes": [["h", 1]]}"#).unwrap();
+        assert_eq!(c, RedisConfig::single("h", 1));
+        let back: RedisConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+}

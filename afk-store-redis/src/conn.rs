@@ -1,0 +1,230 @@
+//! One connection type for both topologies: a `ConnectionManager` (single node, reconnects on
+//! its own) or a `ClusterConnection` (slot routing, MOVED/ASK, reconnects per node). Every
+//! call is bounded by an overall deadline so that no operation hangs while a server is away.
+
+use std::time::Duration;
+
+use afk_core::{Error, Result};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    Cmd, ConnectionAddr, ConnectionInfo, FromRedisValue, IntoConnectionInfo, Pipeline,
+    RedisConnectionInfo, RedisError, RedisResult, Value,
+};
+
+use crate::config::RedisConfig;
+use crate::error::{is_noscript, map_err};
+use crate::scripts::Lua;
+
+/// One script invocation: its KEYS and its ARGV.
+pub(crate) type ScriptCall = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// A connection plus the deadline every call gets.
+#[derive(Clone)]
+pub(crate) struct Client {
+    conn: Conn,
+    deadline: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let topo = match self.conn {
+            Conn::Single(_) => "single",
+            Conn::Cluster(_) => "cluster",
+        };
+        f.debug_struct("Client")
+            .field("topology", &topo)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+fn node_info(cfg: &RedisConfig, host: &str, port: u16) -> RedisResult<ConnectionInfo> {
+    let addr = if cfg.tls {
+        ConnectionAddr::TcpTls {
+            host: host.to_string(),
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host.to_string(), port)
+    };
+    let mut redis = RedisConnectionInfo::default().set_db(cfg.db);
+    if let Some(u) = &cfg.username {
+        redis = redis.set_username(u);
+    }
+    if let Some(p) = &cfg.password {
+        redis = redis.set_password(p);
+    }
+    Ok(addr.into_connection_info()?.set_redis_settings(redis))
+}
+
+impl Client {
+    /// Connect (eagerly, so a wrong password or an absent server shows up here).
+    pub(crate) async fn connect(cfg: &RedisConfig) -> Result<Self> {
+        let deadline = cfg.connect_timeout() + cfg.response_timeout();
+        let what = format!("connect to {}", cfg.redacted_url());
+        let fut = async {
+            if cfg.cluster {
+                let mut infos = Vec::new();
+                for (h, p) in &cfg.nodes {
+                    infos.push(node_info(cfg, h, *p)?);
+                }
+                let mut b = ClusterClientBuilder::new(infos)
+                    .connection_timeout(cfg.connect_timeout())
+                    .response_timeout(cfg.response_timeout())
+                    .overall_response_timeout(Some(deadline))
+                    .retries(3)
+                    .min_retry_wait(20)
+                    .max_retry_wait(500);
+                if let Some(u) = &cfg.username {
+                    b = b.username(u);
+                }
+                if let Some(p) = &cfg.password {
+                    b = b.password(p);
+                }
+                let client = b.build()?;
+                Ok::<_, RedisError>(Conn::Cluster(client.get_async_connection().await?))
+            } else {
+                let (h, p) = &cfg.nodes[0];
+                let client = redis::Client::open(node_info(cfg, h, *p)?)?;
+                let mc = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(cfg.connect_timeout()))
+                    .set_response_timeout(Some(cfg.response_timeout()))
+                    .set_number_of_retries(1)
+                    .set_min_delay(Duration::from_millis(10))
+                    .set_max_delay(Duration::from_millis(200));
+                Ok(Conn::Single(
+                    ConnectionManager::new_with_config(client, mc).await?,
+                ))
+            }
+        };
+        let conn = match tokio::time::timeout(deadline, fut).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(map_err(e, &what)),
+            Err(_) => return Err(timeout_err(&what, deadline)),
+        };
+        let client = Client { conn, deadline };
+        // One round trip proves the credentials and the topology (a single-node URL pointed at
+        // a cluster node fails here with MOVED, not later).
+        let _: Value = client.query(&redis::cmd("PING"), "ping").await?;
+        Ok(client)
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
+    async fn raw<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
+        match &self.conn {
+            Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        }
+    }
+
+    async fn raw_pipe(&self, pipe: &Pipeline) -> RedisResult<Vec<RedisResult<Value>>> {
+        match &self.conn {
+            Conn::Single(c) => pipe.query_async(&mut c.clone()).await,
+            Conn::Cluster(c) => pipe.query_async(&mut c.clone()).await,
+        }
+    }
+
+    /// Run one command under the deadline.
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd, what: &str) -> Result<T> {
+        match tokio::time::timeout(self.deadline, self.raw(cmd)).await {
+            Ok(r) => r.map_err(|e| map_err(e, what)),
+            Err(_) => Err(timeout_err(what, self.deadline)),
+        }
+    }
+
+    /// Run a script: `EVALSHA`, and on `NOSCRIPT` the full `EVAL` (which also caches it).
+    pub(crate) async fn eval<T: FromRedisValue>(
+        &self,
+        lua: &Lua,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+        what: &str,
+    ) -> Result<T> {
+        let fut = async {
+            match self.raw(&eval_cmd(lua, keys, args, true)).await {
+                Err(e) if is_noscript(&e) => {
+                    tracing::debug!(sha = %lua.sha, "redis script cache cold; sending EVAL");
+                    self.raw(&eval_cmd(lua, keys, args, false)).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout(self.deadline, fut).await {
+            Ok(r) => r.map_err(|e| map_err(e, what)),
+            Err(_) => Err(timeout_err(what, self.deadline)),
+        }
+    }
+
+    /// Run several invocations of one script in one pipeline (one round trip), one result
+    /// each. Invocations from the first `NOSCRIPT` answer on are sent again with `EVAL`, in
+    /// order (a `NOSCRIPT` answer wrote nothing; re-sending the later ones keeps their order
+    /// and a commit applied twice writes the same bytes).
+    pub(crate) async fn eval_many(
+        &self,
+        lua: &Lua,
+        calls: &[ScriptCall],
+        what: &str,
+    ) -> Result<Vec<RedisResult<Value>>> {
+        let fut = async {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for (k, a) in calls {
+                pipe.add_command(eval_cmd(lua, k, a, true));
+            }
+            let mut out = self.raw_pipe(&pipe).await?;
+            if let Some(first) = out
+                .iter()
+                .position(|r| matches!(r, Err(e) if is_noscript(e)))
+            {
+                let mut again = redis::pipe();
+                again.ignore_errors();
+                for (k, a) in &calls[first..] {
+                    again.add_command(eval_cmd(lua, k, a, false));
+                }
+                let redo = self.raw_pipe(&again).await?;
+                out.truncate(first);
+                out.extend(redo);
+            }
+            Ok::<_, RedisError>(out)
+        };
+        match tokio::time::timeout(self.deadline, fut).await {
+            Ok(r) => r.map_err(|e| map_err(e, what)),
+            Err(_) => Err(timeout_err(what, self.deadline)),
+        }
+    }
+}
+
+fn eval_cmd(lua: &Lua, keys: &[Vec<u8>], args: &[Vec<u8>], sha: bool) -> Cmd {
+    let mut cmd = if sha {
+        redis::cmd("EVALSHA")
+    } else {
+        redis::cmd("EVAL")
+    };
+    if sha {
+        cmd.arg(lua.sha.as_bytes());
+    } else {
+        cmd.arg(lua.code.as_bytes());
+    }
+    cmd.arg(keys.len()).arg(keys).arg(args);
+    cmd
+}
+
+pub(crate) fn timeout_err(what: &str, after: Duration) -> Error {
+    Error::unavailable(format!(
+        "redis: {what} got no answer within {} ms",
+        after.as_millis()
+    ))
+}

@@ -1,0 +1,111 @@
+//! The one mapping from `redis` errors to [`afk_core::Error`] kinds.
+//!
+//! | redis error | kind |
+//! |---|---|
+//! | I/O (refused, reset, timed out), no connection to a cluster node | `Unavailable` (retryable) |
+//! | `LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `READONLY`, `OOM` | `Unavailable` (retryable) |
+//! | `MOVED` / `ASK` reaching us (only on a single-node connection to a cluster node) | `InvalidConfig` |
+//! | `NOAUTH`, `WRONGPASS`, `NOPERM`, authentication failed, invalid client config | `InvalidConfig` |
+//! | `NOSCRIPT` | never reaches callers: the script is re-sent with `EVAL` ([`crate::store`]) |
+//! | the commit script's fence answer | `Fenced` (decided in `store.rs`, not an error reply) |
+//! | anything else (`ERR …`, parse errors, unexpected replies) | `Unexpected` |
+//!
+//! Messages never contain a password: they name the operation, not the URL, and the `redis`
+//! crate's own errors carry addresses, never credentials.
+
+use afk_core::{Error, ErrorKind};
+use redis::{RedisError, ServerErrorKind};
+
+/// Map a `redis` error raised while doing `what` (for example `"commit run_1"`).
+pub(crate) fn map_err(err: RedisError, what: &str) -> Error {
+    let kind = classify(&err);
+    let hint = match kind {
+        ErrorKind::InvalidConfig if is_redirect(&err) => {
+            " (the server is a cluster node: use a redis+cluster:// URL)"
+        }
+        ErrorKind::InvalidConfig => " (check the user name, password and ACL of the Redis URL)",
+        _ => "",
+    };
+    Error::new(kind, format!("redis: {what} failed{hint}")).with_source(err)
+}
+
+/// Whether `err` is the server's NOSCRIPT answer (the script cache was flushed or is cold).
+pub(crate) fn is_noscript(err: &RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+fn is_redirect(err: &RedisError) -> bool {
+    matches!(
+        err.kind(),
+        redis::ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+    )
+}
+
+fn classify(err: &RedisError) -> ErrorKind {
+    use redis::ErrorKind as K;
+    if err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+    {
+        return ErrorKind::Unavailable;
+    }
+    match err.kind() {
+        K::Io | K::ClusterConnectionNotFound => ErrorKind::Unavailable,
+        K::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly,
+        ) => ErrorKind::Unavailable,
+        K::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) => ErrorKind::InvalidConfig,
+        K::Server(ServerErrorKind::NoPerm) => ErrorKind::InvalidConfig,
+        K::AuthenticationFailed | K::InvalidClientConfig => ErrorKind::InvalidConfig,
+        K::Extension => match err.code() {
+            Some("BUSY" | "OOM") => ErrorKind::Unavailable,
+            Some("NOAUTH" | "WRONGPASS" | "NOPERM") => ErrorKind::InvalidConfig,
+            _ => ErrorKind::Unexpected,
+        },
+        _ => ErrorKind::Unexpected,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: &str, detail: &str) -> RedisError {
+        redis::make_extension_error(code.to_string(), Some(detail.to_string()))
+    }
+
+    #[test]
+    fn extension_codes_map_to_kinds() {
+        assert_eq!(
+            map_err(server("BUSY", "script"), "x").kind(),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            map_err(server("WRONGPASS", "bad"), "x").kind(),
+            ErrorKind::InvalidConfig
+        );
+        assert_eq!(
+            map_err(server("NOAUTH", "bad"), "x").kind(),
+            ErrorKind::InvalidConfig
+        );
+        assert_eq!(
+            map_err(server("WHATEVER", "x"), "x").kind(),
+            ErrorKind::Unexpected
+        );
+        assert!(map_err(server("BUSY", "script"), "x").is_retryable());
+    }
+
+    #[test]
+    fn io_errors_are_unavailable_and_retryable() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let e = map_err(RedisError::from(io), "get");
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        assert!(e.is_retryable());
+        assert!(e.to_string().contains("redis: get failed"), "{e}");
+    }
+}

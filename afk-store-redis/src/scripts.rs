@@ -1,0 +1,157 @@
+//! The Lua scripts: every write (and `list`) is one script, so it is atomic on the server and
+//! touches one hash slot (all keys of a thread share the tag `{<prefix>:<thread>}`).
+//!
+//! Conventions for every script: `KEYS[1]` is the thread's index (a sorted set of logical keys,
+//! all score 0); physical keys are `<kp><logical key>` where `kp` = `{<prefix>:<thread>}:`.
+//! Keys derived inside a script from index members share the declared keys' hash tag, so they
+//! are in the same slot on Cluster.
+
+/// Shared helpers: run-key iteration and TTL refresh. Prepended to the scripts that need them.
+const HELPERS: &str = r#"
+local FAMILIES = {'checkpoint:', 'effect:', 'messages:', 'bgtool:'}
+
+-- Every index member of `run`: keys `<family><run>:...` (never `<run>0:...`: the range ends
+-- just before `<family><run>;`, ';' being the byte after ':'), plus the fence `run:<run>`.
+local function run_members(index, run)
+  local out = {}
+  for _, f in ipairs(FAMILIES) do
+    local ms = redis.call('ZRANGEBYLEX', index, '[' .. f .. run .. ':', '(' .. f .. run .. ';')
+    for _, m in ipairs(ms) do out[#out + 1] = m end
+  end
+  out[#out + 1] = 'run:' .. run
+  return out
+end
+
+-- Give every key of `run` one common expiry instant, so a run expires as a whole. The instant
+-- is pushed to now + ttl when less than half of the ttl is left (amortised O(1) per key);
+-- otherwise only the `fresh` keys join the run's current instant.
+local function touch_run(index, kp, run, ttl_ms, fresh)
+  local fence = kp .. 'run:' .. run
+  local at = redis.call('PEXPIRETIME', fence)
+  local left = redis.call('PTTL', fence)
+  if at < 0 or left < ttl_ms / 2 then
+    local t = redis.call('TIME')
+    at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl_ms
+    for _, m in ipairs(run_members(index, run)) do
+      redis.call('PEXPIREAT', kp .. m, at)
+    end
+  else
+    for _, k in ipairs(fresh) do redis.call('PEXPIREAT', k, at) end
+  end
+  local iat = redis.call('PEXPIRETIME', index)
+  if iat < at then redis.call('PEXPIREAT', index, at) end
+end
+"#;
+
+/// Commit: check the fence, then write puts + latest and index them.
+/// KEYS: index, fence, data keys…. ARGV: epoch, ttl_ms, kp, run, values… (aligned with
+/// KEYS[3..]). Returns `"ok"` or `"fenced:<current epoch>"` (also for a run never claimed); on a
+/// fence failure nothing is written.
+pub(crate) const COMMIT_BODY: &str = r#"
+local cur = redis.call('GET', KEYS[2])
+if not cur then
+  return 'fenced:never claimed'
+end
+if cur ~= ARGV[1] then
+  return 'fenced:' .. cur
+end
+local kp = ARGV[3]
+local plen = #kp
+local fresh = {}
+for i = 3, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[i + 2])
+  redis.call('ZADD', KEYS[1], 0, string.sub(KEYS[i], plen + 1))
+  fresh[#fresh + 1] = KEYS[i]
+end
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then touch_run(KEYS[1], kp, ARGV[4], ttl, fresh) end
+return 'ok'
+"#;
+
+/// Claim body. KEYS: index, fence. ARGV: kp, run, ttl_ms.
+pub(crate) const CLAIM_BODY: &str = r#"
+local e = redis.call('INCR', KEYS[2])
+redis.call('ZADD', KEYS[1], 0, 'run:' .. ARGV[2])
+local ttl = tonumber(ARGV[3])
+if ttl > 0 then touch_run(KEYS[1], ARGV[1], ARGV[2], ttl, {}) end
+return e
+"#;
+
+/// List one page. KEYS: index. ARGV: kp, min, max, limit. Returns `{more, last, keys}`:
+/// members of the lexical range that still exist; members whose key has expired are removed
+/// from the index on the way.
+pub(crate) const LIST: &str = r#"
+local n = tonumber(ARGV[4])
+local ms = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], ARGV[3], 'LIMIT', 0, n + 1)
+local out = {}
+local more = 0
+local last = ''
+for i, m in ipairs(ms) do
+  if i > n then more = 1 break end
+  last = m
+  if redis.call('EXISTS', ARGV[1] .. m) == 1 then
+    out[#out + 1] = m
+  else
+    redis.call('ZREM', KEYS[1], m)
+  end
+end
+return {more, last, out}
+"#;
+
+/// Delete keys. KEYS: index, data keys…. ARGV: kp. Returns how many existed.
+pub(crate) const DELETE: &str = r#"
+local plen = #ARGV[1]
+local n = 0
+for i = 2, #KEYS do
+  n = n + redis.call('DEL', KEYS[i])
+  redis.call('ZREM', KEYS[1], string.sub(KEYS[i], plen + 1))
+end
+return n
+"#;
+
+/// Delete a run. KEYS: index, fence. ARGV: kp, run. Returns how many keys existed.
+pub(crate) const DELETE_RUN_BODY: &str = r#"
+local n = 0
+for _, m in ipairs(run_members(KEYS[1], ARGV[2])) do
+  n = n + redis.call('DEL', ARGV[1] .. m)
+  redis.call('ZREM', KEYS[1], m)
+end
+return n
+"#;
+
+/// A script's full text (helpers + body) and its SHA-1, for `EVALSHA` with an `EVAL` fallback.
+#[derive(Debug)]
+pub(crate) struct Lua {
+    pub(crate) code: String,
+    pub(crate) sha: String,
+}
+
+impl Lua {
+    fn new(code: String) -> Self {
+        let sha = redis::Script::new(&code).get_hash().to_string();
+        Lua { code, sha }
+    }
+}
+
+/// All scripts, built once per store.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) commit: Lua,
+    pub(crate) claim: Lua,
+    pub(crate) list: Lua,
+    pub(crate) delete: Lua,
+    pub(crate) delete_run: Lua,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        let with = |body: &str| Lua::new(format!("{HELPERS}{body}"));
+        Scripts {
+            commit: with(COMMIT_BODY),
+            claim: with(CLAIM_BODY),
+            list: Lua::new(LIST.to_string()),
+            delete: Lua::new(DELETE.to_string()),
+            delete_run: with(DELETE_RUN_BODY),
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! [`RedisStore`]: the store contract over Redis or Redis Cluster.
+
+use std::collections::BTreeMap;
+
+use afk_core::ids::validate_key;
+use afk_core::store::{
+    Capabilities, Commit, Epoch, ListPage, MAX_LIST_LIMIT, Store, run_key, validate_commit,
+};
+use afk_core::{Error, Result, RunId, ThreadId};
+use async_trait::async_trait;
+use redis::{RedisResult, Value};
+
+use crate::config::RedisConfig;
+use crate::conn::{Client, ScriptCall};
+use crate::error::map_err;
+use crate::scripts::Scripts;
+
+/// Largest value one put (or the latest pointer) may carry: 32 MiB.
+///
+/// Redis itself takes bulk strings up to 512 MiB (`proto-max-bulk-len`), but a commit is one
+/// command holding all its values, the server is single-threaded while it runs the script, and
+/// the command must arrive within the response timeout and under `client-query-buffer-limit`
+/// (1 GiB). 32 MiB keeps one commit from stalling every other client of the server for
+/// seconds; AFK records are far smaller.
+pub const MAX_VALUE_SIZE: usize = 32 * 1024 * 1024;
+
+/// The store contract on Redis (one node) or Redis Cluster.
+///
+/// Every key of a thread lives under the hash tag `{<prefix>:<thread>}`, so all keys of a run
+/// (and the thread's index) are in one slot and every write is one atomic Lua script, on a
+/// single node and on Cluster alike. See the crate docs for the key layout.
+///
+/// Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    cfg: RedisConfig,
+    client: Client,
+    scripts: std::sync::Arc<Scripts>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("config", &self.cfg)
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+/// Physical key prefix of a thread: `{<prefix>:<thread>}:`.
+fn kp(cfg: &RedisConfig, thread: &ThreadId) -> String {
+    format!("{{{}:{}}}:", cfg.prefix, thread)
+}
+
+/// The thread's index (a sorted set of logical keys), beside the data keys in the same slot.
+fn index_key(cfg: &RedisConfig, thread: &ThreadId) -> Vec<u8> {
+    format!("{{{}:{}}}#index", cfg.prefix, thread).into_bytes()
+}
+
+fn phys(kp: &str, key: &str) -> Vec<u8> {
+    format!("{kp}{key}").into_bytes()
+}
+
+impl RedisStore {
+    /// Connect with `config`. Fails with `InvalidConfig` (bad settings, wrong password, a
+    /// cluster node given as a single node) or `Unavailable` (no server within the timeouts).
+    pub async fn connect(config: RedisConfig) -> Result<Self> {
+        config.validate()?;
+        let client = Client::connect(&config).await?;
+        Ok(RedisStore {
+            cfg: config,
+            client,
+            scripts: std::sync::Arc::new(Scripts::new()),
+        })
+    }
+
+    /// Parse `url` (see [`RedisConfig::from_url`]) and connect.
+    pub async fn open(url: &str) -> Result<Self> {
+        Self::connect(RedisConfig::from_url(url)?).await
+    }
+
+    /// The configuration this store was opened with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.cfg
+    }
+
+    fn ttl_ms(&self) -> Vec<u8> {
+        self.cfg
+            .ttl_s
+            .map_or(0, |s| s.saturating_mul(1000))
+            .to_string()
+            .into_bytes()
+    }
+
+    /// Check a commit and turn it into the commit script's KEYS and ARGV.
+    fn commit_call(&self, c: &Commit) -> Result<ScriptCall> {
+        let run = c.run.as_str();
+        let fence = run_key(&c.run);
+        let kp = kp(&self.cfg, &c.thread);
+        let mut keys = vec![index_key(&self.cfg, &c.thread), phys(&kp, &fence)];
+        let mut args = vec![
+            c.epoch.0.to_string().into_bytes(),
+            self.ttl_ms(),
+            kp.clone().into_bytes(),
+            run.as_bytes().to_vec(),
+        ];
+        validate_commit(c)?;
+        for (k, v) in &c.puts {
+            check_size(k, v.len())?;
+            keys.push(phys(&kp, k));
+            args.push(v.clone());
+        }
+        if let Some(latest) = &c.latest {
+            let k = afk_core::store::latest_key(&c.run);
+            check_size(&k, latest.len())?;
+            keys.push(phys(&kp, &k));
+            args.push(latest.clone());
+        }
+        Ok((keys, args))
+    }
+
+    /// Decode the commit script's answer.
+    fn commit_answer(c: &Commit, v: RedisResult<Value>) -> Result<()> {
+        let what = || format!("commit of run {}", c.run);
+        let v = v.map_err(|e| map_err(e, &what()))?;
+        let s: Vec<u8> = redis::from_redis_value(v).map_err(|e| map_err(e.into(), &what()))?;
+        match s.as_slice() {
+            b"ok" => Ok(()),
+            other => match other.strip_prefix(b"fenced:") {
+                Some(b"never claimed") => Err(Error::fenced(format!(
+                    "run {} was never claimed; this commit carries epoch {}",
+                    c.run, c.epoch
+                ))),
+                Some(cur) => Err(Error::fenced(format!(
+                    "run {} is claimed at epoch {}, this commit carries epoch {}",
+                    c.run,
+                    String::from_utf8_lossy(cur),
+                    c.epoch
+                ))),
+                None => Err(Error::unexpected(format!(
+                    "redis: commit script answered {:?}",
+                    String::from_utf8_lossy(other)
+                ))),
+            },
+        }
+    }
+
+    /// After a commit failed with `Unavailable` (the request may or may not have been applied),
+    /// read back: if the fence still carries the commit's epoch and every key holds the
+    /// commit's bytes, the commit was applied. Otherwise the script did not run (it is atomic),
+    /// and the error stands; a commit is idempotent, so the caller may retry it.
+    async fn resolve(&self, c: &Commit, err: Error) -> Result<()> {
+        if !err.is_retryable() {
+            return Err(err);
+        }
+        let Ok((keys, args)) = self.commit_call(c) else {
+            return Err(err);
+        };
+        let mut cmd = redis::cmd("MGET");
+        cmd.arg(&keys[1..]);
+        match self
+            .client
+            .query::<Vec<Option<Vec<u8>>>>(&cmd, "read back a commit")
+            .await
+        {
+            Ok(got) => {
+                let fence_ok =
+                    got.first().cloned().flatten() == Some(c.epoch.0.to_string().into_bytes());
+                let data_ok = got.len() == keys.len() - 1
+                    && got[1..]
+                        .iter()
+                        .zip(&args[4..])
+                        .all(|(g, want)| g.as_deref() == Some(want));
+                if fence_ok && data_ok {
+                    tracing::debug!(run = %c.run, "redis: ambiguous commit found applied");
+                    Ok(())
+                } else {
+                    Err(err)
+                }
+            }
+            Err(_) => Err(Error::unavailable(format!(
+                "redis: commit of run {} has an unknown outcome (the server did not answer); \
+                 retrying the same commit is safe",
+                c.run
+            ))
+            .with_source(err)),
+        }
+    }
+}
+
+fn check_size(key: &str, len: usize) -> Result<()> {
+    if len > MAX_VALUE_SIZE {
+        return Err(Error::invalid_input(format!(
+            "value of {key:?} is {len} bytes; the redis store takes at most {MAX_VALUE_SIZE}"
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn capabilities(&self) -> Capabilities {
+        let mut c = Capabilities::new("redis");
+        c.max_value_size = Some(MAX_VALUE_SIZE);
+        c.ttl = self.cfg.ttl_s.is_some();
+        c.batch_commit = true;
+        c.durable = false;
+        c.multi_process = true;
+        c
+    }
+
+    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
+        validate_key(key)?;
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(phys(&kp(&self.cfg, thread), key));
+        self.client.query(&cmd, "get").await
+    }
+
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let kp = kp(&self.cfg, thread);
+        let mut cmd = redis::cmd("MGET");
+        for k in keys {
+            validate_key(k)?;
+            cmd.arg(phys(&kp, k));
+        }
+        let out: Vec<Option<Vec<u8>>> = self.client.query(&cmd, "get_many").await?;
+        if out.len() != keys.len() {
+            return Err(Error::unexpected(format!(
+                "redis: MGET of {} keys answered {} values",
+                keys.len(),
+                out.len()
+            )));
+        }
+        Ok(out)
+    }
+
+    async fn list(
+        &self,
+        thread: &ThreadId,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        if !prefix.is_empty() {
+            validate_key(prefix)?;
+        }
+        let limit = limit.clamp(1, MAX_LIST_LIMIT);
+        let min = match cursor {
+            Some(c) => {
+                validate_key(c)
+                    .map_err(|_| Error::invalid_input(format!("bad list cursor {c:?}")))?;
+                if c.as_bytes() < prefix.as_bytes() {
+                    format!("[{prefix}")
+                } else {
+                    format!("({c}")
+                }
+            }
+            None if prefix.is_empty() => "-".to_string(),
+            None => format!("[{prefix}"),
+        };
+        // Every key is printable ASCII, so `<prefix>\x7f` bounds all keys starting with prefix.
+        let max: Vec<u8> = if prefix.is_empty() {
+            b"+".to_vec()
+        } else {
+            [b"(", prefix.as_bytes(), b"\x7f"].concat()
+        };
+        let keys = [index_key(&self.cfg, thread)];
+        let args = [
+            kp(&self.cfg, thread).into_bytes(),
+            min.into_bytes(),
+            max,
+            limit.to_string().into_bytes(),
+        ];
+        let (more, last, keys): (i64, String, Vec<String>) = self
+            .client
+            .eval(&self.scripts.list, &keys, &args, "list")
+            .await?;
+        Ok(ListPage {
+            keys,
+            next_cursor: (more == 1).then_some(last),
+        })
+    }
+
+    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let kp = kp(&self.cfg, thread);
+        let mut ks = vec![index_key(&self.cfg, thread)];
+        for k in keys {
+            validate_key(k)?;
+            ks.push(phys(&kp, k));
+        }
+        let _: i64 = self
+            .client
+            .eval(&self.scripts.delete, &ks, &[kp.into_bytes()], "delete")
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
+        let kp = kp(&self.cfg, thread);
+        let keys = [index_key(&self.cfg, thread), phys(&kp, &run_key(run))];
+        let args = [kp.into_bytes(), run.as_str().as_bytes().to_vec()];
+        let n: u64 = self
+            .client
+            .eval(&self.scripts.delete_run, &keys, &args, "delete_run")
+            .await?;
+        Ok(n)
+    }
+
+    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        let kp = kp(&self.cfg, thread);
+        let keys = [index_key(&self.cfg, thread), phys(&kp, &run_key(run))];
+        let args = [
+            kp.into_bytes(),
+            run.as_str().as_bytes().to_vec(),
+            self.ttl_ms(),
+        ];
+        match self
+            .client
+            .eval::<u64>(&self.scripts.claim, &keys, &args, "claim")
+            .await
+        {
+            Ok(e) => Ok(Epoch(e)),
+            Err(e) if e.to_string().contains("not an integer") => Err(Error::corrupt_record(
+                run_key(run),
+                "the fence key does not hold an integer epoch",
+            )
+            .with_source(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn commit(&self, commit: &Commit) -> Result<()> {
+        let (keys, args) = self.commit_call(commit)?;
+        let what = format!("commit of run {}", commit.run);
+        match self
+            .client
+            .eval::<Value>(&self.scripts.commit, &keys, &args, &what)
+            .await
+        {
+            Ok(v) => Self::commit_answer(commit, Ok(v)),
+            Err(e) => self.resolve(commit, e).await,
+        }
+    }
+
+    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        let mut out: Vec<Option<Result<()>>> = (0..commits.len()).map(|_| None).collect();
+        // Groups of commits sent as one pipeline: everything on a single node; per thread (one
+        // hash slot, hence one node) on Cluster. Order is kept inside a group.
+        let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, c) in commits.iter().enumerate() {
+            let g = if self.client.is_cluster() {
+                c.thread.as_str()
+            } else {
+                ""
+            };
+            groups.entry(g).or_default().push(i);
+        }
+        let mut futs = Vec::new();
+        for idx in groups.into_values() {
+            let mut calls = Vec::new();
+            let mut sent = Vec::new();
+            for i in idx {
+                match self.commit_call(&commits[i]) {
+                    Ok(call) => {
+                        calls.push(call);
+                        sent.push(i);
+                    }
+                    Err(e) => out[i] = Some(Err(e)),
+                }
+            }
+            if calls.is_empty() {
+                continue;
+            }
+            futs.push(async move {
+                let r = self
+                    .client
+                    .eval_many(&self.scripts.commit, &calls, "commit batch")
+                    .await;
+                (sent, r)
+            });
+        }
+        for (sent, r) in futures::future::join_all(futs).await {
+            match r {
+                Ok(answers) if answers.len() == sent.len() => {
+                    for (i, a) in sent.into_iter().zip(answers) {
+                        let c = &commits[i];
+                        out[i] = Some(match Self::commit_answer(c, a) {
+                            Err(e) if e.is_retryable() => self.resolve(c, e).await,
+                            other => other,
+                        });
+                    }
+                }
+                Ok(answers) => {
+                    let n = answers.len();
+                    for i in sent {
+                        out[i] = Some(Err(Error::unexpected(format!(
+                            "redis: a pipeline of commits answered {n} results"
+                        ))));
+                    }
+                }
+                Err(e) => {
+                    // Read back commit by commit while the server answers; once a read-back
+                    // fails too, the rest are reported as they are (no n-fold wait).
+                    let mut answering = e.is_retryable();
+                    for i in sent {
+                        let err = Error::new(e.kind(), e.message().to_string());
+                        let r = if answering {
+                            self.resolve(&commits[i], err).await
+                        } else {
+                            Err(err)
+                        };
+                        if matches!(&r, Err(x) if x.message().contains("unknown outcome")) {
+                            answering = false;
+                        }
+                        out[i] = Some(r);
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| Err(Error::unexpected("redis: commit left without an answer")))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,340 @@
+//! Tests that need a redis-server of their own (restarted, script cache flushed, password
+//! set), so they never disturb the shared dev servers. Skipped like the others when
+//! `AFK_TEST_REDIS_URL` is unset (that is how the environment says "Redis tests wanted").
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use afk_core::store::{Store, latest_key};
+use afk_core::{Epoch, ErrorKind, RunId, ThreadId};
+use afk_store_redis::{RedisConfig, RedisStore};
+use common::*;
+
+fn quick(url: &str) -> RedisConfig {
+    let mut cfg = config(url);
+    cfg.connect_timeout_ms = 200;
+    cfg.response_timeout_ms = 500;
+    cfg
+}
+
+/// No hang: any single operation answers within a few deadlines (connect + response), even
+/// while the server is gone.
+const NO_HANG: Duration = Duration::from_secs(5);
+
+#[derive(Debug)]
+enum Event {
+    Ok,
+    Err(ErrorKind),
+}
+
+async fn step_commit(
+    s: &RedisStore,
+    t: &ThreadId,
+    r: &RunId,
+    e: Epoch,
+    step: u32,
+) -> afk_core::Result<()> {
+    let rec = format!("checkpoint:{r}:{step}:post_tool");
+    let msg = format!("messages:{r}:{step:020}");
+    let c = commit(
+        t,
+        r,
+        e,
+        &[(rec.as_str(), b"record"), (msg.as_str(), b"m")],
+        Some(rec.as_bytes()),
+    );
+    s.commit(&c).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_mid_stream_fails_fast_then_recovers_without_half_writes() {
+    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+        return;
+    }
+    let mut server = OwnServer::start(&[]);
+    let s = connect(quick(&server.url())).await;
+    let t = thread("restart");
+    let r = run("run_stream");
+    let events = Arc::new(Mutex::new(Vec::<(Duration, Event)>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+
+    // The writer: a stream of commits; on Fenced (the restarted server lost the fence) it
+    // re-claims, on Unavailable it goes on with the next commit, as a resuming runner would.
+    let writer = {
+        let (s, t, r, events, stop) = (
+            s.clone(),
+            t.clone(),
+            r.clone(),
+            events.clone(),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            let mut epoch: Option<Epoch> = None;
+            let mut step = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let start = Instant::now();
+                let res = match epoch {
+                    None => s.claim(&t, &r).await.map(|e| epoch = Some(e)),
+                    Some(e) => step_commit(&s, &t, &r, e, step).await.map(|()| step += 1),
+                };
+                let took = start.elapsed();
+                if matches!(&res, Err(err) if err.kind() == ErrorKind::Fenced) {
+                    epoch = None;
+                }
+                let ev = match res {
+                    Ok(()) => Event::Ok,
+                    Err(e) => Event::Err(e.kind()),
+                };
+                events.lock().expect("lock").push((took, ev));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            step
+        })
+    };
+    let oks = |ev: &Mutex<Vec<(Duration, Event)>>| {
+        ev.lock()
+            .expect("lock")
+            .iter()
+            .filter(|(_, e)| matches!(e, Event::Ok))
+            .count()
+    };
+    let wait_for = |n: usize| {
+        let events = events.clone();
+        async move {
+            let start = Instant::now();
+            while oks(&events) < n {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "stream stalled at {} oks",
+                    oks(&events)
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    wait_for(20).await;
+    server.kill();
+    let before_outage = events.lock().expect("lock").len();
+
+    // During the outage, direct operations fail with Unavailable, fast.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let err = s.get(&t, &latest_key(&r)).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        assert!(err.is_retryable());
+        assert!(
+            start.elapsed() < NO_HANG,
+            "get hung for {:?}",
+            start.elapsed()
+        );
+        let start = Instant::now();
+        let batch = vec![commit(
+            &t,
+            &r,
+            Epoch(1),
+            &[("effect:run_stream:1:c", b"x")],
+            None,
+        )];
+        let out = s.commit_batch(&batch).await;
+        assert_eq!(out[0].as_ref().unwrap_err().kind(), ErrorKind::Unavailable);
+        assert!(
+            start.elapsed() < NO_HANG,
+            "commit_batch hung for {:?}",
+            start.elapsed()
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let during: Vec<_> = events.lock().expect("lock")[before_outage..]
+        .iter()
+        .map(|(d, e)| (*d, format!("{e:?}")))
+        .collect();
+    assert!(
+        !during.is_empty(),
+        "the writer made no attempt during the outage"
+    );
+    assert!(
+        during.iter().all(|(_, e)| e == "Err(Unavailable)"),
+        "{during:?}"
+    );
+
+    server.restart();
+    let after_restart = oks(&events);
+    wait_for(after_restart + 20).await; // reconnects and goes on
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let steps = writer.await.expect("writer task");
+    assert!(
+        steps >= 38,
+        "{steps} commits (40 successes, two of them claims)"
+    );
+
+    let all: Vec<(Duration, Event)> = std::mem::take(&mut *events.lock().expect("lock"));
+    for (took, ev) in all.iter() {
+        assert!(*took < NO_HANG, "an operation took {took:?} ({ev:?})");
+        if let Event::Err(k) = ev {
+            assert!(
+                matches!(k, ErrorKind::Unavailable | ErrorKind::Fenced),
+                "{k:?}"
+            );
+        }
+    }
+
+    // Nothing half-written: the pointer names a record that exists, and every record written
+    // after the restart has its transcript entry.
+    let ptr = s
+        .get(&t, &latest_key(&r))
+        .await
+        .unwrap()
+        .expect("latest after restart");
+    let rec = String::from_utf8(ptr).expect("utf8 pointer");
+    assert_eq!(
+        s.get(&t, &rec).await.unwrap().as_deref(),
+        Some(b"record" as &[u8]),
+        "{rec}"
+    );
+    let mut cursor = None;
+    loop {
+        let page = s
+            .list(&t, "checkpoint:", cursor.as_deref(), 100)
+            .await
+            .unwrap();
+        for k in &page.keys {
+            let Some(step) = k
+                .strip_suffix(":post_tool")
+                .and_then(|x| x.rsplit(':').next())
+            else {
+                continue;
+            };
+            let step: u32 = step.parse().expect("step number");
+            let msg = format!("messages:{r}:{step:020}");
+            assert!(
+                s.get(&t, &msg).await.unwrap().is_some(),
+                "{k} without {msg}"
+            );
+        }
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+}
+
+#[tokio::test]
+async fn flushed_script_cache_is_reloaded_transparently() {
+    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+        return;
+    }
+    let server = OwnServer::start(&[]);
+    let s = connect(quick(&server.url())).await;
+    let mut raw = raw(&server.url()).await;
+    let t = thread("noscript");
+    let r = run("run_ns");
+    let flush = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        async move {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut raw)
+                .await
+                .expect("SCRIPT FLUSH");
+        }
+    };
+    let e = s.claim(&t, &r).await.unwrap();
+    step_commit(&s, &t, &r, e, 0).await.unwrap();
+    flush(&mut raw).await;
+    step_commit(&s, &t, &r, e, 1)
+        .await
+        .expect("commit after SCRIPT FLUSH");
+    flush(&mut raw).await;
+    let batch: Vec<_> = (2..6)
+        .map(|i| {
+            let k = format!("checkpoint:run_ns:{i}:x");
+            commit(&t, &r, e, &[(k.as_str(), b"v")], Some(k.as_bytes()))
+        })
+        .collect();
+    for res in s.commit_batch(&batch).await {
+        res.expect("batched commit after SCRIPT FLUSH");
+    }
+    assert_eq!(
+        s.get(&t, &latest_key(&r)).await.unwrap().as_deref(),
+        Some(b"checkpoint:run_ns:5:x" as &[u8])
+    );
+    flush(&mut raw).await;
+    assert_eq!(
+        s.list(&t, "checkpoint:run_ns:5", None, 10)
+            .await
+            .unwrap()
+            .keys
+            .len(),
+        1
+    );
+    flush(&mut raw).await;
+    assert_eq!(s.claim(&t, &r).await.unwrap(), Epoch(2));
+    flush(&mut raw).await;
+    assert!(s.delete_run(&t, &r).await.unwrap() > 5);
+}
+
+#[tokio::test]
+async fn passwords_never_appear_and_bad_credentials_are_invalid_config() {
+    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+        return;
+    }
+    let secret = "s3cr3t-Pass-word";
+    let server = OwnServer::start(&["--requirepass", secret]);
+    let wrong = "wr0ng-Pass-word";
+    let bad = RedisStore::open(&format!(
+        "redis://:{wrong}@127.0.0.1:{}/0?connect_timeout_ms=300",
+        server.port
+    ))
+    .await;
+    let err = bad.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains(wrong), "password leaked: {shown}");
+    assert!(
+        shown.contains(":***@"),
+        "the redacted URL names the server: {shown}"
+    );
+
+    let none = RedisStore::open(&format!(
+        "redis://127.0.0.1:{}?connect_timeout_ms=300",
+        server.port
+    ))
+    .await;
+    assert_eq!(none.unwrap_err().kind(), ErrorKind::InvalidConfig);
+
+    let s = RedisStore::open(&format!(
+        "redis://default:{secret}@127.0.0.1:{}",
+        server.port
+    ))
+    .await
+    .unwrap();
+    assert!(!format!("{s:?}").contains(secret));
+    assert!(!format!("{:?}", s.config()).contains(secret));
+    let t = thread("auth");
+    assert_eq!(s.claim(&t, &run("run_pw")).await.unwrap(), Epoch(1));
+
+    // A failure after connecting does not show it either.
+    drop(server);
+    let err = s.get(&t, "run:run_pw").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    assert!(!format!("{err} {err:?}").contains(secret));
+}
+
+#[tokio::test]
+async fn no_server_is_unavailable_quickly() {
+    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+        return;
+    }
+    let port = free_port();
+    let start = Instant::now();
+    let err = RedisStore::open(&format!(
+        "redis://127.0.0.1:{port}?connect_timeout_ms=200&response_timeout_ms=200"
+    ))
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(start.elapsed() < NO_HANG);
+}

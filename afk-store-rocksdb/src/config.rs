@@ -1,0 +1,286 @@
+//! Configuration of a [`RocksDbStore`](crate::RocksDbStore): a serde struct, also parsed from a
+//! `rocksdb://` URL.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use afk_core::{Error, Result};
+use percent_encoding::percent_decode_str;
+use serde::{Deserialize, Serialize};
+
+/// The URL scheme of this store: `rocksdb://`.
+pub const SCHEME: &str = "rocksdb";
+
+/// Block compression of the SST files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// No compression.
+    None,
+    /// Snappy (RocksDB's own default).
+    #[default]
+    Snappy,
+    /// LZ4.
+    Lz4,
+    /// Zstandard.
+    Zstd,
+    /// zlib.
+    Zlib,
+}
+
+impl Compression {
+    /// The name used in URLs and serde (`"none"`, `"snappy"`, `"lz4"`, `"zstd"`, `"zlib"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Snappy => "snappy",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+            Compression::Zlib => "zlib",
+        }
+    }
+
+    pub(crate) fn to_rocksdb(self) -> rocksdb::DBCompressionType {
+        match self {
+            Compression::None => rocksdb::DBCompressionType::None,
+            Compression::Snappy => rocksdb::DBCompressionType::Snappy,
+            Compression::Lz4 => rocksdb::DBCompressionType::Lz4,
+            Compression::Zstd => rocksdb::DBCompressionType::Zstd,
+            Compression::Zlib => rocksdb::DBCompressionType::Zlib,
+        }
+    }
+}
+
+impl FromStr for Compression {
+    type Err = Error;
+
+    /// Parse a compression name; `InvalidConfig` naming the `compression` parameter otherwise.
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" | "off" => Ok(Compression::None),
+            "snappy" => Ok(Compression::Snappy),
+            "lz4" => Ok(Compression::Lz4),
+            "zstd" => Ok(Compression::Zstd),
+            "zlib" => Ok(Compression::Zlib),
+            _ => Err(Error::invalid_config(format!(
+                "rocksdb parameter `compression` = {s:?} is not one of none, snappy, lz4, zstd, zlib"
+            ))),
+        }
+    }
+}
+
+fn default_sync() -> bool {
+    true
+}
+
+/// How to open a RocksDB store.
+///
+/// As serde (JSON, TOML, …): `{"path": "/var/lib/afk", "sync": true, "compression": "lz4",
+/// "block_cache_size": 67108864}`; only `path` is required. As a URL, see
+/// [`RocksDbConfig::from_url`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RocksDbConfig {
+    /// Directory of the database; created if missing.
+    pub path: PathBuf,
+    /// Sync the write-ahead log on every write (default `true`). With `true` an acknowledged
+    /// commit survives a crash of the process and of the machine; with `false` it survives a
+    /// crash of the process only (the OS still holds the data).
+    #[serde(default = "default_sync")]
+    pub sync: bool,
+    /// Block compression (default snappy).
+    #[serde(default)]
+    pub compression: Compression,
+    /// Size of the LRU block cache in bytes; `None` keeps RocksDB's default (8 MiB).
+    #[serde(default)]
+    pub block_cache_size: Option<u64>,
+}
+
+impl RocksDbConfig {
+    /// A configuration for `path` with the defaults: sync writes, snappy, default block cache.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        RocksDbConfig {
+            path: path.into(),
+            sync: true,
+            compression: Compression::default(),
+            block_cache_size: None,
+        }
+    }
+
+    /// Parse `rocksdb:///abs/path` or `rocksdb://./rel/path` (also `rocksdb://../rel`), with
+    /// options as query parameters:
+    ///
+    /// - `sync=true|false` (also `on|off`, `1|0`; default true),
+    /// - `compression=none|snappy|lz4|zstd|zlib` (default snappy),
+    /// - `block_cache_size=<bytes>` (a plain number or with a `KiB`, `MiB`, `GiB` suffix).
+    ///
+    /// The path is percent-decoded. Errors: `InvalidConfig` naming the scheme, the path form or
+    /// the bad parameter.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("rocksdb://")
+            .ok_or_else(|| Error::invalid_config(format!("{url:?} is not a rocksdb:// URL")))?;
+        if rest.contains('#') {
+            return Err(Error::invalid_config(format!(
+                "rocksdb URL {url:?} must not have a fragment (#)"
+            )));
+        }
+        let (raw_path, query) = match rest.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (rest, None),
+        };
+        let absolute = raw_path.starts_with('/');
+        let relative = raw_path.starts_with("./") || raw_path.starts_with("../") || raw_path == ".";
+        if !(absolute || relative) || raw_path.trim_end_matches('/').is_empty() {
+            return Err(Error::invalid_config(format!(
+                "rocksdb URL {url:?} has no usable path: write rocksdb:///absolute/path or rocksdb://./relative/path"
+            )));
+        }
+        let path = percent_decode_str(raw_path).decode_utf8().map_err(|e| {
+            Error::invalid_config(format!(
+                "rocksdb URL {url:?}: the path is not valid UTF-8 after percent-decoding"
+            ))
+            .with_source(e)
+        })?;
+        let mut config = RocksDbConfig::new(path.as_ref());
+        let mut seen: Vec<String> = Vec::new();
+        for (name, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            if seen.iter().any(|s| *s == name) {
+                return Err(Error::invalid_config(format!(
+                    "rocksdb parameter `{name}` is given twice"
+                )));
+            }
+            seen.push(name.to_string());
+            match name.as_ref() {
+                "sync" => config.sync = parse_bool("sync", &value)?,
+                "compression" => config.compression = value.parse()?,
+                "block_cache_size" => {
+                    config.block_cache_size = Some(parse_size("block_cache_size", &value)?)
+                }
+                other => {
+                    return Err(Error::invalid_config(format!(
+                        "unknown rocksdb parameter `{other}`; known: sync, compression, block_cache_size"
+                    )));
+                }
+            }
+        }
+        Ok(config)
+    }
+}
+
+impl FromStr for RocksDbConfig {
+    type Err = Error;
+
+    /// Same as [`RocksDbConfig::from_url`].
+    fn from_str(s: &str) -> Result<Self> {
+        RocksDbConfig::from_url(s)
+    }
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "on" | "1" | "yes" => Ok(true),
+        "false" | "off" | "0" | "no" => Ok(false),
+        _ => Err(Error::invalid_config(format!(
+            "rocksdb parameter `{name}` = {value:?} is not true/false (or on/off, 1/0)"
+        ))),
+    }
+}
+
+fn parse_size(name: &str, value: &str) -> Result<u64> {
+    let bad = || {
+        Error::invalid_config(format!(
+            "rocksdb parameter `{name}` = {value:?} is not a size in bytes (like 67108864 or 64MiB)"
+        ))
+    };
+    let v = value.trim();
+    let digits_end = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(digits_end);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(mult).ok_or_else(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use afk_core::ErrorKind;
+
+    #[test]
+    fn absolute_and_relative_paths() {
+        let c = RocksDbConfig::from_url("rocksdb:///var/lib/afk%20db").expect("valid url");
+        assert_eq!(c, RocksDbConfig::new("/var/lib/afk db"));
+        let c = RocksDbConfig::from_url("rocksdb://./data/afk").expect("valid url");
+        assert_eq!(c.path, PathBuf::from("./data/afk"));
+        assert!(c.sync);
+        assert_eq!(c.compression, Compression::Snappy);
+        assert_eq!(c.block_cache_size, None);
+        let c: RocksDbConfig = "rocksdb://../up".parse().expect("valid url");
+        assert_eq!(c.path, PathBuf::from("../up"));
+    }
+
+    #[test]
+    fn query_options() {
+        let c = RocksDbConfig::from_url(
+            "rocksdb:///d?sync=off&compression=zstd&block_cache_size=64MiB",
+        )
+        .expect("valid url");
+        assert!(!c.sync);
+        assert_eq!(c.compression, Compression::Zstd);
+        assert_eq!(c.block_cache_size, Some(64 << 20));
+        let c = RocksDbConfig::from_url("rocksdb:///d?block_cache_size=1000&sync=1")
+            .expect("valid url");
+        assert_eq!(c.block_cache_size, Some(1000));
+        assert!(c.sync);
+    }
+
+    #[test]
+    fn bad_urls_name_the_problem() {
+        let cases = [
+            ("redis://x", "not a rocksdb:// URL"),
+            ("rocksdb://host/path", "rocksdb:///absolute/path"),
+            ("rocksdb://", "no usable path"),
+            ("rocksdb:///d?sync=maybe", "`sync`"),
+            ("rocksdb:///d?compression=brotli", "`compression`"),
+            ("rocksdb:///d?block_cache_size=lots", "`block_cache_size`"),
+            (
+                "rocksdb:///d?block_cache_size=99999999999GiB",
+                "`block_cache_size`",
+            ),
+            ("rocksdb:///d?cache=1", "unknown rocksdb parameter `cache`"),
+            ("rocksdb:///d?sync=1&sync=0", "`sync` is given twice"),
+            ("rocksdb:///d#frag", "fragment"),
+        ];
+        for (url, needle) in cases {
+            let err = RocksDbConfig::from_url(url).expect_err(url);
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{url}");
+            assert!(err.message().contains(needle), "{url}: {}", err.message());
+        }
+    }
+
+    #[test]
+    fn serde_defaults_and_strictness() {
+        let c: RocksDbConfig = serde_json::from_str(r#"{"path": "/d"}"#).expect("valid json");
+        assert_eq!(c, RocksDbConfig::new("/d"));
+        let c: RocksDbConfig = serde_json::from_str(
+            r#"{"path": "/d", "sync": false, "compression": "lz4", "block_cache_size": 1024}"#,
+        )
+        .expect("valid json");
+        assert!(!c.sync);
+        assert_eq!(c.compression, Compression::Lz4);
+        assert_eq!(c.block_cache_size, Some(1024));
+        assert!(
+            serde_json::from_str::<RocksDbConfig>(r#"{"path": "/d", "syncc": false}"#).is_err()
+        );
+        assert!(
+            serde_json::from_str::<RocksDbConfig>(r#"{"path": "/d", "compression": "brotli"}"#)
+                .is_err()
+        );
+    }
+}

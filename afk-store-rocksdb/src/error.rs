@@ -1,0 +1,99 @@
+//! The one mapping from RocksDB errors to [`afk_core::Error`] kinds.
+
+use std::path::Path;
+
+use afk_core::{Error, ErrorKind};
+use rocksdb::ErrorKind as RKind;
+
+/// What the store was doing when RocksDB failed; it picks the kind for ambiguous errors and
+/// goes into the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Open,
+    Read,
+    Write,
+}
+
+impl Op {
+    fn as_str(self) -> &'static str {
+        match self {
+            Op::Open => "opening the database",
+            Op::Read => "reading",
+            Op::Write => "writing",
+        }
+    }
+}
+
+/// Map a RocksDB error to our kinds.
+///
+/// - the database lock is held (by another process, or by another open handle in this
+///   process): `Unavailable`, naming the `LOCK` file and the one-process rule;
+/// - `Corruption`: `Corrupt`; `NotSupported`: `Unsupported` (for example a compression that
+///   the linked library lacks); `InvalidArgument` while opening: `InvalidConfig`;
+/// - I/O errors, `Busy`, `TimedOut`, `TryAgain`, `Incomplete`, `ShutdownInProgress`:
+///   `Unavailable` (retryable);
+/// - anything else: `Unexpected`.
+pub(crate) fn map(err: rocksdb::Error, op: Op, path: &Path) -> Error {
+    let text = err.to_string();
+    if is_lock_error(&text) {
+        let lock = path.join("LOCK");
+        return Error::unavailable(format!(
+            "the RocksDB database at {} is locked (lock file {}): RocksDB allows one process \
+             (and one open handle) per database; share one RocksDbStore within the process, \
+             or use the Redis or S3 store for multi-process deployments",
+            path.display(),
+            lock.display()
+        ))
+        .with_source(err);
+    }
+    let kind = match err.kind() {
+        RKind::Corruption => ErrorKind::Corrupt,
+        RKind::NotSupported => ErrorKind::Unsupported,
+        RKind::InvalidArgument if op == Op::Open => ErrorKind::InvalidConfig,
+        RKind::InvalidArgument => ErrorKind::InvalidInput,
+        RKind::IOError
+        | RKind::Busy
+        | RKind::TimedOut
+        | RKind::TryAgain
+        | RKind::Incomplete
+        | RKind::ShutdownInProgress => ErrorKind::Unavailable,
+        _ => ErrorKind::Unexpected,
+    };
+    Error::new(
+        kind,
+        format!("rocksdb failed {} at {}", op.as_str(), path.display()),
+    )
+    .with_source(err)
+}
+
+/// RocksDB reports a held lock as an I/O error: `While lock file: <dir>/LOCK: Resource
+/// temporarily unavailable` (another process) or `lock hold by current process … <dir>/LOCK:
+/// No locks available` (this process).
+fn is_lock_error(text: &str) -> bool {
+    text.contains("While lock file") || text.contains("lock hold by current process")
+}
+
+/// A `spawn_blocking` task that panicked or was cancelled.
+pub(crate) fn join(err: tokio::task::JoinError) -> Error {
+    if err.is_cancelled() {
+        Error::new(ErrorKind::Cancelled, "the rocksdb task was cancelled").with_source(err)
+    } else {
+        Error::unexpected("the rocksdb task panicked").with_source(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_texts_are_recognised() {
+        assert!(is_lock_error(
+            "IO error: While lock file: /tmp/x/LOCK: Resource temporarily unavailable"
+        ));
+        assert!(is_lock_error(
+            "IO error: lock hold by current process, acquire time 1 acquiring thread 2: /tmp/x/LOCK: No locks available"
+        ));
+        assert!(!is_lock_error("IO error: No space left on device"));
+    }
+}

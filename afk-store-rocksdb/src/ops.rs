@@ -1,0 +1,266 @@
+//! The blocking operations on an open database. Called from `spawn_blocking` by
+//! [`RocksDbStore`](crate::RocksDbStore); every fenced operation holds the run's stripe lock.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+use afk_core::store::{MAX_LIST_LIMIT, latest_key, run_key, validate_commit};
+use afk_core::{Commit, Epoch, Error, ListPage, Result, RunId, ThreadId};
+use rocksdb::{DB, ReadOptions, WriteBatch, WriteOptions};
+
+use crate::error::{Op, map};
+use crate::layout::{logical, physical, prefix_end, run_prefixes};
+
+/// The value of the fence key `run:<run>`: `{"epoch":n}`, as the reference store writes it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Fence {
+    epoch: u64,
+}
+
+/// Number of lock stripes. Commits of runs in different stripes never wait for each other.
+const STRIPES: usize = 64;
+
+/// An open database plus the locks that serialize fence checks.
+pub(crate) struct Inner {
+    pub(crate) db: DB,
+    pub(crate) path: PathBuf,
+    pub(crate) sync: bool,
+    stripes: Vec<Mutex<()>>,
+}
+
+impl Inner {
+    pub(crate) fn new(db: DB, path: PathBuf, sync: bool) -> Self {
+        Inner {
+            db,
+            path,
+            sync,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    fn stripe(thread: &ThreadId, run: &RunId) -> usize {
+        let mut h = DefaultHasher::new();
+        (thread.as_str(), run.as_str()).hash(&mut h);
+        (h.finish() % STRIPES as u64) as usize
+    }
+
+    /// Lock the stripes of all `(thread, run)` pairs, in index order (no deadlock).
+    fn lock<'a>(
+        &self,
+        runs: impl IntoIterator<Item = (&'a ThreadId, &'a RunId)>,
+    ) -> Vec<MutexGuard<'_, ()>> {
+        let mut idx: Vec<usize> = runs.into_iter().map(|(t, r)| Self::stripe(t, r)).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        // The guarded data is `()`: a panic elsewhere cannot leave it inconsistent.
+        idx.into_iter()
+            .map(|i| self.stripes[i].lock().unwrap_or_else(|p| p.into_inner()))
+            .collect()
+    }
+
+    fn write_opts(&self) -> WriteOptions {
+        let mut o = WriteOptions::default();
+        o.set_sync(self.sync);
+        o
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.db
+            .write_opt(batch, &self.write_opts())
+            .map_err(|e| map(e, Op::Write, &self.path))
+    }
+
+    pub(crate) fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
+        afk_core::ids::validate_key(key)?;
+        self.db
+            .get(physical(thread, key))
+            .map_err(|e| map(e, Op::Read, &self.path))
+    }
+
+    pub(crate) fn get_many(
+        &self,
+        thread: &ThreadId,
+        keys: &[String],
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        for k in keys {
+            afk_core::ids::validate_key(k)?;
+        }
+        self.db
+            .multi_get(keys.iter().map(|k| physical(thread, k)))
+            .into_iter()
+            .map(|r| r.map_err(|e| map(e, Op::Read, &self.path)))
+            .collect()
+    }
+
+    /// The run's current epoch (0 when never claimed).
+    fn epoch(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        let key = run_key(run);
+        let Some(raw) = self.get(thread, &key)? else {
+            return Ok(Epoch(0));
+        };
+        serde_json::from_slice::<Fence>(&raw)
+            .map(|f| Epoch(f.epoch))
+            .map_err(|e| {
+                Error::corrupt_record(key, "fence value is not {\"epoch\": n}").with_source(e)
+            })
+    }
+
+    pub(crate) fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        let _guard = self.lock([(thread, run)]);
+        let current = self.epoch(thread, run)?;
+        let next = current
+            .0
+            .checked_add(1)
+            .ok_or_else(|| Error::corrupt_record(run_key(run), "fence epoch is at u64::MAX"))?;
+        let mut batch = WriteBatch::default();
+        batch.put(
+            physical(thread, &run_key(run)),
+            serde_json::to_vec(&Fence { epoch: next })
+                .map_err(|e| Error::unexpected("cannot encode the fence").with_source(e))?,
+        );
+        self.write(batch)?;
+        Ok(Epoch(next))
+    }
+
+    pub(crate) fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        let mut results: Vec<Result<()>> = commits.iter().map(validate_commit).collect();
+        let _guards = self.lock(commits.iter().map(|c| (&c.thread, &c.run)));
+        let mut batch = WriteBatch::default();
+        let mut staged = Vec::new();
+        for (i, c) in commits.iter().enumerate() {
+            if results[i].is_err() {
+                continue;
+            }
+            match self.epoch(&c.thread, &c.run) {
+                Ok(Epoch(0)) => {
+                    results[i] = Err(Error::fenced(format!(
+                        "run {} of thread {} was never claimed; claim it before committing",
+                        c.run, c.thread
+                    )));
+                }
+                Ok(current) if current == c.epoch => {
+                    for (k, v) in &c.puts {
+                        batch.put(physical(&c.thread, k), v);
+                    }
+                    if let Some(latest) = &c.latest {
+                        batch.put(physical(&c.thread, &latest_key(&c.run)), latest);
+                    }
+                    staged.push(i);
+                }
+                Ok(current) => {
+                    results[i] = Err(Error::fenced(format!(
+                        "run {} of thread {} is at epoch {current}; this commit carries epoch {}",
+                        c.run, c.thread, c.epoch
+                    )));
+                }
+                Err(e) => results[i] = Err(e),
+            }
+        }
+        if staged.is_empty() {
+            return results;
+        }
+        if let Err(e) = self.write(batch) {
+            let (kind, msg) = (e.kind(), e.to_string());
+            for i in staged {
+                results[i] = Err(Error::new(kind, msg.clone()));
+            }
+        }
+        results
+    }
+
+    pub(crate) fn list(
+        &self,
+        thread: &ThreadId,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        if !prefix.is_empty() {
+            afk_core::ids::validate_key(prefix)?;
+        }
+        let limit = limit.clamp(1, MAX_LIST_LIMIT);
+        let lower = physical(thread, prefix);
+        let upper = prefix_end(&lower)
+            .ok_or_else(|| Error::unexpected("thread prefix has no upper bound"))?;
+        let start = match cursor {
+            Some(c) => {
+                afk_core::ids::validate_key(c)?;
+                if !c.starts_with(prefix) {
+                    return Err(Error::invalid_input(format!(
+                        "list cursor {c:?} does not start with the prefix {prefix:?}"
+                    )));
+                }
+                Some(physical(thread, c))
+            }
+            None => None,
+        };
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_lower_bound(lower.clone());
+        opts.set_iterate_upper_bound(upper);
+        let mut it = self.db.raw_iterator_opt(opts);
+        it.seek(start.as_deref().unwrap_or(&lower));
+        let mut keys = Vec::with_capacity(limit.min(64));
+        let mut more = false;
+        while let Some(k) = it.key() {
+            if start.as_deref() == Some(k) {
+                it.next();
+                continue;
+            }
+            if keys.len() == limit {
+                more = true;
+                break;
+            }
+            keys.push(logical(thread, k)?);
+            it.next();
+        }
+        it.status().map_err(|e| map(e, Op::Read, &self.path))?;
+        let next_cursor = if more { keys.last().cloned() } else { None };
+        Ok(ListPage { keys, next_cursor })
+    }
+
+    pub(crate) fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for k in keys {
+            afk_core::ids::validate_key(k)?;
+            batch.delete(physical(thread, k));
+        }
+        self.write(batch)
+    }
+
+    /// Count the run's keys, then delete them with one range delete per family plus the fence.
+    pub(crate) fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
+        let _guard = self.lock([(thread, run)]);
+        let mut batch = WriteBatch::default();
+        let mut count = 0u64;
+        for p in run_prefixes(run) {
+            let lower = physical(thread, &p);
+            let upper = prefix_end(&lower)
+                .ok_or_else(|| Error::unexpected("run prefix has no upper bound"))?;
+            let mut opts = ReadOptions::default();
+            opts.set_iterate_lower_bound(lower.clone());
+            opts.set_iterate_upper_bound(upper.clone());
+            let mut it = self.db.raw_iterator_opt(opts);
+            it.seek(&lower);
+            while it.valid() {
+                count += 1;
+                it.next();
+            }
+            it.status().map_err(|e| map(e, Op::Read, &self.path))?;
+            batch.delete_range(lower, upper);
+        }
+        let fence = physical(thread, &run_key(run));
+        if self
+            .db
+            .get_pinned(&fence)
+            .map_err(|e| map(e, Op::Read, &self.path))?
+            .is_some()
+        {
+            count += 1;
+        }
+        batch.delete(fence);
+        self.write(batch)?;
+        Ok(count)
+    }
+}

@@ -1,0 +1,179 @@
+//! [`RocksDbStore`]: the [`Store`] contract on an embedded RocksDB database.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use afk_core::{Capabilities, Commit, Epoch, ListPage, Result, RunId, Store, ThreadId};
+use async_trait::async_trait;
+use rocksdb::{BlockBasedOptions, Cache, DB, Options};
+
+use crate::config::RocksDbConfig;
+use crate::error::{Op, join, map};
+use crate::ops::Inner;
+
+/// An AFK store in a local RocksDB database.
+///
+/// Cheap to clone (an `Arc` inside); clones share the database and its locks. One process may
+/// open a given database directory once: share the store (clone it, or hold it in an `Arc<dyn
+/// Store>`) instead of opening the path again. Every RocksDB call runs on tokio's blocking pool
+/// (`spawn_blocking`), so the async methods need a tokio runtime.
+#[derive(Clone)]
+pub struct RocksDbStore {
+    inner: Arc<Inner>,
+    config: Arc<RocksDbConfig>,
+}
+
+impl fmt::Debug for RocksDbStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RocksDbStore")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl RocksDbStore {
+    /// Open (creating if missing) the database at `path` with the default configuration: sync
+    /// writes, snappy compression, default block cache. Blocks while RocksDB opens.
+    ///
+    /// Errors: `Unavailable` naming the `LOCK` file when the database is already open (in this
+    /// process or another); `Unavailable` for I/O errors; `Corrupt` for a damaged database.
+    pub fn open(path: impl Into<PathBuf>) -> Result<Self> {
+        Self::open_config(RocksDbConfig::new(path))
+    }
+
+    /// Open with a `rocksdb://` URL; see [`RocksDbConfig::from_url`] for the syntax.
+    ///
+    /// Errors: `InvalidConfig` for a bad URL, plus those of [`RocksDbStore::open`].
+    pub fn from_url(url: &str) -> Result<Self> {
+        Self::open_config(RocksDbConfig::from_url(url)?)
+    }
+
+    /// Open with an explicit configuration. Blocks while RocksDB opens.
+    ///
+    /// Errors: as [`RocksDbStore::open`]; `Unsupported` or `InvalidConfig` when the linked
+    /// RocksDB library cannot honor an option (for example a compression it was built without).
+    pub fn open_config(config: RocksDbConfig) -> Result<Self> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.set_compression_type(config.compression.to_rocksdb());
+        if let Some(size) = config.block_cache_size {
+            let size = usize::try_from(size).map_err(|_| {
+                afk_core::Error::invalid_config(format!(
+                    "rocksdb parameter `block_cache_size` = {size} does not fit this machine"
+                ))
+            })?;
+            let cache = Cache::new_lru_cache(size).map_err(|e| map(e, Op::Open, &config.path))?;
+            let mut table = BlockBasedOptions::default();
+            table.set_block_cache(&cache);
+            opts.set_block_based_table_factory(&table);
+        }
+        let db = DB::open(&opts, &config.path).map_err(|e| map(e, Op::Open, &config.path))?;
+        let inner = Inner::new(db, config.path.clone(), config.sync);
+        Ok(RocksDbStore {
+            inner: Arc::new(inner),
+            config: Arc::new(config),
+        })
+    }
+
+    /// The configuration this store was opened with.
+    pub fn config(&self) -> &RocksDbConfig {
+        &self.config
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.config.path
+    }
+
+    async fn blocking<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<T> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(join)?
+    }
+}
+
+#[async_trait]
+impl Store for RocksDbStore {
+    /// `rocksdb`: durable when opened with sync writes, one process only, batched commits.
+    fn capabilities(&self) -> Capabilities {
+        let mut c = Capabilities::new("rocksdb");
+        c.durable = self.config.sync;
+        c.multi_process = false;
+        c.batch_commit = true;
+        c
+    }
+
+    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
+        let (thread, key) = (thread.clone(), key.to_owned());
+        self.blocking(move |db| db.get(&thread, &key)).await
+    }
+
+    /// One `multi_get` for all keys.
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        let (thread, keys) = (thread.clone(), keys.to_vec());
+        self.blocking(move |db| db.get_many(&thread, &keys)).await
+    }
+
+    async fn list(
+        &self,
+        thread: &ThreadId,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        let (thread, prefix, cursor) =
+            (thread.clone(), prefix.to_owned(), cursor.map(str::to_owned));
+        self.blocking(move |db| db.list(&thread, &prefix, cursor.as_deref(), limit))
+            .await
+    }
+
+    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
+        let (thread, keys) = (thread.clone(), keys.to_vec());
+        self.blocking(move |db| db.delete(&thread, &keys)).await
+    }
+
+    /// Range deletes per key family (`checkpoint:<run>:`, `effect:<run>:`, `messages:<run>:`,
+    /// `bgtool:<run>:`) plus the fence `run:<run>`, in one write batch.
+    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
+        let (thread, run) = (thread.clone(), run.clone());
+        self.blocking(move |db| db.delete_run(&thread, &run)).await
+    }
+
+    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        let (thread, run) = (thread.clone(), run.clone());
+        self.blocking(move |db| db.claim(&thread, &run)).await
+    }
+
+    /// One `WriteBatch` (puts and latest pointer), written after the fence check under the
+    /// run's lock.
+    async fn commit(&self, commit: &Commit) -> Result<()> {
+        let commits = vec![commit.clone()];
+        let mut results = self
+            .blocking(move |db| Ok(db.commit_batch(&commits)))
+            .await?;
+        results
+            .pop()
+            .unwrap_or_else(|| Err(afk_core::Error::unexpected("commit produced no result")))
+    }
+
+    /// One `WriteBatch` for every commit that passes its checks; each answer is individual.
+    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        let owned = commits.to_vec();
+        let n = owned.len();
+        match self.blocking(move |db| Ok(db.commit_batch(&owned))).await {
+            Ok(results) => results,
+            Err(e) => {
+                let (kind, msg) = (e.kind(), e.to_string());
+                (0..n)
+                    .map(|_| Err(afk_core::Error::new(kind, msg.clone())))
+                    .collect()
+            }
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The store conformance suite against a real RocksDB database.
+//!
+//! One database per test binary, shared by every case (each case uses its own random thread
+//! ids, and sharing it also runs the cases concurrently against one store, as a process would).
+//! It lives in a temp dir under cargo's `CARGO_TARGET_TMPDIR`, kept for the life of the process.
+
+use std::sync::{Arc, OnceLock};
+
+use afk_store_rocksdb::RocksDbStore;
+
+afk_conformance::store_suite!(store());
+
+async fn store() -> Arc<RocksDbStore> {
+    static STORE: OnceLock<(tempfile::TempDir, Arc<RocksDbStore>)> = OnceLock::new();
+    let (_dir, store) = STORE.get_or_init(|| {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+        let store = RocksDbStore::open(dir.path().join("db")).expect("open rocksdb");
+        (dir, Arc::new(store))
+    });
+    Arc::clone(store)
+}

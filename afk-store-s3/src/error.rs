@@ -1,0 +1,129 @@
+//! The one mapping from aws-sdk-s3 errors to [`afk_core::Error`].
+//!
+//! | S3 answer | meaning here |
+//! |---|---|
+//! | 412 Precondition Failed | [`Failure::Precondition`]: the store turns it into `Conflict`, or `Fenced` when the run's epoch moved |
+//! | 404 `NoSuchKey` (or a bare 404 on an object) | [`Failure::Missing`] |
+//! | `NoSuchBucket` | `InvalidConfig` naming the bucket |
+//! | 403 | `InvalidConfig` naming the bucket (credentials or policy) |
+//! | 409, 429, 500, 502, 503, 504, `SlowDown`, timeouts, dispatch and response failures | `Unavailable` (retryable) |
+//! | anything else | `Unexpected` |
+//!
+//! A failure is *ambiguous* when the request may have been applied (timeouts, dispatch failures,
+//! unreadable responses, 5xx): the store then reads the head back to learn the outcome.
+
+use std::error::Error as StdError;
+
+use afk_core::{Error, ErrorKind};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_smithy_runtime_api::http::Response as HttpResponse;
+
+/// A failed S3 request, classified for the store's control flow.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// HTTP 412: an `If-None-Match` / `If-Match` condition did not hold.
+    Precondition,
+    /// HTTP 404 on an object (not on the bucket).
+    Missing,
+    /// Anything else, mapped to our error. `ambiguous`: the request may have been applied.
+    Other { error: Error, ambiguous: bool },
+}
+
+impl Failure {
+    /// The mapped error, for failures the caller does not handle specially.
+    pub(crate) fn into_error(self, bucket: &str, op: &str) -> Error {
+        match self {
+            Failure::Precondition => Error::conflict(format!(
+                "{op} in bucket {bucket:?}: precondition failed (412)"
+            )),
+            Failure::Missing => {
+                Error::not_found(format!("{op} in bucket {bucket:?}: object not found"))
+            }
+            Failure::Other { error, .. } => error,
+        }
+    }
+}
+
+/// Classify and map one SDK error. `op` names the operation and `bucket` the bucket, for the
+/// message. The source is kept; it carries the S3 code and request id, never credentials.
+pub(crate) fn classify<E>(err: SdkError<E, HttpResponse>, bucket: &str, op: &str) -> Failure
+where
+    E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+{
+    let unavailable =
+        |what: &str, ambiguous: bool, err: SdkError<E, HttpResponse>| Failure::Other {
+            error: Error::unavailable(format!("{op} in bucket {bucket:?}: {what}"))
+                .with_source(err),
+            ambiguous,
+        };
+    match &err {
+        SdkError::ConstructionFailure(_) => Failure::Other {
+            error: Error::unexpected(format!("{op}: could not build the request")).with_source(err),
+            ambiguous: false,
+        },
+        SdkError::TimeoutError(_) => unavailable("timed out", true, err),
+        SdkError::DispatchFailure(d) => {
+            // A refused connection never reached the service; anything else may have.
+            let ambiguous = !d
+                .as_connector_error()
+                .is_some_and(|c| c.is_io() && !c.is_timeout())
+                || d.is_timeout();
+            unavailable("could not reach the service", ambiguous, err)
+        }
+        SdkError::ResponseError(_) => unavailable("unreadable response", true, err),
+        SdkError::ServiceError(s) => {
+            let status = s.raw().status().as_u16();
+            let code = s.err().code().unwrap_or("").to_owned();
+            let msg = s.err().message().unwrap_or("").to_owned();
+            classify_service(status, &code, &msg, bucket, op, err)
+        }
+        _ => unavailable("request failed", true, err),
+    }
+}
+
+fn classify_service<E>(
+    status: u16,
+    code: &str,
+    msg: &str,
+    bucket: &str,
+    op: &str,
+    err: SdkError<E, HttpResponse>,
+) -> Failure
+where
+    E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+{
+    let mapped = |kind: ErrorKind, text: String, ambiguous: bool| Failure::Other {
+        error: Error::new(kind, text).with_source(err),
+        ambiguous,
+    };
+    match (status, code) {
+        (412, _) | (_, "PreconditionFailed") => Failure::Precondition,
+        (_, "NoSuchBucket") => mapped(
+            ErrorKind::InvalidConfig,
+            format!("bucket {bucket:?} does not exist (create it, or set create_bucket=true)"),
+            false,
+        ),
+        (404, _) | (_, "NoSuchKey") => Failure::Missing,
+        (403, _) => mapped(
+            ErrorKind::InvalidConfig,
+            format!(
+                "{op}: access to bucket {bucket:?} denied ({code}); check the credentials and the bucket policy"
+            ),
+            false,
+        ),
+        (409 | 429 | 500 | 502 | 503 | 504, _)
+        | (
+            _,
+            "SlowDown" | "Throttling" | "RequestTimeout" | "InternalError" | "ServiceUnavailable",
+        ) => mapped(
+            ErrorKind::Unavailable,
+            format!("{op} in bucket {bucket:?}: service answered {status} {code} {msg}"),
+            status >= 500 || status == 0,
+        ),
+        _ => mapped(
+            ErrorKind::Unexpected,
+            format!("{op} in bucket {bucket:?}: service answered {status} {code} {msg}"),
+            false,
+        ),
+    }
+}

@@ -1,0 +1,211 @@
+//! Object layout and the per-run head object.
+//!
+//! ```text
+//! <prefix>/<thread>/<run>/head                      the run's head (JSON, replaced with If-Match)
+//! <prefix>/<thread>/<run>/o/<seq:020>-<nonce>/<i>   value i of one commit attempt (If-None-Match: *)
+//! <prefix>/.afk-probe-<nonce>                        conditional-write probe at open (deleted)
+//! ```
+//!
+//! Record objects are named by commit attempt (sequence number and a random nonce) and position,
+//! never overwritten, so two writers can never collide on an object. The head maps every live
+//! logical key of the run to the object holding its current value; readers go through it.
+
+use std::collections::BTreeMap;
+
+use afk_core::{Epoch, Error, Result, RunId, ThreadId};
+use serde::{Deserialize, Serialize};
+
+/// Latest pointers up to this many bytes (and valid UTF-8) are kept inside the head.
+pub(crate) const INLINE_LATEST_MAX: usize = 4096;
+
+/// Where one logical key's current value lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Slot {
+    /// Object suffix `<seq:020>-<nonce>/<i>` under the run's `o/` folder.
+    Object(String),
+    /// The value itself (only the latest pointer, when small and UTF-8).
+    Inline { inline: String },
+}
+
+impl Slot {
+    /// The object suffix, if the value lives in an object.
+    pub(crate) fn object(&self) -> Option<&str> {
+        match self {
+            Slot::Object(s) => Some(s),
+            Slot::Inline { .. } => None,
+        }
+    }
+}
+
+/// The head object of a run: fence, commit counter, last writer, and the key map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Head {
+    /// Format version of this JSON (1).
+    pub v: u32,
+    /// Current fence epoch; 0 after the fence was deleted (never claimed).
+    pub epoch: u64,
+    /// Number of successful head swaps; grows by one per swap.
+    pub seq: u64,
+    /// Nonce of the writer of this version of the head (resolves ambiguous writes).
+    pub nonce: String,
+    /// Logical key → where its value lives. Includes `checkpoint:<run>:latest`; never the
+    /// fence `run:<run>`, which is derived from `epoch`.
+    pub keys: BTreeMap<String, Slot>,
+}
+
+impl Head {
+    /// The head of a run nobody has written yet.
+    pub(crate) fn empty() -> Self {
+        Head {
+            v: 1,
+            epoch: 0,
+            seq: 0,
+            nonce: String::new(),
+            keys: BTreeMap::new(),
+        }
+    }
+
+    /// Decode a head object. `Corrupt` naming the fence key when it is not a head.
+    pub(crate) fn decode(run: &RunId, bytes: &[u8]) -> Result<Self> {
+        let head: Head = serde_json::from_slice(bytes).map_err(|e| {
+            Error::corrupt_record(
+                afk_core::store::run_key(run),
+                "S3 head object is not valid head JSON",
+            )
+            .with_source(e)
+        })?;
+        if head.v != 1 {
+            return Err(Error::corrupt_record(
+                afk_core::store::run_key(run),
+                format!("S3 head object has unknown format version {}", head.v),
+            ));
+        }
+        Ok(head)
+    }
+
+    /// Encode for a PUT.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        // Serializing a struct of strings, integers and maps cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// The run's epoch.
+    pub(crate) fn epoch(&self) -> Epoch {
+        Epoch(self.epoch)
+    }
+
+    /// Whether this head shows the effect of the writer with `nonce`: it wrote this version, or
+    /// one of the keys still points at an object of its commit attempt.
+    pub(crate) fn shows(&self, nonce: &str) -> bool {
+        self.nonce == nonce
+            || self
+                .keys
+                .values()
+                .any(|s| s.object().is_some_and(|o| attempt_nonce(o) == Some(nonce)))
+    }
+
+    /// Logical keys the run has, as `list` shows them: the key map plus the fence when claimed.
+    pub(crate) fn logical_keys(&self, run: &RunId) -> Vec<String> {
+        let mut keys: Vec<String> = self.keys.keys().cloned().collect();
+        if self.epoch > 0 {
+            keys.push(afk_core::store::run_key(run));
+        }
+        keys
+    }
+
+    /// The fence value as the in-memory store shows it: `{"epoch":n}`.
+    pub(crate) fn fence_value(&self) -> Option<Vec<u8>> {
+        (self.epoch > 0).then(|| {
+            serde_json::json!({ "epoch": self.epoch })
+                .to_string()
+                .into_bytes()
+        })
+    }
+}
+
+/// The nonce part of an object suffix `<seq>-<nonce>/<i>`.
+fn attempt_nonce(suffix: &str) -> Option<&str> {
+    suffix.split_once('/')?.0.split_once('-').map(|(_, n)| n)
+}
+
+/// Object names of one store: bucket prefix, threads and runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    /// `""` or `"<prefix>/"`.
+    root: String,
+}
+
+impl Layout {
+    pub(crate) fn new(prefix: &str) -> Self {
+        let root = if prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{prefix}/")
+        };
+        Layout { root }
+    }
+
+    /// Folder of a thread: `<prefix>/<thread>/`.
+    pub(crate) fn thread_dir(&self, thread: &ThreadId) -> String {
+        format!("{}{thread}/", self.root)
+    }
+
+    /// Folder of a run: `<prefix>/<thread>/<run>/`.
+    pub(crate) fn run_dir(&self, thread: &ThreadId, run: &RunId) -> String {
+        format!("{}{thread}/{run}/", self.root)
+    }
+
+    /// The run's head object.
+    pub(crate) fn head(&self, thread: &ThreadId, run: &RunId) -> String {
+        format!("{}head", self.run_dir(thread, run))
+    }
+
+    /// The object a slot suffix names.
+    pub(crate) fn object(&self, thread: &ThreadId, run: &RunId, suffix: &str) -> String {
+        format!("{}o/{suffix}", self.run_dir(thread, run))
+    }
+
+    /// The probe object used at open.
+    pub(crate) fn probe(&self, nonce: &str) -> String {
+        format!("{}.afk-probe-{nonce}", self.root)
+    }
+}
+
+/// Object suffix of value `index` of the commit attempt `(seq, nonce)`.
+pub(crate) fn object_suffix(seq: u64, nonce: &str, index: usize) -> String {
+    format!("{seq:020}-{nonce}/{index}")
+}
+
+/// A fresh random nonce (64 bits, hex): unique per head write and per commit attempt.
+pub(crate) fn new_nonce() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_round_trips_and_finds_its_writer() {
+        let run = RunId::new("r1").unwrap();
+        let mut head = Head::empty();
+        head.epoch = 3;
+        head.nonce = "aaaa".into();
+        head.keys.insert(
+            "checkpoint:r1:1:x".into(),
+            Slot::Object(object_suffix(7, "bbbb", 0)),
+        );
+        head.keys.insert(
+            "checkpoint:r1:latest".into(),
+            Slot::Inline {
+                inline: "{}".into(),
+            },
+        );
+        let back = Head::decode(&run, &head.encode()).unwrap();
+        assert_eq!(back, head);
+        assert!(back.shows("aaaa") && back.shows("bbbb") && !back.shows("cccc"));
+        assert_eq!(back.fence_value().unwrap(), br#"{"epoch":3}"#);
+        assert!(Head::decode(&run, b"{").unwrap_err().is_corrupt());
+    }
+}

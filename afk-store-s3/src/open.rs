@@ -1,0 +1,120 @@
+//! Opening a store: the SDK client, the bucket check and the conditional-write probe.
+
+use std::time::Duration;
+
+use afk_core::{Error, Result};
+use aws_config::BehaviorVersion;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_credential_types::Credentials;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::Region;
+
+use crate::config::S3Config;
+use crate::error::{Failure, classify};
+use crate::head::{Layout, new_nonce};
+use crate::ops::{Cond, Ops};
+
+/// Connect timeout of one request.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Timeout of one attempt of a request (the SDK retries up to [`MAX_ATTEMPTS`] times).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Timeout of a request with all its retries: no call hangs longer than this.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
+/// Attempts per request by the SDK's standard retry strategy (throttling, 5xx, I/O errors).
+const MAX_ATTEMPTS: u32 = 3;
+
+/// Build the SDK client for `cfg`.
+pub(crate) async fn client(cfg: &S3Config) -> Client {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                .operation_timeout(OPERATION_TIMEOUT)
+                .build(),
+        )
+        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS));
+    if let Some(region) = &cfg.region {
+        loader = loader.region(Region::new(region.clone()));
+    }
+    if let Some(endpoint) = &cfg.endpoint {
+        loader = loader.endpoint_url(endpoint.clone());
+    }
+    if let (Some(id), Some(secret)) = (&cfg.access_key_id, &cfg.secret_access_key) {
+        loader = loader.credentials_provider(Credentials::new(
+            id.clone(),
+            secret.expose().to_owned(),
+            None,
+            None,
+            "afk-s3-config",
+        ));
+    }
+    let sdk = loader.load().await;
+    let conf = aws_sdk_s3::config::Builder::from(&sdk)
+        .force_path_style(cfg.force_path_style)
+        .build();
+    Client::from_conf(conf)
+}
+
+/// Whether the service honors conditional writes, found by writing a probe object: a second
+/// `If-None-Match: *` PUT and an `If-Match` PUT with a wrong ETag must both answer 412.
+/// Creates the bucket first when it is missing and `create_bucket` is set.
+pub(crate) async fn probe(ops: &Ops, layout: &Layout, cfg: &S3Config) -> Result<bool> {
+    let key = layout.probe(&new_nonce());
+    let first = ops.put(&key, b"afk probe".to_vec(), Cond::Create).await;
+    match first {
+        Ok(_) => {}
+        Err(Failure::Other { error, .. })
+            if cfg.create_bucket && error.message().contains("does not exist") =>
+        {
+            create_bucket(ops).await?;
+            ops.put(&key, b"afk probe".to_vec(), Cond::Create)
+                .await
+                .map_err(|f| f.into_error(&ops.bucket, "PutObject (probe)"))?;
+        }
+        Err(f) => return Err(f.into_error(&ops.bucket, "PutObject (probe)")),
+    }
+    let create_again = ops.put(&key, b"afk probe 2".to_vec(), Cond::Create).await;
+    let wrong_match = ops
+        .put(
+            &key,
+            b"afk probe 3".to_vec(),
+            Cond::Match("\"afk-no-such-etag\"".into()),
+        )
+        .await;
+    let honored = matches!(create_again, Err(Failure::Precondition))
+        && matches!(wrong_match, Err(Failure::Precondition));
+    for answer in [create_again, wrong_match] {
+        if let Err(Failure::Other { error, .. }) = answer {
+            return Err(error);
+        }
+    }
+    ops.delete_one(&key).await?;
+    Ok(honored)
+}
+
+async fn create_bucket(ops: &Ops) -> Result<()> {
+    match ops.client.create_bucket().bucket(&ops.bucket).send().await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&e).map(str::to_owned);
+            if matches!(
+                code.as_deref(),
+                Some("BucketAlreadyOwnedByYou" | "BucketAlreadyExists")
+            ) {
+                return Ok(());
+            }
+            Err(classify(e, &ops.bucket, "CreateBucket").into_error(&ops.bucket, "CreateBucket"))
+        }
+    }
+}
+
+/// The error for a service that ignores conditional writes, when `single_writer` is off.
+pub(crate) fn not_honored(bucket: &str) -> Error {
+    Error::invalid_config(format!(
+        "the service behind bucket {bucket:?} ignores conditional writes (If-None-Match / If-Match), \
+         so runs cannot be fenced; use a service that honors them, or set single_writer=true if exactly \
+         one process ever writes to this prefix"
+    ))
+}

@@ -1,0 +1,188 @@
+//! Thin wrappers over the S3 calls the store makes, each returning a classified [`Failure`].
+
+use afk_core::{Error, Result};
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+
+use crate::error::{Failure, classify};
+
+/// Most keys one `DeleteObjects` request may carry (an S3 limit).
+pub(crate) const DELETE_BATCH: usize = 1000;
+
+/// The condition of a PUT.
+#[derive(Debug, Clone)]
+pub(crate) enum Cond {
+    /// `If-None-Match: *`: create only.
+    Create,
+    /// `If-Match: <etag>`: replace only this version.
+    Match(String),
+}
+
+/// The S3 client bound to one bucket.
+#[derive(Debug, Clone)]
+pub(crate) struct Ops {
+    pub(crate) client: Client,
+    pub(crate) bucket: String,
+}
+
+impl Ops {
+    /// GET an object: its bytes and ETag, or `None` when it does not exist.
+    pub(crate) async fn get(
+        &self,
+        key: &str,
+    ) -> Result<Option<(Vec<u8>, Option<String>)>, Failure> {
+        let out = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) => {
+                return match classify(e, &self.bucket, "GetObject") {
+                    Failure::Missing => Ok(None),
+                    other => Err(other),
+                };
+            }
+        };
+        let etag = out.e_tag().map(str::to_owned);
+        let body = out.body.collect().await.map_err(|e| Failure::Other {
+            error: Error::unavailable(format!(
+                "GetObject in bucket {:?}: body read failed",
+                self.bucket
+            ))
+            .with_source(e),
+            ambiguous: false,
+        })?;
+        Ok(Some((body.into_bytes().to_vec(), etag)))
+    }
+
+    /// PUT an object under a condition; returns its new ETag.
+    pub(crate) async fn put(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+        cond: Cond,
+    ) -> Result<Option<String>, Failure> {
+        let req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(ByteStream::from(body));
+        let req = match cond {
+            Cond::Create => req.if_none_match("*"),
+            Cond::Match(etag) => req.if_match(etag),
+        };
+        match req.send().await {
+            Ok(out) => Ok(out.e_tag().map(str::to_owned)),
+            Err(e) => Err(classify(e, &self.bucket, "PutObject")),
+        }
+    }
+
+    /// Every key under `prefix` (all pages), or with `delimiter = true` the immediate
+    /// sub-folders (`CommonPrefixes`) instead.
+    pub(crate) async fn list(&self, prefix: &str, folders: bool) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut req = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix);
+            if folders {
+                req = req.delimiter("/");
+            }
+            let page = req
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| {
+                    classify(e, &self.bucket, "ListObjectsV2")
+                        .into_error(&self.bucket, "ListObjectsV2")
+                })?;
+            if folders {
+                out.extend(
+                    page.common_prefixes()
+                        .iter()
+                        .filter_map(|p| p.prefix().map(str::to_owned)),
+                );
+            } else {
+                out.extend(
+                    page.contents()
+                        .iter()
+                        .filter_map(|o| o.key().map(str::to_owned)),
+                );
+            }
+            match page.next_continuation_token() {
+                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_owned()),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Delete objects with `DeleteObjects`, at most [`DELETE_BATCH`] per request. Missing keys
+    /// are not an error.
+    pub(crate) async fn delete_many(&self, keys: &[String]) -> Result<()> {
+        for chunk in keys.chunks(DELETE_BATCH) {
+            let ids = chunk
+                .iter()
+                .map(|k| ObjectIdentifier::builder().key(k).build())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| {
+                    Error::unexpected("could not build DeleteObjects request").with_source(e)
+                })?;
+            let delete = Delete::builder()
+                .set_objects(Some(ids))
+                .quiet(true)
+                .build()
+                .map_err(|e| {
+                    Error::unexpected("could not build DeleteObjects request").with_source(e)
+                })?;
+            let out = self
+                .client
+                .delete_objects()
+                .bucket(&self.bucket)
+                .delete(delete)
+                .send()
+                .await
+                .map_err(|e| {
+                    classify(e, &self.bucket, "DeleteObjects")
+                        .into_error(&self.bucket, "DeleteObjects")
+                })?;
+            if let Some(first) = out.errors().first() {
+                return Err(Error::unavailable(format!(
+                    "DeleteObjects in bucket {:?}: {} of {} objects not deleted (first: {} {})",
+                    self.bucket,
+                    out.errors().len(),
+                    chunk.len(),
+                    first.code().unwrap_or("?"),
+                    first.message().unwrap_or("")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete one object unconditionally (missing is fine).
+    pub(crate) async fn delete_one(&self, key: &str) -> Result<()> {
+        match self
+            .client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => match classify(e, &self.bucket, "DeleteObject") {
+                Failure::Missing => Ok(()),
+                other => Err(other.into_error(&self.bucket, "DeleteObject")),
+            },
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! [`S3Store`]: the store contract on S3 conditional writes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+
+use afk_core::store::{
+    Capabilities, Commit, Epoch, ListPage, MAX_LIST_LIMIT, Store, run_key, run_of_key,
+    validate_commit,
+};
+use afk_core::{Error, Result, RunId, ThreadId, ids::validate_key};
+use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt, stream};
+
+use crate::config::S3Config;
+use crate::head::{Head, Layout, Slot, new_nonce};
+use crate::open;
+use crate::ops::{Cond, Ops};
+
+/// Requests in flight at once within one store call (object PUTs of a commit, head GETs of a
+/// listing).
+const PARALLEL: usize = 16;
+
+/// Largest value the store accepts: 64 MiB. S3 allows 5 GiB in one PUT, but values are held in
+/// memory whole, must upload within one 60 s attempt, and this is the size the conformance
+/// suite round-trips against the test server.
+pub const MAX_VALUE_SIZE: usize = 64 * 1024 * 1024;
+
+/// A [`Store`] on any S3-compatible object store that honors conditional writes.
+///
+/// See the crate docs for the object layout and the guarantees. Open with [`S3Store::open`] or
+/// [`S3Store::open_url`]; cheap to share as `Arc<S3Store>`.
+pub struct S3Store {
+    pub(crate) ops: Ops,
+    pub(crate) layout: Layout,
+    prefix: String,
+    conditional: bool,
+}
+
+impl fmt::Debug for S3Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Store")
+            .field("bucket", &self.ops.bucket)
+            .field("prefix", &self.prefix)
+            .field("conditional_writes", &self.conditional)
+            .finish_non_exhaustive()
+    }
+}
+
+impl S3Store {
+    /// Open the store: build the client and probe that the service honors `If-None-Match: *`
+    /// and `If-Match` (one small object written and deleted under the prefix).
+    ///
+    /// Errors: `InvalidConfig` for a bad configuration, a missing bucket (unless
+    /// `create_bucket`), denied access, or a service that ignores conditional writes (unless
+    /// `single_writer`); `Unavailable` when the service cannot be reached.
+    pub async fn open(config: S3Config) -> Result<Self> {
+        config.validate()?;
+        let client = open::client(&config).await;
+        let ops = Ops {
+            client,
+            bucket: config.bucket.clone(),
+        };
+        let layout = Layout::new(&config.prefix);
+        let conditional = open::probe(&ops, &layout, &config).await?;
+        if !conditional {
+            if !config.single_writer {
+                return Err(open::not_honored(&config.bucket));
+            }
+            tracing::warn!(bucket = %config.bucket, "conditional writes not honored; single_writer mode");
+        }
+        Ok(S3Store {
+            ops,
+            layout,
+            prefix: config.prefix,
+            conditional,
+        })
+    }
+
+    /// [`S3Store::open`] with a configuration parsed from an `s3://` URL.
+    pub async fn open_url(url: &str) -> Result<Self> {
+        S3Store::open(S3Config::from_url(url)?).await
+    }
+
+    /// Whether the service honored conditional writes at open (false only in `single_writer` mode).
+    pub fn conditional_writes(&self) -> bool {
+        self.conditional
+    }
+
+    /// Read one value through a head. `Ok(None)` when the head does not have the key; `Err` with
+    /// `NotFound` kind when the object it names is gone (the head moved meanwhile).
+    async fn read_slot(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        head: &Head,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>> {
+        if key == run_key(run) {
+            return Ok(head.fence_value());
+        }
+        match head.keys.get(key) {
+            None => Ok(None),
+            Some(Slot::Inline { inline }) => Ok(Some(inline.clone().into_bytes())),
+            Some(Slot::Object(suffix)) => {
+                match self.ops.get(&self.layout.object(thread, run, suffix)).await {
+                    Ok(Some((bytes, _))) => Ok(Some(bytes)),
+                    Ok(None) => {
+                        Err(Error::not_found("object named by the head is gone").with_key(key))
+                    }
+                    Err(f) => Err(f.into_error(&self.ops.bucket, "GetObject")),
+                }
+            }
+        }
+    }
+
+    /// One answer of `get_many`, from the head read for its run.
+    async fn read_for_many(
+        &self,
+        thread: &ThreadId,
+        run: Option<RunId>,
+        head: Option<Head>,
+        key: String,
+    ) -> Result<Option<Vec<u8>>> {
+        let (Some(run), Some(head)) = (run, head) else {
+            return Ok(None);
+        };
+        match self.read_slot(thread, &run, &head, &key).await {
+            // The head moved since it was read: fall back to a fresh single read.
+            Err(e) if e.kind() == afk_core::ErrorKind::NotFound => self.get(thread, &key).await,
+            other => other,
+        }
+    }
+
+    /// Create one record object of a commit attempt.
+    async fn put_record(&self, key: String, value: Vec<u8>) -> Result<()> {
+        match self.ops.put(&key, value, Cond::Create).await {
+            // The path holds this attempt's nonce: a 412 means an earlier try of this very PUT
+            // (retried by the SDK) already created it.
+            Ok(_) | Err(crate::error::Failure::Precondition) => Ok(()),
+            Err(f) => Err(f.into_error(&self.ops.bucket, "PutObject (record)")),
+        }
+    }
+
+    /// Delete objects best-effort (garbage of a lost race, superseded versions): a failure is
+    /// logged, never returned, since `delete_run` removes whatever is left.
+    async fn discard(&self, keys: Vec<String>) {
+        if keys.is_empty() {
+            return;
+        }
+        if let Err(e) = self.ops.delete_many(&keys).await {
+            tracing::warn!(error = %e, count = keys.len(), "could not delete unreferenced S3 objects");
+        }
+    }
+}
+
+/// The run of a logical key, or `None` for a key no commit can write (no run, or a run
+/// segment that is not a valid run id).
+fn key_run(key: &str) -> Result<Option<RunId>> {
+    validate_key(key)?;
+    Ok(run_of_key(key).and_then(|r| RunId::new(r).ok()))
+}
+
+/// The only run whose keys can start with `prefix`, when the prefix names one completely
+/// (`checkpoint:<run>:…`); `None` when keys of several runs may match.
+fn prefix_run(prefix: &str) -> Option<RunId> {
+    let (family, rest) = prefix.split_once(':')?;
+    if !matches!(family, "checkpoint" | "effect" | "messages" | "bgtool") {
+        return None;
+    }
+    let (run, _) = rest.split_once(':')?;
+    RunId::new(run).ok()
+}
+
+#[async_trait]
+impl Store for S3Store {
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::new("s3");
+        caps.max_value_size = Some(MAX_VALUE_SIZE);
+        caps.durable = true;
+        caps.multi_process = self.conditional;
+        caps
+    }
+
+    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
+        let Some(run) = key_run(key)? else {
+            return Ok(None);
+        };
+        let mut previous: Option<Slot> = None;
+        loop {
+            let (head, _) = self.read_head(thread, &run).await?;
+            let Some(head) = head else { return Ok(None) };
+            let slot = head.keys.get(key).cloned();
+            if slot.is_some() && slot == previous {
+                return Err(Error::corrupt_record(
+                    key,
+                    "the run head names an S3 object that does not exist",
+                ));
+            }
+            match self.read_slot(thread, &run, &head, key).await {
+                Err(e) if e.kind() == afk_core::ErrorKind::NotFound => previous = slot,
+                other => return other,
+            }
+        }
+    }
+
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut runs: BTreeMap<RunId, Option<Head>> = BTreeMap::new();
+        let mut owners = Vec::with_capacity(keys.len());
+        for key in keys {
+            let run = key_run(key)?;
+            if let Some(r) = &run {
+                runs.insert(r.clone(), None);
+            }
+            owners.push(run);
+        }
+        let heads: Vec<(RunId, Option<Head>)> = stream::iter(runs.into_keys())
+            .map(|run| async move { self.read_head(thread, &run).await.map(|(h, _)| (run, h)) })
+            .buffered(PARALLEL)
+            .try_collect()
+            .await?;
+        let heads: BTreeMap<RunId, Option<Head>> = heads.into_iter().collect();
+        let mut reads = Vec::with_capacity(keys.len());
+        for (key, run) in keys.iter().zip(owners) {
+            let head = run.as_ref().and_then(|r| heads.get(r).cloned().flatten());
+            reads.push(self.read_for_many(thread, run, head, key.clone()));
+        }
+        stream::iter(reads).buffered(PARALLEL).try_collect().await
+    }
+
+    async fn list(
+        &self,
+        thread: &ThreadId,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        if !prefix.is_empty() {
+            validate_key(prefix)?;
+        }
+        if let Some(c) = cursor {
+            validate_key(c)?;
+        }
+        let limit = limit.clamp(1, MAX_LIST_LIMIT);
+        let runs: Vec<RunId> = match prefix_run(prefix) {
+            Some(run) => vec![run],
+            None => {
+                let dir = self.layout.thread_dir(thread);
+                let folders = self.ops.list(&dir, true).await?;
+                folders
+                    .iter()
+                    .filter_map(|f| f.strip_prefix(&dir)?.strip_suffix('/'))
+                    .filter_map(|r| RunId::new(r).ok())
+                    .collect()
+            }
+        };
+        let heads: Vec<(RunId, Option<Head>)> = stream::iter(runs)
+            .map(|run| async move { self.read_head(thread, &run).await.map(|(h, _)| (run, h)) })
+            .buffered(PARALLEL)
+            .try_collect()
+            .await?;
+        let mut keys: Vec<String> = heads
+            .iter()
+            .filter_map(|(run, head)| Some(head.as_ref()?.logical_keys(run)))
+            .flatten()
+            .filter(|k| k.starts_with(prefix) && cursor.is_none_or(|c| k.as_str() > c))
+            .collect();
+        keys.sort_unstable();
+        let more = keys.len() > limit;
+        keys.truncate(limit);
+        let next_cursor = if more { keys.last().cloned() } else { None };
+        Ok(ListPage { keys, next_cursor })
+    }
+
+    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
+        let mut by_run: BTreeMap<RunId, HashSet<&str>> = BTreeMap::new();
+        for key in keys {
+            if let Some(run) = key_run(key)? {
+                by_run.entry(run).or_default().insert(key);
+            }
+        }
+        for (run, doomed) in by_run {
+            let fence = run_key(&run);
+            let mut removed: Vec<String> = Vec::new();
+            let nonce = new_nonce();
+            let wrote = self
+                .swap_head(thread, &run, &nonce, |current| {
+                    removed.clear();
+                    let Some(current) = current else {
+                        return Ok(None);
+                    };
+                    let mut new = current.clone();
+                    let mut changed = false;
+                    if doomed.contains(fence.as_str()) && new.epoch > 0 {
+                        new.epoch = 0;
+                        changed = true;
+                    }
+                    new.keys.retain(|k, slot| {
+                        let keep = !doomed.contains(k.as_str());
+                        if !keep {
+                            changed = true;
+                            removed.extend(slot.object().map(str::to_owned));
+                        }
+                        keep
+                    });
+                    Ok(changed.then_some(new))
+                })
+                .await?;
+            if wrote.is_some() {
+                let objects = removed
+                    .iter()
+                    .map(|s| self.layout.object(thread, &run, s))
+                    .collect();
+                self.discard(objects).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
+        let (head, _) = self.read_head(thread, run).await?;
+        let count = head.map_or(0, |h| h.logical_keys(run).len() as u64);
+        // The head first: from then on the run is gone for readers; then every object left.
+        self.ops.delete_one(&self.layout.head(thread, run)).await?;
+        let objects = self
+            .ops
+            .list(&self.layout.run_dir(thread, run), false)
+            .await?;
+        self.ops.delete_many(&objects).await?;
+        Ok(count)
+    }
+
+    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        let nonce = new_nonce();
+        let wrote = self
+            .swap_head(thread, run, &nonce, |current| {
+                let mut new = current.cloned().unwrap_or_else(Head::empty);
+                new.epoch = new.epoch.checked_add(1).ok_or_else(|| {
+                    Error::corrupt_record(
+                        run_key(run),
+                        "fence epoch is at u64::MAX and cannot grow",
+                    )
+                })?;
+                Ok(Some(new))
+            })
+            .await?;
+        wrote
+            .map(|h| h.epoch())
+            .ok_or_else(|| Error::unexpected("claim wrote no head"))
+    }
+
+    async fn commit(&self, commit: &Commit) -> Result<()> {
+        validate_commit(commit)?;
+        crate::commit::check_sizes(commit)?;
+        let (thread, run) = (&commit.thread, &commit.run);
+        let (head, _) = self.read_head(thread, run).await?;
+        let head = head.unwrap_or_else(Head::empty);
+        crate::commit::check_epoch(commit, &head)?;
+        if commit.puts.is_empty() && commit.latest.is_none() {
+            return Ok(());
+        }
+        let nonce = new_nonce();
+        let staged = crate::commit::stage(commit, head.seq + 1, &nonce);
+        let objects: Vec<String> = staged
+            .objects
+            .iter()
+            .map(|(s, _)| self.layout.object(thread, run, s))
+            .collect();
+        let puts: Vec<_> = staged
+            .objects
+            .iter()
+            .zip(&objects)
+            .map(|((_, value), key)| self.put_record(key.clone(), value.to_vec()))
+            .collect();
+        let written = stream::iter(puts)
+            .buffer_unordered(PARALLEL)
+            .try_collect::<Vec<()>>()
+            .await;
+        if let Err(e) = written {
+            self.discard(objects).await;
+            return Err(e);
+        }
+        let mut superseded: Vec<String> = Vec::new();
+        let swapped = self
+            .swap_head(thread, run, &nonce, |current| {
+                superseded.clear();
+                let current = current.cloned().unwrap_or_else(Head::empty);
+                crate::commit::check_epoch(commit, &current)?;
+                let mut new = current;
+                for (key, slot) in &staged.slots {
+                    if let Some(old) = new.keys.insert(key.clone(), slot.clone()) {
+                        superseded.extend(old.object().map(str::to_owned));
+                    }
+                }
+                Ok(Some(new))
+            })
+            .await;
+        match swapped {
+            Ok(_) => {
+                let old = superseded
+                    .iter()
+                    .map(|s| self.layout.object(thread, run, s))
+                    .collect();
+                self.discard(old).await;
+                Ok(())
+            }
+            Err(e) => {
+                if !e.is_retryable() || e.kind() == afk_core::ErrorKind::Conflict {
+                    self.discard(objects).await;
+                }
+                Err(e)
+            }
+        }
+    }
+}

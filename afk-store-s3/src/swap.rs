@@ -1,0 +1,135 @@
+//! Reading a run's head and replacing it with a compare-and-swap loop.
+//!
+//! Every change of a run (claim, commit, delete of keys) is one head replacement under
+//! `If-Match: <etag>` (or `If-None-Match: *` for a run without a head). A lost race (412) re-reads
+//! the head and recomputes the change; an ambiguous failure (timeout, dropped connection, 5xx)
+//! reads the head back and looks for the writer's nonce, so the outcome is known before
+//! returning.
+
+use std::time::Duration;
+
+use afk_core::{Error, Result, RunId, ThreadId};
+
+use crate::error::Failure;
+use crate::head::Head;
+use crate::ops::Cond;
+use crate::store::S3Store;
+
+/// Most head replacements one operation attempts before giving up with a retryable `Conflict`.
+pub(crate) const MAX_SWAPS: usize = 64;
+
+/// How many times an ambiguous write is read back before reporting the outcome unknown.
+const READ_BACK_TRIES: u32 = 4;
+
+/// A head as read: `None` when the run has no head object; the ETag to replace it with.
+pub(crate) type Read = (Option<Head>, Option<String>);
+
+impl S3Store {
+    /// Read a run's head.
+    pub(crate) async fn read_head(&self, thread: &ThreadId, run: &RunId) -> Result<Read> {
+        let key = self.layout.head(thread, run);
+        match self.ops.get(&key).await {
+            Ok(None) => Ok((None, None)),
+            Ok(Some((bytes, etag))) => {
+                let etag = etag.ok_or_else(|| {
+                    Error::unexpected(format!(
+                        "bucket {:?}: head object returned without an ETag",
+                        self.ops.bucket
+                    ))
+                })?;
+                Ok((Some(Head::decode(run, &bytes)?), Some(etag)))
+            }
+            Err(f) => Err(f.into_error(&self.ops.bucket, "GetObject (run head)")),
+        }
+    }
+
+    /// Read the head back after an ambiguous write, retrying while the service is unavailable.
+    async fn read_back(&self, thread: &ThreadId, run: &RunId, cause: Error) -> Result<Read> {
+        let mut last = cause;
+        for i in 0..READ_BACK_TRIES {
+            match self.read_head(thread, run).await {
+                Ok(read) => return Ok(read),
+                Err(e) if e.is_retryable() => {
+                    last = e;
+                    tokio::time::sleep(Duration::from_millis(100 << i)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::unavailable(format!(
+            "run {run} of thread {thread}: a head write may or may not have been applied and the head \
+             could not be read back"
+        ))
+        .with_source(last))
+    }
+
+    /// Replace the run's head. `change` gets the current head (or `None`) and returns the new
+    /// head (its `seq` and `nonce` are set here), `Ok(None)` when there is nothing to do, or an
+    /// error that ends the operation (for example `Fenced`). It may be called several times,
+    /// once per attempt, always on a freshly read head.
+    ///
+    /// Returns the head this operation wrote, or `None` when `change` declined. `nonce` must be
+    /// fresh for this operation; it identifies its write when reading back.
+    pub(crate) async fn swap_head<F>(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        nonce: &str,
+        mut change: F,
+    ) -> Result<Option<Head>>
+    where
+        F: FnMut(Option<&Head>) -> Result<Option<Head>>,
+    {
+        let key = self.layout.head(thread, run);
+        let mut known: Option<Read> = None;
+        for attempt in 0..MAX_SWAPS {
+            let (current, etag) = match known.take() {
+                Some(read) => read,
+                None => self.read_head(thread, run).await?,
+            };
+            if let Some(h) = &current
+                && h.shows(nonce)
+            {
+                return Ok(Some(h.clone()));
+            }
+            let Some(mut new) = change(current.as_ref())? else {
+                return Ok(None);
+            };
+            new.seq = current.as_ref().map_or(0, |h| h.seq) + 1;
+            new.nonce = nonce.to_owned();
+            let cond = match etag {
+                Some(etag) => Cond::Match(etag),
+                None => Cond::Create,
+            };
+            match self.ops.put(&key, new.encode(), cond).await {
+                Ok(_) => return Ok(Some(new)),
+                // Lost the race (or the head vanished under If-Match): re-read and recompute.
+                Err(Failure::Precondition | Failure::Missing) => {
+                    let jitter = rand::random::<u64>() % (5 + 5 * attempt as u64).min(50);
+                    tokio::time::sleep(Duration::from_millis(jitter)).await;
+                }
+                Err(Failure::Other {
+                    error,
+                    ambiguous: true,
+                }) => {
+                    tracing::debug!(%thread, %run, error = %error, "ambiguous head write; reading back");
+                    known = Some(self.read_back(thread, run, error).await?);
+                }
+                Err(Failure::Other {
+                    error,
+                    ambiguous: false,
+                }) => return Err(error),
+            }
+        }
+        // The last attempt's 412 may have answered an SDK retry of a write that landed.
+        if let (Some(h), _) = self.read_head(thread, run).await?
+            && h.shows(nonce)
+        {
+            return Ok(Some(h));
+        }
+        Err(Error::conflict(format!(
+            "run {run} of thread {thread}: head replaced by others {MAX_SWAPS} times in a row"
+        ))
+        .with_retryable(true))
+    }
+}

@@ -1,0 +1,140 @@
+//! `afk fixtures check` end to end, on the repo's AFK corpus and on a broken copy.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn afk() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_afk"))
+}
+
+fn corpus() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/afk-python")
+}
+
+#[test]
+fn the_whole_corpus_passes_at_the_normalize_level() {
+    let out = afk()
+        .args(["fixtures", "check", "--level", "normalize"])
+        .arg(corpus())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+        77,
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().last(), Some("77 passed, 0 failed"));
+}
+
+#[test]
+fn a_broken_fixture_fails_and_sets_the_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let src =
+        std::fs::read_to_string(corpus().join("a-crash-k06-latest-runtime_state-s1.json")).unwrap();
+    let broken = src.replacen(
+        "\"schema_version\": \"v1\"",
+        "\"schema_version\": \"v7\"",
+        1,
+    );
+    assert_ne!(broken, src);
+    std::fs::write(dir.path().join("broken.json"), broken).unwrap();
+    std::fs::write(dir.path().join("good.json"), &src).unwrap();
+    std::fs::write(dir.path().join("README.md"), "not a fixture").unwrap();
+    let out = afk()
+        .args(["fixtures", "check"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL ") && stdout.contains("broken.json") && stdout.contains("v7"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ok ") && stdout.contains("good.json"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().last(), Some("1 passed, 1 failed"));
+}
+
+#[test]
+fn the_whole_corpus_passes_at_the_resume_level_and_a_wrong_expectation_fails() {
+    let out = afk()
+        .args([
+            "fixtures",
+            "check",
+            "--level",
+            "resume",
+            "--store",
+            "memory://",
+        ])
+        .arg(corpus())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(stdout.lines().last(), Some("77 passed, 0 failed"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let src =
+        std::fs::read_to_string(corpus().join("a-crash-k15-effect-s1-call_a_1.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&src).unwrap();
+    v["expect"]["llm_calls_during_resume"] = serde_json::json!(7);
+    std::fs::write(dir.path().join("wrong.json"), v.to_string()).unwrap();
+    let out = afk()
+        .args(["fixtures", "check"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FAIL ") && stdout.contains("llm calls 1 (want 7)"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().last(), Some("0 passed, 1 failed"));
+}
+
+#[test]
+fn a_store_whose_feature_is_off_is_an_error_naming_the_feature() {
+    let out = afk()
+        .args([
+            "fixtures",
+            "check",
+            "--store",
+            "redis://:hunter2@127.0.0.1:1",
+        ])
+        .arg(corpus())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if cfg!(feature = "redis") {
+        return; // then it is a connection error, covered by the store's own tests
+    }
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("`redis` Cargo feature"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+}
+
+#[test]
+fn the_whole_corpus_passes_at_the_resume_level_on_rocksdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("rocksdb://{}", dir.path().join("db").display());
+    let out = afk()
+        .args(["fixtures", "check", "--store", &url])
+        .arg(corpus())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(stdout.lines().last(), Some("77 passed, 0 failed"));
+    // Each fixture's runs were deleted after its check: nothing is left behind.
+    let listed = afk()
+        .args(["runs", "--store", &url, "--thread", "thread_scenario_a"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("no runs"));
+}
