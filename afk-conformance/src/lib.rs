@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use afk_core::Store;
 
+mod agents;
 pub mod broken;
 pub mod cases;
 mod macros;
@@ -21,7 +22,7 @@ pub struct Case {
     /// The case's function name.
     pub name: &'static str,
     /// Runs the case against a store.
-    pub run: for<'a> fn(&'a dyn Store) -> CaseFuture<'a>,
+    pub run: fn(Arc<dyn Store>) -> CaseFuture<'static>,
 }
 
 /// The future a [`Case`] returns.
@@ -29,11 +30,28 @@ pub type CaseFuture<'a> = Pin<Box<dyn Future<Output = CaseResult> + Send + 'a>>;
 
 __with_cases!(__case_table! {});
 
-/// The 100,000-key case, which backends may leave out (it is not in [`CASES`]).
+/// The 100,000-key case, which backends may leave out (`skip_large`; not in [`CASES`]).
 pub static LARGE_CASE: Case = Case {
     module: "large",
     name: "hundred_thousand_keys_list_in_order",
-    run: |store| Box::pin(cases::large::hundred_thousand_keys_list_in_order(store)),
+    run: |store| {
+        Box::pin(async move { cases::large::hundred_thousand_keys_list_in_order(&*store).await })
+    },
+};
+
+/// The crash-and-resume property, which backends may leave out (`skip_resume`; not in
+/// [`CASES`]).
+pub static RESUME_CASE: Case = Case {
+    module: "resume",
+    name: "crash_and_resume",
+    run: |store| Box::pin(cases::resume::crash_and_resume(store)),
+};
+
+/// The AFK fixture corpus, which backends may leave out (`skip_corpus`; not in [`CASES`]).
+pub static CORPUS_CASE: Case = Case {
+    module: "corpus",
+    name: "afk_corpus_resumes_as_expected",
+    run: |store| Box::pin(cases::corpus::afk_corpus_resumes_as_expected(store)),
 };
 
 /// The environment variable that turns a missing test server from a skip into a failure.
@@ -97,7 +115,7 @@ pub mod __private {
     pub fn run_case(
         name: &str,
         factory: impl Future<Output = Option<Arc<dyn Store>>>,
-        case: for<'a> fn(&'a dyn Store) -> CaseFuture<'a>,
+        case: fn(Arc<dyn Store>) -> CaseFuture<'static>,
     ) {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -109,7 +127,7 @@ pub mod __private {
                 return;
             };
             let backend = store.capabilities().name;
-            if let Err(msg) = case(&*store).await {
+            if let Err(msg) = case(store).await {
                 panic!("conformance case {name} failed against the {backend} store: {msg}");
             }
         });
@@ -151,6 +169,15 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), n, "a case is listed twice");
         assert!(n >= 25, "only {n} cases");
-        assert!(!names.contains(&"large::hundred_thousand_keys_list_in_order".to_string()));
+        for optional in [&LARGE_CASE, &RESUME_CASE, &CORPUS_CASE] {
+            let name = format!("{}::{}", optional.module, optional.name);
+            assert!(!names.contains(&name), "{name} is optional");
+        }
+        for runner_level in [
+            "corruption::corrupted_records_give_typed_errors",
+            "concurrency::racing_resumers_one_finishes",
+        ] {
+            assert!(names.contains(&runner_level.to_string()), "{runner_level}");
+        }
     }
 }

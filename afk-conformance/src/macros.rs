@@ -1,13 +1,16 @@
 //! `store_suite!` and the one list of cases it and [`crate::CASES`] are generated from.
 
-/// Calls `$callback! { { $args } module { case, … } … }` with every regular case (all but the
-/// large one). The single source of the case list.
+/// Calls `$callback! { { $args } store { module { case, … } … } runner { … } }` with every
+/// regular case (all but the optional groups of [`store_suite!`]). The single source of the
+/// case list. Store-level cases take `&dyn Store`; runner-level cases take `Arc<dyn Store>`
+/// (the runner spawns tasks that own the store).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __with_cases {
     ($callback:ident ! { $($args:tt)* }) => {
         $crate::$callback! {
             { $($args)* }
+            store {
             basic {
                 get_missing_key_is_none,
                 commit_then_get,
@@ -55,6 +58,15 @@ macro_rules! __with_cases {
             model {
                 model_based,
             }
+            }
+            runner {
+            corruption {
+                corrupted_records_give_typed_errors,
+            }
+            concurrency {
+                racing_resumers_one_finishes,
+            }
+            }
         }
     };
 }
@@ -63,13 +75,22 @@ macro_rules! __with_cases {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __case_table {
-    ({} $( $module:ident { $($case:ident),* $(,)? } )*) => {
-        /// Every regular case (all but the large one), in suite order.
+    ({}
+     store { $( $smod:ident { $($scase:ident),* $(,)? } )* }
+     runner { $( $rmod:ident { $($rcase:ident),* $(,)? } )* }) => {
+        /// Every regular case (all but the optional groups), in suite order.
         pub static CASES: &[$crate::Case] = &[
             $( $( $crate::Case {
-                module: stringify!($module),
-                name: stringify!($case),
-                run: |store| ::std::boxed::Box::pin($crate::cases::$module::$case(store)),
+                module: stringify!($smod),
+                name: stringify!($scase),
+                run: |store| ::std::boxed::Box::pin(async move {
+                    $crate::cases::$smod::$scase(&*store).await
+                }),
+            }, )* )*
+            $( $( $crate::Case {
+                module: stringify!($rmod),
+                name: stringify!($rcase),
+                run: |store| ::std::boxed::Box::pin($crate::cases::$rmod::$rcase(store)),
             }, )* )*
         ];
     };
@@ -79,18 +100,38 @@ macro_rules! __case_table {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __store_suite_tests {
-    ({ $factory:expr } $( $module:ident { $($case:ident),* $(,)? } )*) => {
+    ({ $factory:expr }
+     store { $( $smod:ident { $($scase:ident),* $(,)? } )* }
+     runner { $( $rmod:ident { $($rcase:ident),* $(,)? } )* }) => {
         $(
             #[allow(unused_imports)]
-            mod $module {
+            mod $smod {
                 use super::*;
                 $(
                     #[test]
-                    fn $case() {
+                    fn $scase() {
                         $crate::__private::run_case(
-                            concat!(stringify!($module), "::", stringify!($case)),
+                            concat!(stringify!($smod), "::", stringify!($scase)),
                             async { $crate::IntoSuiteStore::into_suite_store($factory.await) },
-                            |store| ::std::boxed::Box::pin($crate::cases::$module::$case(store)),
+                            |store| ::std::boxed::Box::pin(async move {
+                                $crate::cases::$smod::$scase(&*store).await
+                            }),
+                        );
+                    }
+                )*
+            }
+        )*
+        $(
+            #[allow(unused_imports)]
+            mod $rmod {
+                use super::*;
+                $(
+                    #[test]
+                    fn $rcase() {
+                        $crate::__private::run_case(
+                            concat!(stringify!($rmod), "::", stringify!($rcase)),
+                            async { $crate::IntoSuiteStore::into_suite_store($factory.await) },
+                            |store| ::std::boxed::Box::pin($crate::cases::$rmod::$rcase(store)),
                         );
                     }
                 )*
@@ -99,17 +140,51 @@ macro_rules! __store_suite_tests {
     };
 }
 
-/// The whole store-level suite as tests: one `#[test]` per case, each on its own multi-thread
-/// tokio runtime, each calling the factory for a fresh store.
+/// Accepts the known options of [`store_suite!`]; anything else is a compile error.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __suite_option {
+    (skip_large) => {};
+    (skip_resume) => {};
+    (skip_corpus) => {};
+    ($other:ident) => {
+        ::std::compile_error!(::std::concat!(
+            "unknown store_suite! option `",
+            ::std::stringify!($other),
+            "`: expected skip_large, skip_resume or skip_corpus"
+        ));
+    };
+}
+
+/// Emits the items unless the option list holds the group's `skip_<group>`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __unless_skipped {
+    ($group:ident [] $($item:tt)*) => { $($item)* };
+    (large [skip_large $($rest:ident)*] $($item:tt)*) => {};
+    (resume [skip_resume $($rest:ident)*] $($item:tt)*) => {};
+    (corpus [skip_corpus $($rest:ident)*] $($item:tt)*) => {};
+    ($group:ident [$other:ident $($rest:ident)*] $($item:tt)*) => {
+        $crate::__unless_skipped! { $group [$($rest)*] $($item)* }
+    };
+}
+
+/// The whole suite as tests: one `#[test]` per case, each on its own multi-thread tokio
+/// runtime, each calling the factory for a fresh store.
 ///
 /// `$factory` is an expression evaluating to a future whose output is an `Arc<S>` (`S:
 /// Store`), an `Arc<dyn Store>`, or an `Option` of either; `None` means "skipped" (the factory
 /// prints why; see [`require_env`](crate::require_env)). Items of the calling module are in
-/// scope. The tests land in a module `conformance` with one submodule per group
-/// (`conformance::fencing::racing_claimants_exactly_one_commits`, …).
+/// scope. The regular cases land in a module `conformance` with one submodule per group
+/// (`conformance::fencing::racing_claimants_exactly_one_commits`, …); the three optional,
+/// slower groups in `conformance_large`, `conformance_resume` and `conformance_corpus`.
 ///
-/// `store_suite!(factory(), skip_large)` leaves out the 100,000-key case
-/// ([`cases::large`](crate::cases::large)) for backends where it is too slow.
+/// Options, after the factory, in any order, leave an optional group out:
+/// * `skip_large`: the 100,000-key listing case ([`cases::large`](crate::cases::large));
+/// * `skip_resume`: the crash-and-resume property ([`cases::resume`](crate::cases::resume));
+/// * `skip_corpus`: the AFK fixture corpus ([`cases::corpus`](crate::cases::corpus)).
+///
+/// An unknown option is a compile error.
 ///
 /// ```text
 /// // tests/conformance.rs of a backend crate:
@@ -122,25 +197,45 @@ macro_rules! __store_suite_tests {
 /// ```
 #[macro_export]
 macro_rules! store_suite {
-    ($factory:expr $(,)?) => {
-        $crate::store_suite!(@tests $factory);
-        mod conformance_large {
-            #[allow(unused_imports)]
-            use super::*;
-            $crate::__store_suite_tests! {
-                { $factory }
-                large { hundred_thousand_keys_list_in_order }
-            }
-        }
-    };
-    ($factory:expr, skip_large $(,)?) => {
-        $crate::store_suite!(@tests $factory);
-    };
-    (@tests $factory:expr) => {
+    ($factory:expr $(, $opt:ident)* $(,)?) => {
+        $( $crate::__suite_option!($opt); )*
         mod conformance {
             #[allow(unused_imports)]
             use super::*;
             $crate::__with_cases!(__store_suite_tests! { $factory });
+        }
+        $crate::__unless_skipped! { large [$($opt)*]
+            mod conformance_large {
+                #[allow(unused_imports)]
+                use super::*;
+                $crate::__store_suite_tests! {
+                    { $factory }
+                    store { large { hundred_thousand_keys_list_in_order } }
+                    runner {}
+                }
+            }
+        }
+        $crate::__unless_skipped! { resume [$($opt)*]
+            mod conformance_resume {
+                #[allow(unused_imports)]
+                use super::*;
+                $crate::__store_suite_tests! {
+                    { $factory }
+                    store {}
+                    runner { resume { crash_and_resume } }
+                }
+            }
+        }
+        $crate::__unless_skipped! { corpus [$($opt)*]
+            mod conformance_corpus {
+                #[allow(unused_imports)]
+                use super::*;
+                $crate::__store_suite_tests! {
+                    { $factory }
+                    store {}
+                    runner { corpus { afk_corpus_resumes_as_expected } }
+                }
+            }
         }
     };
 }

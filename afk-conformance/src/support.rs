@@ -154,3 +154,50 @@ pub async fn list_all(
     }
     Err(format!("list prefix {prefix:?}: more than a million pages"))
 }
+
+/// The seed of a randomized case: `AFK_CONFORMANCE_SEED` when set, else random. `Err` when the
+/// variable is not a number.
+pub(crate) fn seed_from_env() -> Result<u64, String> {
+    match std::env::var("AFK_CONFORMANCE_SEED") {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map_err(|e| format!("AFK_CONFORMANCE_SEED={s:?}: {e}")),
+        Err(_) => Ok(rand::random()),
+    }
+}
+
+/// How many random cases to run: `PROPTEST_CASES` when set to a number, else `default`.
+pub(crate) fn cases_from_env(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// A proptest runner whose generator is seeded with `seed` (no failure persistence), running
+/// `cases` cases and at most `max_shrink_iters` shrinking steps (proptest's default if `None`).
+pub(crate) fn test_runner(
+    seed: u64,
+    cases: u32,
+    max_shrink_iters: Option<u32>,
+) -> proptest::test_runner::TestRunner {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let mut seed_bytes = [0u8; 32];
+    for (i, chunk) in seed_bytes.chunks_mut(8).enumerate() {
+        let word = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+    let mut config = Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    if let Some(n) = max_shrink_iters {
+        config.max_shrink_iters = n;
+    }
+    TestRunner::new_with_rng(
+        config,
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+    )
+}

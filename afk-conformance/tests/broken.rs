@@ -2,6 +2,7 @@
 //! the reference store passes every case.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use afk_conformance::broken::{Breakage, BrokenStore};
 use afk_conformance::cases::model::{ModelConfig, run_model};
@@ -9,7 +10,7 @@ use afk_conformance::{CASES, Case, LARGE_CASE};
 use afk_core::{MemoryStore, Store};
 
 /// Run every case against a fresh store from `make`; the names of the cases that failed.
-async fn failing(make: impl Fn() -> Box<dyn Store>) -> BTreeSet<String> {
+async fn failing(make: impl Fn() -> Arc<dyn Store>) -> BTreeSet<String> {
     let mut failed = BTreeSet::new();
     for case in CASES.iter().chain(std::iter::once(&LARGE_CASE)) {
         let Case { module, name, run } = *case;
@@ -17,7 +18,7 @@ async fn failing(make: impl Fn() -> Box<dyn Store>) -> BTreeSet<String> {
             continue; // random seed: checked with fixed seeds below
         }
         let store = make();
-        if let Err(msg) = run(&*store).await {
+        if let Err(msg) = run(store).await {
             println!("{module}::{name}: {msg}");
             failed.insert(format!("{module}::{name}"));
         }
@@ -36,14 +37,14 @@ fn assert_caught(failed: &BTreeSet<String>, expected: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reference_store_passes_every_case() {
-    let failed = failing(|| Box::new(MemoryStore::new())).await;
+    let failed = failing(|| Arc::new(MemoryStore::new())).await;
     assert!(failed.is_empty(), "MemoryStore failed {failed:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pointer_without_record_is_caught() {
     let failed = failing(|| {
-        Box::new(BrokenStore::new(
+        Arc::new(BrokenStore::new(
             MemoryStore::new(),
             Breakage::PointerWithoutRecord,
         ))
@@ -62,7 +63,7 @@ async fn pointer_without_record_is_caught() {
 #[tokio::test(flavor = "multi_thread")]
 async fn no_fencing_is_caught() {
     let failed =
-        failing(|| Box::new(BrokenStore::new(MemoryStore::new(), Breakage::NoFencing))).await;
+        failing(|| Arc::new(BrokenStore::new(MemoryStore::new(), Breakage::NoFencing))).await;
     assert_caught(
         &failed,
         &[
@@ -87,7 +88,7 @@ async fn no_fencing_is_caught() {
 #[tokio::test(flavor = "multi_thread")]
 async fn lost_writes_are_caught() {
     let failed = failing(|| {
-        Box::new(BrokenStore::new(
+        Arc::new(BrokenStore::new(
             MemoryStore::new(),
             Breakage::LosesWrites(3),
         ))

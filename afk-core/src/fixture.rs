@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
 use crate::normalize::{normalize_effect_row_value, normalize_record_value};
+use crate::store::{Commit, Store, latest_key, run_of_key};
 
 /// What a resume did (`afk_resume`) or must do (`expect`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -262,4 +263,69 @@ pub fn check_file_normalize(file: &FixtureFile) -> std::result::Result<(), Strin
         FixtureFile::Fixture(f) => check_normalize(f),
         FixtureFile::HashVectors(v) => check_hash_vectors(v),
     }
+}
+
+/// The puts and the latest-pointer value of one run.
+type RunWrites = (Vec<(String, Vec<u8>)>, Option<Vec<u8>>);
+
+/// Load a fixture's `state` map (key -> JSON value) into `store` under `thread`.
+///
+/// Each run of the map is claimed once, then its keys are committed under that epoch, with the
+/// `checkpoint:<run>:latest` value as the latest pointer of the run's last commit, so the
+/// pointer never names a record that is not there yet. Runs are written in key order. A store
+/// with [`Capabilities::max_commit_keys`](crate::store::Capabilities::max_commit_keys) gets
+/// the keys in chunks that fit (the pointer counted as a key). Works for any store, e.g.
+/// `load_state(arc.as_ref(), …)` for an `Arc<dyn Store>`.
+///
+/// Errors: `InvalidInput` for a key that belongs to no run or an invalid run id; the store's
+/// errors.
+pub async fn load_state(
+    store: &dyn Store,
+    thread: &ThreadId,
+    state: &Map<String, Value>,
+) -> Result<()> {
+    let mut by_run: BTreeMap<String, RunWrites> = BTreeMap::new();
+    for (key, value) in state {
+        let run = run_of_key(key)
+            .ok_or_else(|| Error::invalid_input(format!("state key {key:?} belongs to no run")))?;
+        let bytes = serde_json::to_vec(value)
+            .map_err(|e| Error::invalid_input(format!("state value of {key}: {e}")))?;
+        let entry = by_run.entry(run.to_owned()).or_default();
+        let run_id = RunId::new(run)?;
+        if *key == latest_key(&run_id) {
+            entry.1 = Some(bytes);
+        } else {
+            entry.0.push((key.clone(), bytes));
+        }
+    }
+    let chunk = store
+        .capabilities()
+        .max_commit_keys
+        .map_or(usize::MAX, |m| m.saturating_sub(1).max(1));
+    for (run, (puts, latest)) in by_run {
+        let run = RunId::new(run)?;
+        let epoch = store.claim(thread, &run).await?;
+        let mut chunks: Vec<Vec<(String, Vec<u8>)>> = Vec::new();
+        let mut rest = puts.into_iter().peekable();
+        while rest.peek().is_some() {
+            chunks.push(rest.by_ref().take(chunk).collect());
+        }
+        if chunks.is_empty() {
+            chunks.push(Vec::new());
+        }
+        let last = chunks.len() - 1;
+        let mut latest = latest;
+        for (i, puts) in chunks.into_iter().enumerate() {
+            store
+                .commit(&Commit {
+                    thread: thread.clone(),
+                    run: run.clone(),
+                    epoch,
+                    puts,
+                    latest: if i == last { latest.take() } else { None },
+                })
+                .await?;
+        }
+    }
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! Property tests of normalization: it never panics on any input, and every valid v2 record
 //! round-trips exactly. Seeded: the seed is printed; replay with `PROPTEST_SEED=<seed>`. Cases
-//! from `PROPTEST_CASES` (default 256; CI sets 10000).
+//! from `AFK_PROPTEST_NORMALIZE_CASES`, else `PROPTEST_CASES`, else 256 (`cargo xtask test`
+//! sets `AFK_PROPTEST_NORMALIZE_CASES=10000`, the minimum for CI).
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -12,9 +13,9 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::{Map, Value, json};
 
 fn runner(name: &str) -> (TestRunner, u64) {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    let cases = ["AFK_PROPTEST_NORMALIZE_CASES", "PROPTEST_CASES"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().and_then(|v| v.parse().ok()))
         .unwrap_or(256);
     let seed = std::env::var("PROPTEST_SEED")
         .ok()

@@ -1,8 +1,9 @@
 //! Crash durability and the one-process rule, with real processes.
 //!
-//! This test binary has no libtest harness (`harness = false`): run normally it is the parent;
-//! started with `AFK_ROCKSDB_WRITER_CHILD=<db path>` it is the writer child, which streams sync
-//! commits on several runs and prints `ack <run> <step>` after each acknowledged one.
+//! The test re-runs its own binary, filtered to this one test, with
+//! `AFK_ROCKSDB_WRITER_CHILD=<db path>`: in that process the test is the writer child, which
+//! streams sync commits on several runs and prints `ack <run> <step>` after each acknowledged
+//! one, and exits without returning to the harness.
 //!
 //! The parent checks that a second process cannot open the database while the child holds it
 //! (`Unavailable` naming the `LOCK` file), `kill -9`s the child mid-stream, reopens, and checks
@@ -41,14 +42,17 @@ fn record_value(run: &str, step: u64) -> Vec<u8> {
     v
 }
 
-fn main() {
+const TEST_NAME: &str = "kill_9_keeps_every_acknowledged_commit_and_a_second_process_is_refused";
+
+#[test]
+fn kill_9_keeps_every_acknowledged_commit_and_a_second_process_is_refused() {
     if let Ok(path) = std::env::var(CHILD_ENV) {
         writer_child(Path::new(&path));
-        return;
+        // The child is killed by the parent; should it ever get here, leave without the
+        // harness printing anything more on the parent's pipe.
+        std::process::exit(0);
     }
-    print!("test kill_9_keeps_every_acknowledged_commit_and_a_second_process_is_refused ... ");
     parent();
-    println!("ok");
 }
 
 fn writer_child(path: &Path) {
@@ -56,7 +60,11 @@ fn writer_child(path: &Path) {
     rt.block_on(async {
         let store = RocksDbStore::open(path).expect("child opens the database");
         assert!(store.capabilities().durable);
-        println!("ready");
+        // Written to the real stdout (not `println!`, which the harness may capture).
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ready").expect("stdout");
+        out.flush().expect("stdout");
+        drop(out);
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut tasks = Vec::new();
         for i in 0..RUNS {
@@ -96,6 +104,7 @@ fn parent() {
     let path = dir.path().join("db");
     let exe = std::env::current_exe().expect("current exe");
     let mut child = Command::new(exe)
+        .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, &path)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -103,8 +112,14 @@ fn parent() {
         .expect("spawn writer child");
     let stdout = child.stdout.take().expect("child stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let first = lines.next().expect("child output").expect("read child");
-    assert_eq!(first, "ready");
+    // The harness prints its own lines before the test body says "ready" (on the same line as
+    // the harness's unterminated `test … ... `).
+    loop {
+        let line = lines.next().expect("child output").expect("read child");
+        if line.ends_with("ready") {
+            break;
+        }
+    }
 
     // A second process may not open the database while the child holds it.
     let err = RocksDbStore::open(&path).expect_err("second process must be refused");

@@ -1,3 +1,8 @@
 #![doc = include_str!("../README.md")]
 
 pub use afk_core::*;
+
+pub mod backend;
+mod open;
+
+pub use open::{open, redact_url};

@@ -1,1 +1,106 @@
-fn main() {}
+//! `cargo xtask …`: the project's own tasks (tests with real servers, CI, benchmarks).
+//! Run `cargo xtask --help`. Depends only on std, clap and anyhow so it builds in seconds.
+
+mod bench;
+mod ci;
+mod services;
+mod system;
+mod test;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "AFK for Rust: development tasks")]
+enum Cli {
+    /// Start the servers the selected tests need, run the tests, stop the servers.
+    Test {
+        /// Only the tests of these stores (repeatable or comma-separated); default: all.
+        #[arg(long = "store", value_enum, value_delimiter = ',', num_args = 1..)]
+        stores: Vec<test::Store>,
+        /// Extra arguments for `cargo nextest run` (after `--`).
+        #[arg(last = true)]
+        extra: Vec<String>,
+    },
+    /// Start, stop or show the test servers for manual work.
+    Services {
+        #[command(subcommand)]
+        action: ServicesCmd,
+    },
+    /// What CI runs: fmt, clippy, rustdoc, then `test`.
+    Ci,
+    /// Run the benchmarks that exist and write target/bench-report.md.
+    Bench,
+}
+
+#[derive(Debug, Subcommand)]
+enum ServicesCmd {
+    /// Start Redis, a Redis Cluster and moto on free ports; print the exports.
+    Up,
+    /// Stop the servers `up` started.
+    Down {
+        /// Also stop servers of test runs in this clone that were left behind.
+        #[arg(long)]
+        all: bool,
+        /// Stop one named set (used by the reaper of `xtask test`).
+        #[arg(long, hide = true)]
+        set: Option<String>,
+    },
+    /// Show which servers started by xtask run.
+    Status,
+}
+
+const MANUAL: &str = "manual";
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(err) => {
+            eprintln!("xtask: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<i32> {
+    match cli {
+        Cli::Test { stores, extra } => test::run(&stores, &extra),
+        Cli::Ci => ci::run(),
+        Cli::Bench => bench::run(),
+        Cli::Services {
+            action: ServicesCmd::Up,
+        } => {
+            if services::state_root().join(MANUAL).is_dir() {
+                services::print_status();
+                anyhow::bail!("already up; run `cargo xtask services down` first");
+            }
+            let started = services::Services::start(MANUAL, services::Needs::ALL, false)?;
+            println!("{}", started.export_line());
+            started.keep();
+            Ok(0)
+        }
+        Cli::Services {
+            action: ServicesCmd::Down { all, set },
+        } => {
+            let root = services::state_root();
+            let sets = match (all, set) {
+                (true, _) => services::sets(),
+                (false, Some(set)) => vec![root.join(set)],
+                (false, None) => vec![root.join(MANUAL)],
+            };
+            for dir in sets.iter().filter(|d| d.is_dir()) {
+                services::stop_set(dir);
+                eprintln!("stopped {}", dir.display());
+            }
+            Ok(0)
+        }
+        Cli::Services {
+            action: ServicesCmd::Status,
+        } => {
+            services::print_status();
+            Ok(0)
+        }
+    }
+}

@@ -8,9 +8,11 @@ use std::collections::HashMap;
 
 use afk_core::store::{run_of_key, validate_commit};
 use afk_core::{Commit, Epoch, ErrorKind, MemoryStore, RunId, Store, ThreadId};
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use proptest::test_runner::TestCaseError;
 
-use crate::support::{CaseResult, list_all, named_run, unique_thread};
+use crate::support::{
+    CaseResult, cases_from_env, list_all, named_run, seed_from_env, test_runner, unique_thread,
+};
 
 mod ops;
 
@@ -43,12 +45,9 @@ impl ModelConfig {
     /// Seed from `AFK_CONFORMANCE_SEED` (random when unset), cases from `PROPTEST_CASES`
     /// (default 32). `Err` when `AFK_CONFORMANCE_SEED` is not a number.
     pub fn from_env() -> Result<Self, String> {
-        let cases = std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(32);
+        let cases = cases_from_env(32);
         Ok(ModelConfig {
-            seed: seed()?,
+            seed: seed_from_env()?,
             cases,
         })
     }
@@ -63,19 +62,8 @@ pub async fn run_model(store: &dyn Store, config: ModelConfig) -> CaseResult {
     }
     let ModelConfig { seed, cases } = config;
     println!("model_based: seed {seed} ({cases} cases; replay with AFK_CONFORMANCE_SEED={seed})");
-    let mut seed_bytes = [0u8; 32];
-    for (i, chunk) in seed_bytes.chunks_mut(8).enumerate() {
-        let word = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        chunk.copy_from_slice(&word.to_le_bytes());
-    }
-    let config = Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    };
     tokio::task::block_in_place(|| {
-        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
-        let mut runner = TestRunner::new_with_rng(config, rng);
+        let mut runner = test_runner(seed, cases, None);
         runner
             .run(&ops_strategy(), |ops| {
                 handle
@@ -84,16 +72,6 @@ pub async fn run_model(store: &dyn Store, config: ModelConfig) -> CaseResult {
             })
             .map_err(|e| format!("{e}\n(seed {seed}: replay with AFK_CONFORMANCE_SEED={seed})"))
     })
-}
-
-fn seed() -> Result<u64, String> {
-    match std::env::var("AFK_CONFORMANCE_SEED") {
-        Ok(s) => s
-            .trim()
-            .parse()
-            .map_err(|e| format!("AFK_CONFORMANCE_SEED={s:?}: {e}")),
-        Err(_) => Ok(rand::random()),
-    }
 }
 
 /// One side of the comparison: a store and the epochs its claimants hold.

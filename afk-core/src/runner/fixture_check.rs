@@ -13,48 +13,9 @@ use super::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
 use crate::schema::AgentResult;
-use crate::store::{Commit, Store, latest_key, run_of_key};
+use crate::store::Store;
 
-/// The puts and the latest-pointer value of one run.
-type RunWrites = (Vec<(String, Vec<u8>)>, Option<Vec<u8>>);
-
-/// Load a fixture's `state` map (key -> JSON value) into `store` under `thread`: each run is
-/// claimed and its keys committed in one commit, the `checkpoint:<run>:latest` value as the
-/// commit's latest pointer. Keys that belong to no run are rejected (`InvalidInput`).
-pub async fn load_state(
-    store: &dyn Store,
-    thread: &ThreadId,
-    state: &Map<String, Value>,
-) -> Result<()> {
-    let mut by_run: BTreeMap<String, RunWrites> = BTreeMap::new();
-    for (key, value) in state {
-        let run = run_of_key(key)
-            .ok_or_else(|| Error::invalid_input(format!("state key {key:?} belongs to no run")))?;
-        let bytes = serde_json::to_vec(value)
-            .map_err(|e| Error::invalid_input(format!("state value of {key}: {e}")))?;
-        let entry = by_run.entry(run.to_owned()).or_default();
-        let run_id = RunId::new(run)?;
-        if *key == latest_key(&run_id) {
-            entry.1 = Some(bytes);
-        } else {
-            entry.0.push((key.clone(), bytes));
-        }
-    }
-    for (run, (puts, latest)) in by_run {
-        let run = RunId::new(run)?;
-        let epoch = store.claim(thread, &run).await?;
-        store
-            .commit(&Commit {
-                thread: thread.clone(),
-                run,
-                epoch,
-                puts,
-                latest,
-            })
-            .await?;
-    }
-    Ok(())
-}
+pub use crate::fixture::load_state;
 
 /// The verdict on one fixture.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -225,6 +225,9 @@ impl Runner {
     }
 
     /// Start a fresh run under a caller-chosen run id.
+    ///
+    /// Errors (through the handle): `Conflict` if the thread already holds checkpoints of
+    /// `run` (use [`Runner::resume`] for it); nothing is claimed or written then.
     pub fn run_with_id(
         &self,
         agent: &Agent,
@@ -292,6 +295,21 @@ pub(crate) async fn execute(
     control: watch::Receiver<Signal>,
     events: broadcast::Sender<RunEvent>,
 ) -> Result<Outcome> {
+    if matches!(start, Start::Fresh(_)) {
+        // A fresh run never continues or overwrites a stored one (checked before claiming, so
+        // a live run under that id is not fenced off by the refused attempt).
+        let lk = crate::store::latest_key(&run);
+        if shared.store.get(&thread, &lk).await?.is_some() {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "run {run} already exists in thread {thread}; resume it or start a run under \
+                     a new run id"
+                ),
+            )
+            .with_key(lk));
+        }
+    }
     let epoch = shared.store.claim(&thread, &run).await?;
     let writer = shared.writer().await?;
     let mut ckpt = Checkpointer::new(
@@ -385,6 +403,15 @@ impl RunHandle {
     /// [`Runner::resume`] continues it. The handle resolves with [`ErrorKind::Cancelled`].
     pub fn interrupt(&self) {
         let _ = self.ctl.send(Signal::Interrupt);
+    }
+
+    /// A handle that aborts the run task at its current await point, as a crash of this
+    /// process would (nothing more is written by the task; commits it already handed to the
+    /// writer may still land). The handle then resolves with [`ErrorKind::Cancelled`] and a
+    /// later [`Runner::resume`] continues the run from its checkpoints. `None` for a handle
+    /// that failed before starting.
+    pub fn abort_handle(&self) -> Option<tokio::task::AbortHandle> {
+        self.join.as_ref().map(|j| j.abort_handle())
     }
 
     /// Wait for the run to end or pause.

@@ -170,13 +170,15 @@ impl Checkpointer {
 
     /// Wait until everything submitted for the run is durable (before a side effect).
     pub async fn barrier(&mut self) -> Result<()> {
-        self.writer.barrier(&self.thread, &self.run).await
+        self.writer
+            .barrier(&self.thread, &self.run, self.epoch)
+            .await
     }
 
     /// The terminal flush: [`Checkpointer::barrier`] bounded by the flush timeout.
     pub async fn flush(&mut self) -> Result<()> {
         self.writer
-            .flush(&self.thread, &self.run, self.flush_timeout)
+            .flush(&self.thread, &self.run, self.epoch, self.flush_timeout)
             .await
     }
 }

@@ -27,6 +27,21 @@
 //!    written without moving it.
 //!
 //! Effect replay during the resumed step is in [`super::tools`].
+//!
+//! # Rules and the tests that pin them (DESIGN §5, fixtures README §4–6)
+//!
+//! | Rule | Tests |
+//! |---|---|
+//! | 1 claim (fencing) | `writer::claim_tests`, `tests/runner_abort.rs` (an aborted attempt's queued commits fail `Fenced`, the resume goes on), `afk-conformance` fencing |
+//! | 2 missing latest -> `NotFound`; unusable -> `Corrupt` | `tests/fixtures_resume.rs` (`corrupt-latest-missing`, `corrupt-schema-v999`, `corrupt-payload-not-map`), `tests/runner_errors.rs::a_corrupt_pointer_is_corrupt_and_calls_nothing` |
+//! | 3 terminal result returned, nothing runs | fixtures `terminal-completed`, `terminal-failed`, `*-run_terminal-*`; the terminal re-resume in `tests/runner_crash.rs` and `tests/runner_abort.rs`; `tests/runner_policies.rs`, `tests/runner_budgets.rs`, `tests/runner_control.rs::cancel_writes_a_cancelled_record_that_resume_returns` |
+//! | 4 paused: request again / decision recorded and applied | `tests/runner_pause.rs` |
+//! | 5 snapshot: latest, else the highest-step one by listing | fixtures `a-double-crash-*` and every `*-latest-<non-snapshot>-*`; `tests/resume_v1_v2.rs` (`a-double-crash-k15-k13` migrated) |
+//! | 6 restore everything incl. replayed count and active time; v2 log verified | fixtures (`replayed_effect_count`, counters); `tests/resume_v1_v2.rs` (v1 vs migrated v2); `tests/resume_rules.rs::a_tampered_transcript_log_is_corrupt_and_calls_nothing`; active time: `tests/runner_pause.rs`, `tests/runner_control.rs::interrupt_writes_nothing_terminal_and_a_later_resume_continues` |
+//! | 7 pending response reused without a model call; undecodable -> `Corrupt` | fixtures `*-post_llm-*`, `corrupt-pending-garbage`; the "no durable answer requested again" checks of `tests/runner_crash.rs` and `tests/runner_abort.rs` |
+//! | 8 pointer never moves backwards | `tests/resume_rules.rs::a_resume_crashing_after_its_run_started_record_leaves_the_pointer_where_it_was` |
+//! | effects: replay / `Corrupt` on hash mismatch / intent -> re-run or `EffectUncertain` | fixtures `*-effect-*`, `corrupt-effect-hash-mismatch`; `tests/runner_crash.rs`, `tests/runner_abort.rs` (at-most-once `charge`) |
+//! | a fresh run never reuses a stored run id | `tests/runner_control.rs::a_fresh_run_under_an_existing_run_id_is_refused` |
 
 use std::collections::BTreeMap;
 

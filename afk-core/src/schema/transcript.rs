@@ -1,9 +1,10 @@
 //! The v2 transcript log (DESIGN §3.4): one entry per step under `messages:<run>:<index>`,
 //! chained by a SHA-256 digest so a resume can tell a complete log from a torn one.
 //!
-//! `digest_i = hex(sha256(digest_{i-1} as UTF-8 bytes || serde_json::to_vec(messages_i)))`
-//! with `digest_{-1} = ""`. The message bytes are our own serialization (field order of
-//! [`Message`], unknown fields in key order), so the digest is stable for records we wrote.
+//! `digest_i = hex(sha256(digest_{i-1} as UTF-8 bytes || canonical_json(messages_i)))`
+//! with `digest_{-1} = ""`. The message bytes are the canonical JSON of
+//! [`crate::hash::canonical_json`] (sorted keys, fixed separators), so the digest does not
+//! depend on field order, serde_json features or the language that wrote the log.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -58,8 +59,9 @@ record_de!(TranscriptRef {
 pub fn entry_digest(prev: &str, messages: &[Message]) -> String {
     let mut h = Sha256::new();
     h.update(prev.as_bytes());
-    // Serializing a Message cannot fail (string keys only).
-    h.update(serde_json::to_vec(messages).unwrap_or_default());
+    // Serializing a Message to a Value cannot fail (string keys only).
+    let value = serde_json::to_value(messages).unwrap_or_default();
+    h.update(crate::hash::canonical_json(&value).as_bytes());
     hex::encode(h.finalize())
 }
 
@@ -155,7 +157,7 @@ mod tests {
     #[test]
     fn digest_is_chained_sha256() {
         let entries = log();
-        let first = hex::encode(Sha256::digest(br#"[{"role":"user","content":"hi"}]"#));
+        let first = hex::encode(Sha256::digest(br#"[{"content": "hi", "role": "user"}]"#));
         assert_eq!(entries[0].digest, first);
         let msgs: Vec<&[Message]> = entries.iter().map(|e| e.messages.as_slice()).collect();
         assert_eq!(chain_digest(msgs), entries[1].digest);

@@ -8,15 +8,20 @@
 //!
 //! - **per-run order**: a run's commits reach the store in submission order; coalescing only
 //!   merges a snapshot commit into the run's newest queued one, never across other records;
-//! - **barrier**: [`Writer::barrier`] returns once everything queued for the run is durable (the
-//!   runner calls it before every side effect);
+//! - **per claim**: the writer tracks each claim of a run (its [`Epoch`]) on its own: sequence
+//!   numbers, durability and errors belong to `(thread, run, epoch)`. Once a run is claimed
+//!   again, the older claim's queued commits can only fail with `Fenced`, so they are never
+//!   ordered against the new claim's and their failure is not the new claim's;
+//! - **barrier**: [`Writer::barrier`] returns once everything queued for the run claim is
+//!   durable (the runner calls it before every side effect);
 //! - **terminal flush**: [`Writer::flush`] is the barrier bounded by a timeout; a timeout is
 //!   `Timeout` and a store error is returned, never only logged (AFK swallowed both);
-//! - **failures**: a write that still fails after the retry policy fails its run: every later
-//!   `submit`, `barrier` and `flush` of the run returns that error, and the run's queued commits
-//!   are dropped with it (a `Fenced` run's all fail with `Fenced`). Nothing is dropped silently.
-//!   The error stays with the run for the life of the writer: a process that re-claims a failed
-//!   run writes its new attempt through a new `Writer`;
+//! - **failures**: a write that still fails after the retry policy fails its run claim: every
+//!   later `submit`, `barrier` and `flush` of that claim returns that error, and the claim's
+//!   queued commits are dropped with it (a `Fenced` claim's all fail with `Fenced`). Nothing is
+//!   dropped silently. The error stays with that claim only: resuming the run means claiming
+//!   it again (a new epoch), whose commits go through the same writer afresh. The state of a
+//!   failed claim is forgotten when a newer claim of the run submits its first commit;
 //! - **no hang**: if the background task dies (panic, abort, runtime shutdown), every pending and
 //!   later call returns `Unavailable` ("checkpoint writer stopped"), not retryable;
 //! - **shutdown**: [`Writer::shutdown`] drains the queue within a bound and reports what could
@@ -29,6 +34,8 @@ mod config;
 mod state;
 mod worker;
 
+#[cfg(test)]
+mod claim_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
@@ -49,7 +56,7 @@ use worker::{Entry, Msg, Worker};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
-use crate::store::{Commit, RandomSource, RetryStore, Store};
+use crate::store::{Commit, Epoch, RandomSource, RetryStore, Store};
 
 /// Handle to a checkpoint writer. Cheap to clone; all clones share one queue and task. See the
 /// module docs for the guarantees.
@@ -131,9 +138,9 @@ impl Writer {
         self.inner.shared.lock().stats
     }
 
-    /// The error that failed the run, if one did.
-    pub fn run_error(&self, thread: &ThreadId, run: &RunId) -> Option<Error> {
-        let key = (thread.clone(), run.clone());
+    /// The error that failed the run's claim `epoch`, if one did.
+    pub fn run_error(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Option<Error> {
+        let key = (thread.clone(), run.clone(), epoch);
         self.inner
             .shared
             .lock()
@@ -153,7 +160,7 @@ impl Writer {
     /// [`Writer::shutdown`] or if the background task is gone. In sync mode, the store's error
     /// after retries (which also fails the run).
     pub async fn submit(&self, commit: Commit, coalescible: bool) -> Result<Ticket> {
-        let key: RunKey = (commit.thread.clone(), commit.run.clone());
+        let key: RunKey = (commit.thread.clone(), commit.run.clone(), commit.epoch);
         let Some(tx) = &self.inner.tx else {
             return self.submit_sync(key, commit).await;
         };
@@ -164,6 +171,9 @@ impl Writer {
         let mut st = self.inner.shared.lock();
         if let Some(e) = st.refuse(&key) {
             return Err(e);
+        }
+        if !st.runs.contains_key(&key) {
+            st.forget_older_claims(&key);
         }
         let run = st.runs.entry(key.clone()).or_default();
         run.submitted += 1;
@@ -196,6 +206,9 @@ impl Writer {
         match result {
             Ok(()) => {
                 st.stats.written += 1;
+                if !st.runs.contains_key(&key) {
+                    st.forget_older_claims(&key);
+                }
                 let run = st.runs.entry(key.clone()).or_default();
                 run.submitted += 1;
                 run.durable = run.submitted;
@@ -219,11 +232,12 @@ impl Writer {
         }
     }
 
-    /// Returns once every commit submitted for `(thread, run)` so far is durable; or the error
-    /// that failed the run; or `Unavailable` if the writer stopped first. Not bounded by time
-    /// (the retry policy bounds each write); use [`Writer::flush`] for a bound.
-    pub async fn barrier(&self, thread: &ThreadId, run: &RunId) -> Result<()> {
-        let key: RunKey = (thread.clone(), run.clone());
+    /// Returns once every commit submitted for `(thread, run)` under claim `epoch` so far is
+    /// durable; or the error that failed that claim; or `Unavailable` if the writer stopped
+    /// first. Not bounded by time (the retry policy bounds each write); use [`Writer::flush`]
+    /// for a bound.
+    pub async fn barrier(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+        let key: RunKey = (thread.clone(), run.clone(), epoch);
         let target = {
             let st = self.inner.shared.lock();
             match st.runs.get(&key) {
@@ -243,8 +257,14 @@ impl Writer {
     ///
     /// Errors: `Timeout` if the run's commits are not durable in time (they stay queued); the
     /// run's store error; `Unavailable` if the writer stopped first.
-    pub async fn flush(&self, thread: &ThreadId, run: &RunId, timeout: Duration) -> Result<()> {
-        match tokio::time::timeout(timeout, self.barrier(thread, run)).await {
+    pub async fn flush(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        epoch: Epoch,
+        timeout: Duration,
+    ) -> Result<()> {
+        match tokio::time::timeout(timeout, self.barrier(thread, run, epoch)).await {
             Err(_) => Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
@@ -254,7 +274,7 @@ impl Writer {
             )),
             Ok(Err(e)) => Err(e),
             Ok(Ok(())) => {
-                let key: RunKey = (thread.clone(), run.clone());
+                let key: RunKey = (thread.clone(), run.clone(), epoch);
                 let mut st = self.inner.shared.lock();
                 if st
                     .runs

@@ -110,8 +110,8 @@ fn coalescing_never_reorders_a_runs_records() {
                         tokio::time::sleep(Duration::from_millis(latency_ms / 2 + 1)).await;
                     }
                 }
-                for r in &runs {
-                    w.barrier(&t, r).await.unwrap();
+                for (r, e) in runs.iter().zip(&epochs) {
+                    w.barrier(&t, r, *e).await.unwrap();
                 }
                 COALESCED.fetch_add(w.stats().coalesced, Ordering::Relaxed);
                 for (r, run) in runs.iter().enumerate() {
@@ -225,9 +225,9 @@ fn aborting_the_writer_never_leaves_a_pointer_to_a_missing_record() {
                     tokio::time::sleep(Duration::from_millis(3)).await;
                 }
                 killer.await.unwrap();
-                for r in &runs {
+                for (r, e) in runs.iter().zip(&epochs) {
                     let done =
-                        tokio::time::timeout(Duration::from_secs(3600), w.barrier(&t, r)).await;
+                        tokio::time::timeout(Duration::from_secs(3600), w.barrier(&t, r, *e)).await;
                     prop_assert!(done.is_ok(), "barrier hung after abort");
                 }
                 assert_consistent(&fs, &runs, &submitted).await
@@ -293,8 +293,8 @@ fn two_claimants_never_both_commit_after_the_second_claim() {
                 }
             }
             let mut results = Vec::new();
-            for w in &writers {
-                results.push(w.barrier(&t, &run).await);
+            for (w, e) in writers.iter().zip(&epochs) {
+                results.push(w.barrier(&t, &run, e.unwrap_or_default()).await);
             }
             let second = if epochs[0] > epochs[1] { 0 } else { 1 };
             let winner = epochs[second].unwrap();

@@ -1,6 +1,6 @@
 //! State shared by the writer handle, its tickets and its background task.
 //!
-//! Per run: how many commits were accepted (`submitted`, the sequence number of the newest),
+//! Per run claim (run and epoch): how many commits were accepted (`submitted`, the sequence number of the newest),
 //! the newest sequence number known durable (`durable`; per-run order makes it a watermark:
 //! everything at or below it is written), and the error that failed the run, if any. Waiters
 //! re-check after every change, signalled through a `watch` counter, so no wake-up is lost.
@@ -12,9 +12,13 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
+use crate::store::Epoch;
 
-/// A run's identity inside the writer.
-pub(crate) type RunKey = (ThreadId, RunId);
+/// A run's claim inside the writer: the run and the epoch its commits carry. Each claim of a
+/// run has its own sequence numbers and its own error, so a re-claimed run (a resume after a
+/// failure or an abort, in this process or another) starts afresh, and the commits an aborted
+/// attempt left queued (which fail `Fenced` after the new claim) never touch the new attempt.
+pub(crate) type RunKey = (ThreadId, RunId, Epoch);
 
 /// Counters of a [`Writer`](super::Writer), for tests and metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -70,6 +74,18 @@ impl State {
             return Some(stopped("shut down"));
         }
         self.dead.map(stopped)
+    }
+
+    /// Forget the failed or finished states of claims of `key`'s run older than `key`'s epoch
+    /// (called when a newer claim submits its first commit). A claim with commits still
+    /// unresolved is kept, so its waiters still learn how they end.
+    pub(crate) fn forget_older_claims(&mut self, key: &RunKey) {
+        self.runs.retain(|k, r| {
+            !(k.0 == key.0
+                && k.1 == key.1
+                && k.2 < key.2
+                && (r.error.is_some() || r.durable >= r.submitted))
+        });
     }
 
     /// Record that `key` failed with `error`: every later call for the run returns it.

@@ -81,7 +81,7 @@ async fn writes_in_submission_order_and_barrier_waits_for_durability() {
         0,
         "nothing written before the task ran"
     );
-    w.barrier(&t, &r).await.unwrap();
+    w.barrier(&t, &r, e).await.unwrap();
     assert_eq!(
         applied(&fs, &r),
         vec![
@@ -143,7 +143,7 @@ async fn a_phase_record_between_snapshots_prevents_coalescing() {
     w.submit(record(&t, &r, e, 2, "runtime_state"), true)
         .await
         .unwrap();
-    w.barrier(&t, &r).await.unwrap();
+    w.barrier(&t, &r, e).await.unwrap();
     assert_eq!(w.stats().coalesced, 0);
     let order: Vec<String> = applied(&fs, &r).into_iter().flatten().collect();
     assert_eq!(
@@ -170,7 +170,7 @@ async fn coalescing_off_writes_every_snapshot() {
             .await
             .unwrap();
     }
-    w.barrier(&t, &r).await.unwrap();
+    w.barrier(&t, &r, e).await.unwrap();
     assert_eq!(w.stats().coalesced, 0);
     assert_eq!(applied(&fs, &r).len(), 4);
 }
@@ -191,8 +191,8 @@ async fn batches_hold_at_most_one_commit_per_run() {
                 .unwrap();
         }
     }
-    for r in &runs {
-        w.barrier(&t, r).await.unwrap();
+    for (r, e) in runs.iter().zip(&epochs) {
+        w.barrier(&t, r, *e).await.unwrap();
     }
     let s = w.stats();
     assert_eq!((s.batches, s.max_batch_len, s.written), (2, 3, 6), "{s:?}");
@@ -208,14 +208,16 @@ async fn max_batch_size_bounds_a_store_call() {
     let (fs, w) = writer(config);
     let t = tid("t1");
     let runs: Vec<RunId> = (0..5).map(|i| rid(&format!("r{i}"))).collect();
+    let mut epochs = Vec::new();
     for r in &runs {
         let e = claimed(&fs, &t, r).await;
+        epochs.push(e);
         w.submit(record(&t, r, e, 0, "pre_llm"), false)
             .await
             .unwrap();
     }
-    for r in &runs {
-        w.barrier(&t, r).await.unwrap();
+    for (r, e) in runs.iter().zip(&epochs) {
+        w.barrier(&t, r, *e).await.unwrap();
     }
     assert_eq!(w.stats().max_batch_len, 2);
     assert_eq!(w.stats().batches, 3);
@@ -231,7 +233,7 @@ async fn transient_failures_are_retried() {
     w.submit(record(&t, &r, e, 0, "pre_llm"), false)
         .await
         .unwrap();
-    w.flush(&t, &r, Duration::from_secs(10)).await.unwrap();
+    w.flush(&t, &r, e, Duration::from_secs(10)).await.unwrap();
     assert_eq!(fs.calls(Op::Commit), 3);
     assert_eq!(applied(&fs, &r).len(), 1);
 }
@@ -246,7 +248,10 @@ async fn a_store_failing_every_write_fails_the_run_within_the_flush_timeout() {
     w.submit(record(&t, &r, e, 0, "run_terminal"), false)
         .await
         .unwrap();
-    let err = w.flush(&t, &r, w.config().flush_timeout).await.unwrap_err();
+    let err = w
+        .flush(&t, &r, e, w.config().flush_timeout)
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(err.message().contains("injected failure"), "{err}");
     assert!(start.elapsed() < w.config().flush_timeout);
@@ -261,10 +266,10 @@ async fn a_store_failing_every_write_fails_the_run_within_the_flush_timeout() {
         .unwrap_err();
     assert_eq!(again.kind(), ErrorKind::Unavailable);
     assert_eq!(
-        w.barrier(&t, &r).await.unwrap_err().kind(),
+        w.barrier(&t, &r, e).await.unwrap_err().kind(),
         ErrorKind::Unavailable
     );
-    assert!(w.run_error(&t, &r).is_some());
+    assert!(w.run_error(&t, &r, e).is_some());
     // Another run is unaffected once the store recovers.
     fs.clear_failures();
     let r2 = rid("r2");
@@ -272,7 +277,7 @@ async fn a_store_failing_every_write_fails_the_run_within_the_flush_timeout() {
     w.submit(record(&t, &r2, e2, 0, "pre_llm"), false)
         .await
         .unwrap();
-    w.flush(&t, &r2, Duration::from_secs(10)).await.unwrap();
+    w.flush(&t, &r2, e2, Duration::from_secs(10)).await.unwrap();
     let err = w.shutdown(Duration::from_secs(5)).await.unwrap_err();
     assert!(
         err.message()
@@ -301,7 +306,7 @@ async fn a_fenced_run_fails_all_its_queued_commits_with_fenced() {
         assert_eq!(ticket.wait().await.unwrap_err().kind(), ErrorKind::Fenced);
     }
     assert_eq!(
-        w.barrier(&t, &r).await.unwrap_err().kind(),
+        w.barrier(&t, &r, e).await.unwrap_err().kind(),
         ErrorKind::Fenced
     );
     assert_eq!(w.stats().failed, 3);
@@ -327,9 +332,12 @@ async fn flush_times_out_on_a_slow_store_and_the_write_still_lands() {
     w.submit(record(&t, &r, e, 0, "run_terminal"), false)
         .await
         .unwrap();
-    let err = w.flush(&t, &r, Duration::from_secs(1)).await.unwrap_err();
+    let err = w
+        .flush(&t, &r, e, Duration::from_secs(1))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
-    w.barrier(&t, &r).await.unwrap();
+    w.barrier(&t, &r, e).await.unwrap();
     assert_eq!(applied(&fs, &r).len(), 1);
 }
 
@@ -373,7 +381,7 @@ async fn shutdown_is_bounded_and_reports_what_was_not_written() {
     assert_eq!(err.kind(), ErrorKind::Timeout);
     assert!(err.message().contains("3 commits not written"), "{err}");
     assert_eq!(
-        w.barrier(&t, &r).await.unwrap_err().kind(),
+        w.barrier(&t, &r, e).await.unwrap_err().kind(),
         ErrorKind::Unavailable
     );
 }
@@ -394,11 +402,11 @@ async fn an_aborted_writer_answers_errors_instead_of_hanging() {
     assert_eq!(err.kind(), ErrorKind::Unavailable);
     assert!(err.message().contains("checkpoint writer stopped"), "{err}");
     assert_eq!(
-        w.barrier(&t, &r).await.unwrap_err().kind(),
+        w.barrier(&t, &r, e).await.unwrap_err().kind(),
         ErrorKind::Unavailable
     );
     assert_eq!(
-        w.flush(&t, &r, Duration::from_secs(1))
+        w.flush(&t, &r, e, Duration::from_secs(1))
             .await
             .unwrap_err()
             .kind(),
@@ -420,7 +428,7 @@ async fn a_panicking_store_stops_the_writer_without_hanging() {
     w.submit(record(&t, &r, e, 0, "pre_llm"), false)
         .await
         .unwrap();
-    let err = w.barrier(&t, &r).await.unwrap_err();
+    let err = w.barrier(&t, &r, e).await.unwrap_err();
     assert!(err.message().contains("panicked"), "{err}");
     assert!(w.shutdown(Duration::from_secs(1)).await.is_err());
 }
@@ -446,7 +454,7 @@ async fn a_full_queue_applies_backpressure_and_a_dropped_submit_loses_nothing() 
         .submit(record(&t, &r, e, 2, "pre_llm"), false)
         .now_or_never();
     assert!(blocked.is_none(), "a full queue must make submit wait");
-    w.barrier(&t, &r).await.unwrap();
+    w.barrier(&t, &r, e).await.unwrap();
     assert_eq!(
         applied(&fs, &r).len(),
         2,
@@ -455,7 +463,7 @@ async fn a_full_queue_applies_backpressure_and_a_dropped_submit_loses_nothing() 
     w.submit(record(&t, &r, e, 2, "pre_llm"), false)
         .await
         .unwrap();
-    w.barrier(&t, &r).await.unwrap();
+    w.barrier(&t, &r, e).await.unwrap();
     assert_eq!(applied(&fs, &r).len(), 3);
 }
 
@@ -492,11 +500,11 @@ async fn sync_mode_writes_inline_with_the_same_failure_rules() {
         .unwrap_err();
     assert_eq!(later.kind(), ErrorKind::Corrupt, "the run stays failed");
     assert_eq!(
-        w.barrier(&t, &r).await.unwrap_err().kind(),
+        w.barrier(&t, &r, e).await.unwrap_err().kind(),
         ErrorKind::Corrupt
     );
     assert_eq!(
-        w.flush(&t, &r, Duration::from_secs(1))
+        w.flush(&t, &r, e, Duration::from_secs(1))
             .await
             .unwrap_err()
             .kind(),
@@ -526,7 +534,7 @@ async fn no_retry_policy_fails_at_the_first_error() {
         .await
         .unwrap();
     assert_eq!(
-        w.barrier(&t, &r).await.unwrap_err().kind(),
+        w.barrier(&t, &r, e).await.unwrap_err().kind(),
         ErrorKind::Unavailable
     );
     assert_eq!(fs.calls(Op::Commit), 1);

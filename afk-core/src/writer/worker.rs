@@ -9,11 +9,14 @@
 //!   run's phase records are never reordered. The merge keeps every put of both (the newer value
 //!   wins for a key in both) and the newer latest pointer, so the pointer still ends as the newest
 //!   and no record is lost;
-//! - **batching**: consecutive entries, at most one per run and at most `max_batch_size`, go to
-//!   one `commit_batch` call. One per run because a batch is not atomic as a whole: if a run's
-//!   first commit failed and its second succeeded, the second would stand without the first;
-//! - **failure**: a commit that still fails after the retry policy fails its run; the run's
-//!   queued entries are dropped with that error (a fenced run's all fail with `Fenced`).
+//! - **batching**: consecutive entries, at most one per run claim and at most
+//!   `max_batch_size`, go to one `commit_batch` call. One per run claim because a batch is not
+//!   atomic as a whole: if a run's first commit failed and its second succeeded, the second
+//!   would stand without the first. Two claims of one run may share a batch: once the newer
+//!   claim exists, every commit of the older one is fenced, whatever the order;
+//! - **failure**: a commit that still fails after the retry policy fails its run claim; the
+//!   claim's queued entries are dropped with that error (a fenced claim's all fail with
+//!   `Fenced`).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -164,7 +167,7 @@ impl Worker {
                     }
                     Err(e) => {
                         tracing::warn!(
-                            thread = %key.0, run = %key.1, error = %e,
+                            thread = %key.0, run = %key.1, epoch = %key.2, error = %e,
                             "checkpoint write failed; failing the run"
                         );
                         st.fail_run(&key, e);

@@ -1,16 +1,23 @@
-//! `afk fixtures check [--level normalize|resume] PATH...`
+//! `afk fixtures check [--level normalize|resume] PATH...` and `afk fixtures load FILE`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use std::sync::Arc;
 
+use afk_core::fixture::load_state;
 use afk_core::fixture::{FixtureFile, check_file_normalize};
 use afk_core::runner::fixture_check::check_fixture;
-use afk_core::{MemoryStore, Store};
+use afk_core::store::run_of_key;
+use afk_core::{Error, RunId, Store, ThreadId};
 use clap::{Subcommand, ValueEnum};
+use serde_json::Value;
 
 use super::EXIT_USAGE;
+use super::common::{runs_of, with_store};
+
+/// Default store of `fixtures check`.
+pub const FIXTURES_STORE: &str = "memory://";
 
 /// `afk fixtures …`
 #[derive(Debug, clap::Args)]
@@ -28,12 +35,20 @@ enum FixturesCommand {
         /// How deep to check.
         #[arg(long, value_enum, default_value_t = Level::Resume)]
         level: Level,
-        /// Store to resume on (each fixture gets a fresh one). Only `memory://` for now.
-        #[arg(long, default_value = "memory://")]
-        store: String,
         /// Fixture files or directories.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+    },
+    /// Load a fixture's stored state into the store (`--store`, default rocksdb) without
+    /// resuming it, for inspection with `runs`, `show`, `timeline`, `verify`, `migrate`.
+    /// Prints the thread and run ids.
+    Load {
+        /// The thread to load into (default: the fixture's own `thread_id`). Runs of the
+        /// fixture already there are deleted first.
+        #[arg(long)]
+        thread: Option<String>,
+        /// The fixture file.
+        file: PathBuf,
     },
 }
 
@@ -49,14 +64,74 @@ enum Level {
     Resume,
 }
 
-pub fn run(args: Args) -> ExitCode {
+/// `store`: the global `--store` value. `check` resumes on it (each fixture under a thread id
+/// made unique per invocation, its runs deleted afterwards; default `memory://`); `load` writes
+/// to it (default [`super::common::DEFAULT_STORE`]).
+pub fn run(args: Args, store: Option<String>) -> ExitCode {
     match args.command {
-        FixturesCommand::Check {
-            level,
-            store,
-            paths,
-        } => check(level, &store, &paths),
+        FixturesCommand::Check { level, paths } => {
+            check(level, store.as_deref().unwrap_or(FIXTURES_STORE), &paths)
+        }
+        FixturesCommand::Load { thread, file } => load(
+            store.as_deref().unwrap_or(super::common::DEFAULT_STORE),
+            thread,
+            &file,
+        ),
     }
+}
+
+fn read_fixture(path: &Path) -> afk_core::Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::invalid_input(format!("cannot read {}", path.display())).with_source(e)
+    })?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::invalid_input(format!("{} is not JSON", path.display())).with_source(e))
+}
+
+/// Move a parsed fixture to thread `to`: its `thread_id` and every record's top-level thread
+/// id (`thread_id` or the legacy `threadId`) that named the old thread.
+fn rethread(fixture: &mut Value, to: &str) {
+    let from = fixture
+        .get("thread_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    fixture["thread_id"] = Value::String(to.to_owned());
+    if let Some(Value::Object(state)) = fixture.get_mut("state") {
+        for rec in state.values_mut() {
+            for k in ["thread_id", "threadId"] {
+                if let Some(v) = rec.get_mut(k)
+                    && v.as_str() == from.as_deref()
+                {
+                    *v = Value::String(to.to_owned());
+                }
+            }
+        }
+    }
+}
+
+fn load(url: &str, thread: Option<String>, file: &Path) -> ExitCode {
+    with_store("fixtures load", url, |store| async move {
+        let mut fixture = read_fixture(file)?;
+        if let Some(t) = &thread {
+            rethread(&mut fixture, t);
+        }
+        let thread = ThreadId::new(fixture["thread_id"].as_str().unwrap_or(""))?;
+        let state = fixture["state"]
+            .as_object()
+            .ok_or_else(|| Error::invalid_input("fixture state is not an object"))?;
+        let mut runs: Vec<&str> = state.keys().filter_map(|k| run_of_key(k)).collect();
+        runs.dedup();
+        for run in runs {
+            store.delete_run(&thread, &RunId::new(run)?).await?;
+        }
+        load_state(store.as_ref(), &thread, state).await?;
+        println!(
+            "loaded {} keys into thread {thread}, run {}",
+            state.len(),
+            fixture["run_id"].as_str().unwrap_or("?")
+        );
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 /// Expand directories to their `*.json` files (sorted; README files skipped).
@@ -89,19 +164,45 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
-fn check_one(path: &Path, level: Level, rt: &tokio::runtime::Runtime) -> Result<(), String> {
+/// A suffix that makes thread ids unique per invocation (a shared store may hold old data).
+fn unique_suffix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{nanos}", std::process::id())
+}
+
+async fn check_one(
+    path: &Path,
+    level: Level,
+    store: &Arc<dyn Store>,
+    suffix: &str,
+) -> Result<(), String> {
     let file = FixtureFile::load(path).map_err(|e| e.to_string())?;
     // The resume level includes the normalize level.
     check_file_normalize(&file)?;
     if level == Level::Normalize || matches!(file, FixtureFile::HashVectors(_)) {
         return Ok(());
     }
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let verdict = rt
-        .block_on(check_fixture(&value, store))
-        .map_err(|e| e.to_string())?;
+    let mut value = read_fixture(path).map_err(|e| e.to_string())?;
+    let thread = format!(
+        "{}-{suffix}",
+        value
+            .get("thread_id")
+            .and_then(Value::as_str)
+            .unwrap_or("t")
+    );
+    rethread(&mut value, &thread);
+    let verdict = check_fixture(&value, store.clone()).await;
+    // Leave nothing behind in a shared store.
+    if let Ok(t) = ThreadId::new(&thread)
+        && let Ok(runs) = runs_of(store.as_ref(), &t).await
+    {
+        for run in runs {
+            let _ = store.delete_run(&t, &run).await;
+        }
+    }
+    let verdict = verdict.map_err(|e| e.to_string())?;
     if verdict.passed() {
         Ok(())
     } else {
@@ -109,21 +210,7 @@ fn check_one(path: &Path, level: Level, rt: &tokio::runtime::Runtime) -> Result<
     }
 }
 
-fn check(level: Level, store: &str, paths: &[PathBuf]) -> ExitCode {
-    if level == Level::Resume && store != "memory://" {
-        eprintln!("afk fixtures check: --store {store:?} is not supported yet; use memory://");
-        return ExitCode::from(EXIT_USAGE);
-    }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("afk fixtures check: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+fn check(level: Level, url: &str, paths: &[PathBuf]) -> ExitCode {
     let files = match expand(paths) {
         Ok(f) => f,
         Err(e) => {
@@ -131,23 +218,26 @@ fn check(level: Level, store: &str, paths: &[PathBuf]) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let (mut passed, mut failed) = (0usize, 0usize);
-    for file in &files {
-        match check_one(file, level, &rt) {
-            Ok(()) => {
-                passed += 1;
-                println!("ok {}", file.display());
-            }
-            Err(what) => {
-                failed += 1;
-                println!("FAIL {}: {what}", file.display());
+    with_store("fixtures check", url, |store| async move {
+        let suffix = unique_suffix();
+        let (mut passed, mut failed) = (0usize, 0usize);
+        for file in &files {
+            match check_one(file, level, &store, &suffix).await {
+                Ok(()) => {
+                    passed += 1;
+                    println!("ok {}", file.display());
+                }
+                Err(what) => {
+                    failed += 1;
+                    println!("FAIL {}: {what}", file.display());
+                }
             }
         }
-    }
-    println!("{passed} passed, {failed} failed");
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+        println!("{passed} passed, {failed} failed");
+        Ok(if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    })
 }

@@ -1,7 +1,17 @@
 //! Command-line parsing and dispatch. Add a subcommand: a module with an `Args` struct (clap
-//! derive) and a `run(args) -> ExitCode`, plus one variant in [`Command`].
+//! derive) and a `run(args, store) -> ExitCode`, plus one variant in [`Command`].
+//!
+//! Exit codes: 0 success; 1 a failure (an error, a failed check, `verify` problems); 2 usage.
 
+mod common;
+mod demo;
 mod fixtures;
+mod migrate;
+mod prune;
+mod runs;
+mod show;
+mod timeline;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -11,12 +21,31 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "afk", version, about)]
 struct Cli {
+    /// The store, as a URL: rocksdb:///abs/path, rocksdb://./rel/path, memory://,
+    /// redis://host:port (feature `redis`), s3://bucket/prefix (feature `s3`). Default:
+    /// rocksdb://./.afk-data (`demo`: rocksdb://./.afk-demo; `fixtures check`: memory://).
+    #[arg(long, global = true, env = "AFK_STORE")]
+    store: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a scripted durable agent, crash it part way, resume it, and explain each step.
+    Demo(demo::Args),
+    /// List the runs of a thread with their latest phase, step and state.
+    Runs(runs::Args),
+    /// Show a run's latest record and snapshot summary.
+    Show(show::Args),
+    /// Every record, effect row and transcript entry of a run, in order, one line each.
+    Timeline(timeline::Args),
+    /// Check a thread's runs for broken invariants (exit 1 when any is found).
+    Verify(verify::Args),
+    /// Rewrite v1 (AFK Python) records as v2, moving transcripts to the log.
+    Migrate(migrate::Args),
+    /// Delete runs: one by id, or all but the newest N.
+    Prune(prune::Args),
     /// Work with the AFK golden fixtures.
     Fixtures(fixtures::Args),
 }
@@ -27,7 +56,20 @@ pub(crate) const EXIT_USAGE: u8 = 2;
 /// Parse the command line and run the subcommand.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    let store = cli.store;
+    let url = || {
+        store
+            .clone()
+            .unwrap_or_else(|| common::DEFAULT_STORE.to_owned())
+    };
     match cli.command {
-        Command::Fixtures(args) => fixtures::run(args),
+        Command::Demo(args) => demo::run(args, store),
+        Command::Runs(args) => runs::run(args, &url()),
+        Command::Show(args) => show::run(args, &url()),
+        Command::Timeline(args) => timeline::run(args, &url()),
+        Command::Verify(args) => verify::run(args, &url()),
+        Command::Migrate(args) => migrate::run(args, &url()),
+        Command::Prune(args) => prune::run(args, &url()),
+        Command::Fixtures(args) => fixtures::run(args, store),
     }
 }

@@ -1,0 +1,126 @@
+//! Shared pieces of the runner tests: the three-step crash scenario (a parallel batch with an
+//! idempotent and an at-most-once tool, then an echo, then the answer) and result comparison.
+
+#![allow(dead_code, clippy::unwrap_used)] // each test binary uses a subset
+
+pub mod gate;
+
+use std::sync::Arc;
+
+use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
+use afk_core::runner::{Agent, EffectPolicy, ManualClock, Runner, RunnerConfig, SequentialIds};
+use afk_core::schema::{AgentResult, LlmResponse};
+use afk_core::store::RetryPolicy;
+use afk_core::{CheckpointConfig, MemoryStore, Store, ThreadId};
+use serde_json::{Value, json};
+
+/// Parse a scripted response.
+pub fn resp(v: Value) -> LlmResponse {
+    serde_json::from_value(v).expect("response")
+}
+
+/// The three-step script: `add` (idempotent) and `charge` (at-most-once, call `c2`) in
+/// parallel, then `echo`, then the answer "all done".
+pub fn script() -> Vec<LlmResponse> {
+    vec![
+        resp(
+            json!({"text": "add and charge in parallel", "finish_reason": "tool_calls",
+            "session_token": "s1",
+            "tool_calls": [
+                {"id": "c1", "tool_name": "add", "arguments": {"a": 1, "b": 2}},
+                {"id": "c2", "tool_name": "charge", "arguments": {"amount": 5}}],
+            "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}}),
+        ),
+        resp(json!({"text": "now echo", "finish_reason": "tool_calls",
+            "tool_calls": [{"id": "c3", "tool_name": "echo", "arguments": {"text": "hi"}}],
+            "usage": {"input_tokens": 20, "output_tokens": 5, "total_tokens": 25}})),
+        resp(
+            json!({"text": "all done", "finish_reason": "stop", "tool_calls": [],
+            "usage": {"input_tokens": 30, "output_tokens": 5, "total_tokens": 35}}),
+        ),
+    ]
+}
+
+/// The agent of the scenario with its model (answering from `llm`).
+pub fn agent_with(llm: Arc<ScriptedLlm>, counter: &InvocationCounter) -> Agent {
+    let charge = ScriptedTool::new("charge", EffectPolicy::AtMostOnce, counter.clone(), |a| {
+        Ok(json!({"charged": a.get("amount").cloned().unwrap_or(Value::Null)}))
+    });
+    Agent::new("crashy", "Be careful.", "m1", llm)
+        .with_tool(ScriptedTool::add(counter.clone()))
+        .with_tool(ScriptedTool::echo(counter.clone()))
+        .with_tool(charge)
+}
+
+/// A runner with a manual clock, sequential ids, no retries; `async_writes` as given.
+pub fn runner(store: Arc<dyn Store>, async_writes: bool) -> Runner {
+    let checkpoint = CheckpointConfig {
+        async_writes,
+        retry: RetryPolicy::none(),
+        ..CheckpointConfig::default()
+    };
+    Runner::new(
+        store,
+        RunnerConfig {
+            clock: ManualClock::new(1_700_000_000_000),
+            ids: Arc::new(SequentialIds::default()),
+            checkpoint,
+            ..RunnerConfig::default()
+        },
+    )
+}
+
+/// What must be equal between a crashed-and-resumed run and the uncrashed one.
+pub fn essence(r: &AgentResult) -> Value {
+    let tools: Vec<Value> = r
+        .tool_executions
+        .iter()
+        .map(|t| json!([t.tool_name, t.tool_call_id, t.success, t.output, t.error]))
+        .collect();
+    json!({"text": r.final_text, "state": r.state, "usage": serde_json::to_value(&r.usage_aggregate).ok(),
+        "llm": r.state_snapshot.llm_calls, "tools": r.state_snapshot.tool_calls, "records": tools,
+        "session": r.session_token})
+}
+
+/// Call ids whose effect row holds a durable successful result in `store`.
+pub fn durable_results(store: &MemoryStore, thread: &ThreadId) -> Vec<String> {
+    store
+        .snapshot(thread)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("effect:"))
+        .filter_map(|(k, v)| {
+            let row: Value = serde_json::from_slice(&v).ok()?;
+            let done = row
+                .get("status")
+                .and_then(Value::as_str)
+                .is_none_or(|s| s == "done");
+            (done && row.get("success") == Some(&Value::Bool(true)))
+                .then(|| k.rsplit(':').next().unwrap_or("").to_owned())
+        })
+        .collect()
+}
+
+/// Whether the effect row of call `id` in `store` is an intent without a result.
+pub fn lone_intent(store: &MemoryStore, thread: &ThreadId, id: &str) -> bool {
+    store.snapshot(thread).iter().any(|(key, v)| {
+        key.ends_with(&format!(":{id}"))
+            && serde_json::from_slice::<Value>(v)
+                .is_ok_and(|row| row.get("status") == Some(&json!("intent")))
+    })
+}
+
+/// Whether any runtime snapshot of the thread is durable.
+pub fn has_snapshot(store: &MemoryStore, thread: &ThreadId) -> bool {
+    store
+        .snapshot(thread)
+        .keys()
+        .any(|key| key.ends_with(":runtime_state"))
+}
+
+/// The `run_terminal` record the latest pointer of `run` names, as JSON, if it is one.
+pub fn latest_terminal(store: &MemoryStore, thread: &ThreadId, run: &str) -> Option<Value> {
+    let snap = store.snapshot(thread);
+    let bytes = snap.get(&format!("checkpoint:{run}:latest"))?;
+    let v: Value = serde_json::from_slice(bytes).ok()?;
+    (v.get("phase") == Some(&json!("run_terminal"))).then_some(v)
+}

@@ -1,0 +1,206 @@
+//! `afk migrate --thread T [--run R] [--dry-run]`: rewrite v1 records as v2.
+//!
+//! Each record goes through [`afk_core::schema::migrate::v1_to_v2`]. A v1 snapshot's inline
+//! transcript moves to the transcript log: the run's snapshots share one chained log (snapshot
+//! n's messages extend snapshot n-1's, so each adds one entry with its new messages). A
+//! snapshot whose messages do not continue the log (an AFK resume that went back in time), or
+//! any v1 snapshot of a run whose log our runner already writes, keeps its messages inline in
+//! v2 form (resume reads both). Everything is written under a fresh claim (a process still
+//! working on the run is fenced off), log entries before the records that reference them, the
+//! latest pointer last. A run with no v1 record is left alone, so running it twice is a no-op.
+
+use std::process::ExitCode;
+
+use afk_core::keys::{checkpoint_prefix, messages_prefix};
+use afk_core::normalize::{normalize_record, normalize_transcript_entry};
+use afk_core::schema::migrate::v1_to_v2;
+use afk_core::schema::{
+    CheckpointRecord, Message, PhasePayload, SCHEMA_VERSION_V1, TranscriptEntry, TranscriptRef,
+};
+use afk_core::store::latest_key;
+use afk_core::{Commit, Error, Result, RunId, Store, ThreadId};
+
+use super::common::{ids, list_all, runs_of, with_store};
+
+/// `afk migrate`
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The thread to migrate.
+    #[arg(long)]
+    thread: String,
+    /// Only this run (default: every run of the thread).
+    #[arg(long)]
+    run: Option<String>,
+    /// Only say what would be rewritten.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// One line per run; exit 0, or 1 when a run could not be migrated (a record that does not
+/// normalize: nothing of that run is written).
+pub fn run(args: Args, url: &str) -> ExitCode {
+    with_store("migrate", url, |store| async move {
+        let (thread, run) = ids(&args.thread, args.run.as_deref())?;
+        let runs = match run {
+            Some(r) => vec![r],
+            None => runs_of(store.as_ref(), &thread).await?,
+        };
+        let mut failed = 0;
+        for run in &runs {
+            match migrate_run(store.as_ref(), &thread, run, args.dry_run).await {
+                Ok(line) => println!("{line}"),
+                Err(e) => {
+                    failed += 1;
+                    println!("FAIL {run}: {e}");
+                }
+            }
+        }
+        Ok(if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    })
+}
+
+/// Where a snapshot's messages go: a prefix of the log, an appended entry, or inline.
+fn place(
+    log: &mut Vec<TranscriptEntry>,
+    msgs: &[Message],
+    step: u64,
+    append: bool,
+) -> Option<TranscriptRef> {
+    let mut pos = 0;
+    if msgs.is_empty() {
+        return Some(TranscriptRef::of(&[]));
+    }
+    for (i, e) in log.iter().enumerate() {
+        let end = pos + e.messages.len();
+        if end > msgs.len() || msgs[pos..end] != e.messages[..] {
+            return None;
+        }
+        pos = end;
+        if pos == msgs.len() {
+            return Some(TranscriptRef::of(&log[..=i]));
+        }
+    }
+    if !append {
+        return None;
+    }
+    let prev = log.last().map(|e| e.digest.clone()).unwrap_or_default();
+    log.push(TranscriptEntry::new(
+        log.len() as u64,
+        step,
+        msgs[pos..].to_vec(),
+        &prev,
+    ));
+    Some(TranscriptRef::of(log))
+}
+
+/// Migrate one run; returns the line to print.
+pub async fn migrate_run(
+    store: &dyn Store,
+    thread: &ThreadId,
+    run: &RunId,
+    dry_run: bool,
+) -> Result<String> {
+    let lk = latest_key(run);
+    let mut v1: Vec<(String, CheckpointRecord)> = Vec::new();
+    let mut has_v2_log = false;
+    for key in list_all(store, thread, &checkpoint_prefix(run)).await? {
+        let Some(bytes) = store.get(thread, &key).await? else {
+            continue;
+        };
+        let rec = normalize_record(&bytes, thread, &key)?;
+        if rec.schema_version == SCHEMA_VERSION_V1 {
+            v1.push((key, rec));
+        } else if rec.snapshot().is_some_and(|s| s.transcript.is_some()) {
+            has_v2_log = true;
+        }
+    }
+    if v1.is_empty() {
+        return Ok(format!("{run}: no v1 records, nothing to do"));
+    }
+    let mut log = Vec::new();
+    for key in list_all(store, thread, &messages_prefix(run)).await? {
+        if let Some(bytes) = store.get(thread, &key).await? {
+            log.push(normalize_transcript_entry(&bytes, &key)?);
+        }
+    }
+    let existing = log.len();
+    // Step order, the latest pointer after the step records of its step.
+    v1.sort_by_key(|(k, r)| (r.step, *k == lk, k.clone()));
+    let (mut records, mut latest, mut inline) = (Vec::new(), None, 0);
+    for (key, rec) in v1 {
+        // `v1_to_v2` moves the inline messages into one entry; they go into the shared log.
+        let migrated = v1_to_v2(rec);
+        let msgs: Vec<Message> = migrated
+            .transcript
+            .iter()
+            .flat_map(|e| e.messages.iter().cloned())
+            .collect();
+        let mut m = migrated.record;
+        if let PhasePayload::RuntimeState(s) = &mut m.payload {
+            match place(&mut log, &msgs, m.step, !has_v2_log) {
+                Some(tref) => s.transcript = Some(tref),
+                None => {
+                    s.transcript = None;
+                    s.messages = Some(msgs);
+                    inline += 1;
+                }
+            }
+        }
+        let bytes = m.to_bytes()?;
+        if key == lk {
+            latest = Some(bytes);
+        } else {
+            records.push((key, bytes));
+        }
+    }
+    let n_records = records.len() + usize::from(latest.is_some());
+    let entries: Vec<(String, Vec<u8>)> = log[existing..]
+        .iter()
+        .map(|e| {
+            let bytes = serde_json::to_vec(e).map_err(|err| {
+                Error::unexpected("cannot encode a transcript entry").with_source(err)
+            })?;
+            Ok((afk_core::keys::messages_key(run, e.index), bytes))
+        })
+        .collect::<Result<_>>()?;
+    let summary = format!(
+        "{n_records} record(s) v1 -> v2, {} transcript entr(ies) written, {inline} snapshot(s) kept inline",
+        entries.len()
+    );
+    if dry_run {
+        return Ok(format!("{run}: would migrate: {summary}"));
+    }
+    let epoch = store.claim(thread, run).await?;
+    let max = store
+        .capabilities()
+        .max_commit_keys
+        .unwrap_or(usize::MAX)
+        .max(1);
+    let mut puts = entries;
+    puts.extend(records);
+    let mut chunks: Vec<Vec<(String, Vec<u8>)>> = Vec::new();
+    while !puts.is_empty() {
+        let rest = puts.split_off(puts.len().min(max));
+        chunks.push(std::mem::replace(&mut puts, rest));
+    }
+    if chunks.is_empty() || latest.is_some() {
+        chunks.push(Vec::new());
+    }
+    let last = chunks.len() - 1;
+    for (i, chunk) in chunks.into_iter().enumerate() {
+        store
+            .commit(&Commit {
+                thread: thread.clone(),
+                run: run.clone(),
+                epoch,
+                puts: chunk,
+                latest: if i == last { latest.take() } else { None },
+            })
+            .await?;
+    }
+    Ok(format!("{run}: migrated {summary}"))
+}

@@ -1,0 +1,204 @@
+//! [`open`]: pick a store by URL scheme at run time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use afk_core::{Error, MemoryStore, Result, Store};
+
+/// The URL schemes [`open`] knows, with the Cargo feature each needs (`None`: always there).
+const SCHEMES: [(&str, Option<&str>); 7] = [
+    ("memory", None),
+    ("rocksdb", Some("rocksdb")),
+    ("redis", Some("redis")),
+    ("rediss", Some("redis")),
+    ("redis+cluster", Some("redis")),
+    ("rediss+cluster", Some("redis")),
+    ("s3", Some("s3")),
+];
+
+/// Open the store a URL names:
+///
+/// | URL | store | feature |
+/// | --- | --- | --- |
+/// | `memory://` or `memory://<name>` | a process-local [`MemoryStore`]; the same name gives the same store within this process | always |
+/// | `rocksdb:///abs/path`, `rocksdb://./rel/path` | `RocksDbStore` (options as query parameters) | `rocksdb` (default) |
+/// | `redis://`, `rediss://`, `redis+cluster://`, `rediss+cluster://` | `RedisStore` | `redis` |
+/// | `s3://bucket/prefix?…` | `S3Store` | `s3` |
+///
+/// Each backend parses the rest of its URL itself (see its config type).
+///
+/// Errors: `Unsupported` naming the Cargo feature to enable when the scheme's backend is not
+/// compiled in; `InvalidConfig` for a URL without a scheme or with an unknown one (the message
+/// shows the URL with any password replaced by `***`, see [`redact_url`]); the backend's own
+/// errors when it cannot open (`InvalidConfig`, `Unavailable`, …).
+pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    let url = url.trim();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(Error::invalid_config(format!(
+            "store URL {} has no scheme; expected one of {}",
+            redact_url(url),
+            known_schemes()
+        )));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let Some((_, feature)) = SCHEMES.iter().find(|(s, _)| *s == scheme) else {
+        return Err(Error::invalid_config(format!(
+            "store URL {} has an unknown scheme `{scheme}`; expected one of {}",
+            redact_url(url),
+            known_schemes()
+        )));
+    };
+    match (scheme.as_str(), feature) {
+        ("memory", _) => Ok(memory(rest)),
+        ("rocksdb", _) if cfg!(feature = "rocksdb") => open_rocksdb(url).await,
+        ("s3", _) if cfg!(feature = "s3") => open_s3(url).await,
+        (_, Some("redis")) if cfg!(feature = "redis") => open_redis(url).await,
+        (_, feature) => Err(Error::unsupported(format!(
+            "store URL scheme `{scheme}` needs the `{f}` Cargo feature of the `afk` crate \
+             (afk = {{ features = [\"{f}\"] }}, or `cargo run -p afk --features {f}`)",
+            f = feature.unwrap_or("?"),
+        ))),
+    }
+}
+
+fn known_schemes() -> String {
+    SCHEMES
+        .iter()
+        .map(|(s, _)| format!("{s}://"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The named in-memory stores of this process.
+fn memory(name: &str) -> Arc<dyn Store> {
+    static STORES: OnceLock<Mutex<HashMap<String, Arc<MemoryStore>>>> = OnceLock::new();
+    let map = STORES.get_or_init(Default::default);
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    map.entry(name.trim_end_matches('/').to_owned())
+        .or_insert_with(|| Arc::new(MemoryStore::new()))
+        .clone()
+}
+
+#[cfg(feature = "rocksdb")]
+async fn open_rocksdb(url: &str) -> Result<Arc<dyn Store>> {
+    let url = url.to_owned();
+    let store =
+        tokio::task::spawn_blocking(move || afk_store_rocksdb::RocksDbStore::from_url(&url))
+            .await
+            .map_err(|e| Error::unexpected("opening RocksDB panicked").with_source(e))??;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "rocksdb"))]
+async fn open_rocksdb(_url: &str) -> Result<Arc<dyn Store>> {
+    Err(Error::unexpected("rocksdb is not compiled in"))
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(url: &str) -> Result<Arc<dyn Store>> {
+    Ok(Arc::new(afk_store_redis::RedisStore::open(url).await?))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn open_redis(_url: &str) -> Result<Arc<dyn Store>> {
+    Err(Error::unexpected("redis is not compiled in"))
+}
+
+#[cfg(feature = "s3")]
+async fn open_s3(url: &str) -> Result<Arc<dyn Store>> {
+    Ok(Arc::new(afk_store_s3::S3Store::open_url(url).await?))
+}
+
+#[cfg(not(feature = "s3"))]
+async fn open_s3(_url: &str) -> Result<Arc<dyn Store>> {
+    Err(Error::unexpected("s3 is not compiled in"))
+}
+
+/// `url` with the password of its user-info part (`scheme://user:password@host`, also in
+/// every URL of a comma-separated list) replaced by `***`, and query parameters whose name
+/// mentions a secret (`password`, `secret`, `token`, `key`) replaced likewise. Safe to print.
+pub fn redact_url(url: &str) -> String {
+    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+}
+
+fn redact_one(url: &str) -> String {
+    let (head, rest) = match url.split_once("://") {
+        Some((s, r)) => (format!("{s}://"), r),
+        // Without a scheme nothing says where the user info ends: hide all of it.
+        None => {
+            return match url.rsplit_once('@') {
+                Some((_, host)) => format!("***@{host}"),
+                None => url.to_owned(),
+            };
+        }
+    };
+    let (before_query, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let auth_end = before_query.find('/').unwrap_or(before_query.len());
+    let (authority, path) = before_query.split_at(auth_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{name}:***@{host}"),
+            None if head.starts_with("redis") => format!("***@{host}"),
+            None => format!("{user}@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let mut out = format!("{head}{authority}{path}");
+    if let Some(q) = query {
+        let params: Vec<String> = q
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _)) if is_secret_name(k) => format!("{k}=***"),
+                _ => p.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
+    }
+    out
+}
+
+fn is_secret_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    ["password", "secret", "token", "key"]
+        .iter()
+        .any(|s| n.contains(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_passwords_everywhere() {
+        assert_eq!(
+            redact_url("redis://user:hunter2@h:1/0"),
+            "redis://user:***@h:1/0"
+        );
+        assert_eq!(redact_url("redis://hunter2@h"), "redis://***@h");
+        assert_eq!(
+            redact_url("redis://:a@h1,redis://:b@h2"),
+            "redis://:***@h1,redis://:***@h2"
+        );
+        assert_eq!(
+            redact_url("s3://b/p?secret_access_key=zz&region=x"),
+            "s3://b/p?secret_access_key=***&region=x"
+        );
+        assert_eq!(redact_url("rocksdb://./x"), "rocksdb://./x");
+    }
+
+    #[tokio::test]
+    async fn memory_urls_share_a_store_by_name() {
+        let a = open("memory://shared-test").await.unwrap();
+        let b = open("memory://shared-test").await.unwrap();
+        let c = open("memory://other-test").await.unwrap();
+        let t = afk_core::ThreadId::new("t").unwrap();
+        let r = afk_core::RunId::new("r").unwrap();
+        a.claim(&t, &r).await.unwrap();
+        assert_eq!(b.list(&t, "", None, 10).await.unwrap().keys, ["run:r"]);
+        assert!(c.list(&t, "", None, 10).await.unwrap().keys.is_empty());
+    }
+}

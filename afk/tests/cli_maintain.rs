@@ -1,0 +1,240 @@
+//! `migrate` (v1 fixture state to v2, resumed to the same result) and `prune`.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use afk::backend::RocksDbStore;
+use afk::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
+use afk::runner::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
+use afk::{RunId, Store, ThreadId};
+use common::{afk_in, corpus, line, numbers, rocks};
+use serde_json::{Value, json};
+
+const FIXTURE: &str = "b-crash-k42-s3-pre_llm.json";
+
+fn fixture(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(corpus().join(name)).unwrap()).unwrap()
+}
+
+fn load(dir: &Path, db: &str, thread: &str, name: &str) {
+    let file = corpus().join(name);
+    let out = afk_in(
+        dir,
+        &[
+            "fixtures",
+            "load",
+            "--store",
+            &rocks(&dir.join(db)),
+            "--thread",
+            thread,
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+/// Resume the fixture's run stored in `db` with the fixture's script; the essence of the
+/// result, the model calls and tool executions of the resume.
+fn resume(db: &Path, f: &Value) -> Value {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store: Arc<dyn Store> = Arc::new(RocksDbStore::open(db).unwrap());
+        let llm = ScriptedLlm::from_fixture_responses(&f["script"]["responses"]).unwrap();
+        let counter = InvocationCounter::new();
+        let agent = Agent::new("calculator", "", "unknown", llm.clone())
+            .with_tool(ScriptedTool::add(counter.clone()))
+            .with_tool(ScriptedTool::echo(counter.clone()));
+        let config = RunnerConfig {
+            clock: ManualClock::new(2_000_000_000_000),
+            ids: Arc::new(SequentialIds::default()),
+            ..RunnerConfig::default()
+        };
+        let run = RunId::new(f["run_id"].as_str().unwrap()).unwrap();
+        let out = Runner::new(store, config)
+            .resume(&agent, &ThreadId::new("fx").unwrap(), &run)
+            .result()
+            .await
+            .unwrap();
+        let Outcome::Completed(r) = out else {
+            panic!("paused")
+        };
+        let tools: Vec<Value> = r
+            .tool_executions
+            .iter()
+            .map(|t| json!([t.tool_name, t.tool_call_id, t.success, t.output]))
+            .collect();
+        json!({"text": r.final_text, "state": r.state, "tools": tools,
+            "usage": serde_json::to_value(&r.usage_aggregate).unwrap(),
+            "llm_calls": r.state_snapshot.llm_calls, "resume_llm_calls": llm.calls(),
+            "resume_tools": serde_json::to_value(counter.snapshot()).unwrap()})
+    })
+}
+
+#[test]
+fn migrate_turns_a_v1_state_into_v2_that_resumes_to_the_same_result() {
+    let dir = tempfile::tempdir().unwrap();
+    load(dir.path(), "v1", "fx", FIXTURE);
+    load(dir.path(), "v2", "fx", FIXTURE);
+    let s = rocks(&dir.path().join("v2"));
+    let dry = afk_in(
+        dir.path(),
+        &["migrate", "--store", &s, "--thread", "fx", "--dry-run"],
+    );
+    assert!(dry.stdout.contains("would migrate"), "{}", dry.stdout);
+    let runs = afk_in(dir.path(), &["runs", "--store", &s, "--thread", "fx"]);
+    assert!(
+        runs.stdout.contains("  v1  "),
+        "dry run wrote nothing: {}",
+        runs.stdout
+    );
+
+    let out = afk_in(dir.path(), &["migrate", "--store", &s, "--thread", "fx"]);
+    assert_eq!(out.code, Some(0), "{}", out.stdout);
+    let n = numbers(line(&out.stdout, "migrated"));
+    let f = fixture(FIXTURE);
+    let records = f["state"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| k.starts_with("checkpoint:"))
+        .count() as u64;
+    assert_eq!(
+        n[0], records,
+        "every checkpoint record rewritten: {}",
+        out.stdout
+    );
+    assert!(
+        n[3] >= 2,
+        "several snapshots share a chained log: {}",
+        out.stdout
+    );
+    assert_eq!(n[4], 0, "{}", out.stdout);
+    let runs = afk_in(dir.path(), &["runs", "--store", &s, "--thread", "fx"]);
+    assert!(runs.stdout.contains("  v2  "), "{}", runs.stdout);
+    let show = afk_in(
+        dir.path(),
+        &[
+            "show",
+            "--store",
+            &s,
+            "--thread",
+            "fx",
+            "--run",
+            "run_scenario_b",
+        ],
+    );
+    assert!(
+        line(&show.stdout, "transcript:").contains("log entries"),
+        "{}",
+        show.stdout
+    );
+    let verify = afk_in(dir.path(), &["verify", "--store", &s, "--thread", "fx"]);
+    assert_eq!(verify.code, Some(0), "{}", verify.stdout);
+    let again = afk_in(dir.path(), &["migrate", "--store", &s, "--thread", "fx"]);
+    assert!(
+        again.stdout.contains("nothing to do"),
+        "idempotent: {}",
+        again.stdout
+    );
+
+    let from_v1 = resume(&dir.path().join("v1"), &f);
+    let from_v2 = resume(&dir.path().join("v2"), &f);
+    assert_eq!(from_v1, from_v2);
+    assert_eq!(from_v2["text"], f["expect"]["final_text"]);
+    assert_eq!(
+        from_v2["resume_llm_calls"],
+        f["expect"]["llm_calls_during_resume"]
+    );
+}
+
+fn latest_ts(name: &str) -> u64 {
+    let f = fixture(name);
+    let key = format!("checkpoint:{}:latest", f["run_id"].as_str().unwrap());
+    f["state"][key]["timestamp_ms"].as_u64().unwrap()
+}
+
+#[test]
+fn prune_deletes_what_it_says_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        "a-crash-k15-effect-s1-call_a_1.json",
+        "b-crash-k33-effect-s2-call_b_3.json",
+    );
+    load(dir.path(), "db", "p", a);
+    load(dir.path(), "db", "p", b);
+    load(dir.path(), "db", "other", a);
+    let s = rocks(&dir.path().join("db"));
+    let (older, newer) = if latest_ts(a) < latest_ts(b) {
+        ("run_scenario_a", "run_scenario_b")
+    } else {
+        ("run_scenario_b", "run_scenario_a")
+    };
+    let runs = |t: &str| afk_in(dir.path(), &["runs", "--store", &s, "--thread", t]).stdout;
+    assert_eq!(runs("p").lines().count(), 2);
+
+    let dry = afk_in(
+        dir.path(),
+        &[
+            "prune",
+            "--store",
+            &s,
+            "--thread",
+            "p",
+            "--keep-last",
+            "1",
+            "--dry-run",
+        ],
+    );
+    assert!(
+        dry.stdout.contains(&format!("would delete {older}")),
+        "{}",
+        dry.stdout
+    );
+    assert_eq!(runs("p").lines().count(), 2, "dry run deletes nothing");
+
+    let out = afk_in(
+        dir.path(),
+        &["prune", "--store", &s, "--thread", "p", "--keep-last", "1"],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&format!("kept {newer}")),
+        "{}",
+        out.stdout
+    );
+    let deleted = numbers(line(&out.stdout, &format!("deleted {older}")));
+    let f = fixture(if older == "run_scenario_a" { a } else { b });
+    // Every loaded key plus the fence.
+    assert_eq!(
+        *deleted.last().unwrap(),
+        f["state"].as_object().unwrap().len() as u64 + 1
+    );
+    assert!(runs("p").starts_with(newer), "{}", runs("p"));
+    assert_eq!(runs("p").lines().count(), 1);
+    assert!(
+        runs("other").starts_with("run_scenario_a"),
+        "other threads untouched"
+    );
+
+    let out = afk_in(
+        dir.path(),
+        &["prune", "--store", &s, "--thread", "p", "--run", newer],
+    );
+    assert!(
+        out.stdout.contains(&format!("deleted {newer}")),
+        "{}",
+        out.stdout
+    );
+    assert!(runs("p").contains("no runs"), "{}", runs("p"));
+    let missing = afk_in(
+        dir.path(),
+        &["prune", "--store", &s, "--thread", "p", "--run", newer],
+    );
+    assert_eq!(missing.code, Some(1));
+    let verify = afk_in(dir.path(), &["verify", "--store", &s, "--thread", "other"]);
+    assert_eq!(verify.code, Some(0), "{}", verify.stdout);
+}

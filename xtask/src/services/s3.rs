@@ -1,0 +1,88 @@
+//! The S3-compatible server: moto's `moto_server` (PyPI), installed on demand into a
+//! virtualenv under the cache directory. It keeps objects in memory, accepts any credentials,
+//! and answers a failed `If-None-Match: *` or `If-Match` with 412 (see README "Development").
+
+use std::fs::{self, File};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::system;
+
+/// The moto release whose conditional-write behaviour was measured.
+const MOTO: &str = "moto[server]==5.2.5";
+
+fn venv() -> PathBuf {
+    system::cache_dir().join("moto-venv")
+}
+
+fn moto_server() -> PathBuf {
+    venv().join("bin").join("moto_server")
+}
+
+/// True when the virtualenv is missing and `python3` cannot create one (Debian's python3
+/// without `python3-venv`).
+pub fn needs_python_venv() -> bool {
+    !moto_server().is_file()
+        && system::output(Command::new("python3").args(["-c", "import venv, ensurepip"])).is_none()
+}
+
+/// Creates the virtualenv and installs moto into it, unless that was done before.
+fn install() -> Result<()> {
+    if moto_server().is_file() {
+        return Ok(());
+    }
+    let venv = venv();
+    eprintln!(
+        "installing {MOTO} into {} (about 1-2 min, once)",
+        venv.display()
+    );
+    let _ = fs::remove_dir_all(&venv); // a half-made venv from an interrupted install
+    system::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    system::run(Command::new(venv.join("bin").join("pip")).args(["install", "-q", MOTO]))
+}
+
+/// True when something answers HTTP on `port`.
+fn answers_http(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    let mut head = [0u8; 5];
+    stream.write_all(request.as_bytes()).is_ok()
+        && stream.read_exact(&mut head).is_ok()
+        && &head == b"HTTP/"
+}
+
+/// Installs moto if needed and starts it on a free port in its own process group; writes
+/// `<dir>/moto.pid` and waits (at most 60 s) until it answers HTTP. Returns the endpoint URL.
+pub fn start(dir: &Path) -> Result<String> {
+    install()?;
+    let [port] = system::free_ports(1)?[..] else {
+        bail!("no free port")
+    };
+    let log_path = dir.join("moto.log");
+    let log = File::create(&log_path)?;
+    let child = Command::new(moto_server())
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("cannot start moto_server")?;
+    fs::write(dir.join("moto.pid"), child.id().to_string())?;
+    system::wait_until(
+        &format!("moto on port {port}"),
+        Duration::from_secs(60),
+        || answers_http(port),
+    )
+    .with_context(|| system::log_tail(&log_path, 10))?;
+    Ok(format!("http://127.0.0.1:{port}"))
+}

@@ -1,0 +1,196 @@
+//! `cargo xtask test`: install what the build and the servers need, start the servers, run
+//! every test with the servers' addresses exported, stop the servers.
+
+use std::collections::BTreeSet;
+use std::env;
+use std::process::{Command, ExitStatus};
+
+use anyhow::Result;
+use clap::ValueEnum;
+
+use crate::services::{Needs, Services};
+use crate::system;
+
+/// A group of tests, named by the store they exercise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Store {
+    /// Core, the conformance suite and the example store (in-memory; no server).
+    Memory,
+    /// The RocksDB store and the `afk` facade with its default features.
+    Rocksdb,
+    /// The Redis store, against a single node and a 3-master cluster.
+    Redis,
+    /// The S3 store, against moto's server.
+    S3,
+}
+
+/// What to build and test, and what it needs.
+#[derive(Debug)]
+pub struct Selection {
+    /// Package arguments for cargo (`--workspace --all-features` or `-p …`).
+    pub cargo_args: Vec<String>,
+    /// The servers the tests need.
+    pub needs: Needs,
+    /// The Debian packages the build needs.
+    pub build_debs: BTreeSet<&'static str>,
+}
+
+/// Debian packages the RocksDB crate needs to build: bindgen's libclang and the library we
+/// link instead of compiling RocksDB's C++ (see `.cargo/config.toml`).
+pub const ROCKSDB_DEBS: [&str; 2] = ["libclang-dev", "librocksdb-dev"];
+
+impl Selection {
+    /// The selection for `stores`; empty means everything.
+    pub fn new(stores: &[Store]) -> Selection {
+        if stores.is_empty() {
+            return Selection {
+                cargo_args: vec!["--workspace".into(), "--all-features".into()],
+                needs: Needs::ALL,
+                build_debs: ROCKSDB_DEBS.into(),
+            };
+        }
+        let mut packages = BTreeSet::new();
+        let mut needs = Needs {
+            redis: false,
+            s3: false,
+        };
+        let mut build_debs = BTreeSet::new();
+        for store in stores {
+            match store {
+                Store::Memory => packages.extend(["afk-core", "afk-conformance", "custom-store"]),
+                Store::Rocksdb => {
+                    packages.extend(["afk-store-rocksdb", "afk"]);
+                    build_debs.extend(ROCKSDB_DEBS);
+                }
+                Store::Redis => {
+                    packages.insert("afk-store-redis");
+                    needs.redis = true;
+                }
+                Store::S3 => {
+                    packages.insert("afk-store-s3");
+                    needs.s3 = true;
+                }
+            }
+        }
+        let cargo_args = packages
+            .iter()
+            .flat_map(|p| ["-p".to_string(), p.to_string()])
+            .collect();
+        Selection {
+            cargo_args,
+            needs,
+            build_debs,
+        }
+    }
+}
+
+/// Sets `name` on `cmd` to the value in our environment, or to `default` when unset.
+fn env_or(cmd: &mut Command, name: &str, default: &str) {
+    let value = env::var(name).unwrap_or_else(|_| default.to_string());
+    eprintln!("{name}={value}");
+    cmd.env(name, value);
+}
+
+/// Runs the tests of `stores` (all when empty), passing `extra` to cargo-nextest. Returns the
+/// exit code: 0, or the first failing command's code (doctests run only after the other tests
+/// pass). The servers are stopped before it returns.
+pub fn run(stores: &[Store], extra: &[String]) -> Result<i32> {
+    let selection = Selection::new(stores);
+    system::ensure_debs(&selection.build_debs)?;
+    let services = if selection.needs.redis || selection.needs.s3 {
+        Some(Services::start(
+            &format!("test-{}", std::process::id()),
+            selection.needs,
+            true,
+        )?)
+    } else {
+        None
+    };
+    let configure = |cmd: &mut Command| {
+        for (key, value) in services.iter().flat_map(|s| s.env()) {
+            eprintln!("{key}={value}");
+            cmd.env(key, value);
+        }
+        cmd.env("AFK_REQUIRE_INTEGRATION", "1");
+        env_or(cmd, "PROPTEST_CASES", "256");
+        env_or(cmd, "AFK_PROPTEST_NORMALIZE_CASES", "10000");
+    };
+
+    let mut nextest = system::cargo();
+    nextest.args(["nextest", "run", "--all-targets", "--no-tests", "warn"]);
+    nextest.args(&selection.cargo_args).args(extra);
+    configure(&mut nextest);
+    let status = system::run_status(&mut nextest)?;
+    if !status.success() {
+        return Ok(code(status));
+    }
+    // cargo-nextest does not run doctests; cargo's own harness does.
+    let mut doctest = system::cargo();
+    doctest.args(["test", "--doc"]).args(&selection.cargo_args);
+    configure(&mut doctest);
+    let status = system::run_status(&mut doctest)?;
+    drop(services); // stops the servers; an early return above drops them too
+    Ok(code(status))
+}
+
+/// The exit code to pass on; 128 + signal number style for a killed child.
+pub fn code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_store_selects_everything_with_all_features_and_servers() {
+        let all = Selection::new(&[]);
+        assert_eq!(all.cargo_args, ["--workspace", "--all-features"]);
+        assert_eq!(all.needs, Needs::ALL);
+        assert!(all.build_debs.contains("librocksdb-dev"));
+    }
+
+    #[test]
+    fn memory_needs_no_server_and_no_system_library() {
+        let memory = Selection::new(&[Store::Memory]);
+        assert_eq!(
+            memory.cargo_args,
+            [
+                "-p",
+                "afk-conformance",
+                "-p",
+                "afk-core",
+                "-p",
+                "custom-store"
+            ]
+        );
+        assert_eq!(
+            memory.needs,
+            Needs {
+                redis: false,
+                s3: false
+            }
+        );
+        assert!(memory.build_debs.is_empty());
+    }
+
+    #[test]
+    fn stores_combine_packages_servers_and_packages_to_install() {
+        let both = Selection::new(&[Store::S3, Store::Rocksdb]);
+        assert_eq!(
+            both.cargo_args,
+            ["-p", "afk", "-p", "afk-store-rocksdb", "-p", "afk-store-s3"]
+        );
+        assert_eq!(
+            both.needs,
+            Needs {
+                redis: false,
+                s3: true
+            }
+        );
+        assert_eq!(both.build_debs, BTreeSet::from(ROCKSDB_DEBS));
+    }
+}
