@@ -16,6 +16,7 @@ use redis::{
 use crate::config::RedisConfig;
 use crate::error::{is_noscript, map_err};
 use crate::scripts::Lua;
+use crate::tls;
 
 /// One script invocation: its KEYS and its ARGV.
 pub(crate) type ScriptCall = (Vec<Vec<u8>>, Vec<Vec<u8>>);
@@ -72,6 +73,11 @@ impl Client {
     pub(crate) async fn connect(cfg: &RedisConfig) -> Result<Self> {
         let deadline = cfg.connect_timeout() + cfg.response_timeout();
         let what = format!("connect to {}", cfg.redacted_url());
+        if cfg.tls {
+            tls::ensure_crypto_provider();
+        }
+        // Read and check the TLS files first: a bad file is InvalidConfig naming the option.
+        let certs = tls::certificates(cfg)?;
         let fut = async {
             if cfg.cluster {
                 let mut infos = Vec::new();
@@ -91,11 +97,18 @@ impl Client {
                 if let Some(p) = &cfg.password {
                     b = b.password(p);
                 }
+                if let Some(certs) = certs {
+                    b = b.certs(certs);
+                }
                 let client = b.build()?;
                 Ok::<_, RedisError>(Conn::Cluster(client.get_async_connection().await?))
             } else {
                 let (h, p) = &cfg.nodes[0];
-                let client = redis::Client::open(node_info(cfg, h, *p)?)?;
+                let info = node_info(cfg, h, *p)?;
+                let client = match certs {
+                    Some(certs) => redis::Client::build_with_tls(info, certs)?,
+                    None => redis::Client::open(info)?,
+                };
                 let mc = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(cfg.connect_timeout()))
                     .set_response_timeout(Some(cfg.response_timeout()))
