@@ -47,6 +47,11 @@ fn is_redirect(err: &RedisError) -> bool {
     )
 }
 
+/// Whether `err` is a TLS failure that retrying cannot fix (see [`tls_error`]).
+pub(crate) fn is_tls_config_error(err: &RedisError) -> bool {
+    tls_error(err).is_some()
+}
+
 /// The rustls error behind `err`, if a TLS handshake or record failed for a reason retrying
 /// cannot fix: the server certificate is not trusted (or not for this host, or expired), the
 /// server rejected our client certificate, or the peer does not speak TLS at all.

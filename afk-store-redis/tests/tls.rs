@@ -249,3 +249,76 @@ async fn mismatched_client_key_is_invalid_config() {
     let body: String = key.lines().nth(1).unwrap_or_default().to_string();
     assert!(!format!("{err} {err:?}").contains(&body), "{err:?}");
 }
+
+/// `redis-cli` over TLS to the test server, `args` as one command; its standard output.
+fn cli(pki: &TestPki, port: u16, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["--tls", "--cacert"])
+        .arg(pki.path("ca.pem"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli is installed");
+    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The cluster client over TLS (`ClusterClientBuilder::certs`), on a one-node cluster that
+/// holds every slot and talks TLS on its client and bus ports.
+#[tokio::test]
+async fn cluster_over_tls_with_private_ca() {
+    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+        return;
+    }
+    let pki = TestPki::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut args = pki.server_args("no");
+    let nodes_conf = dir.path().join("nodes.conf");
+    let bus_port = free_port().to_string();
+    for a in [
+        "--cluster-enabled",
+        "yes",
+        "--tls-cluster",
+        "yes",
+        "--cluster-announce-ip",
+        "127.0.0.1",
+        "--cluster-port",
+        &bus_port,
+        "--cluster-config-file",
+        &nodes_conf.to_string_lossy(),
+    ] {
+        args.push(a.to_string());
+    }
+    let server = OwnServer::start_tls(&args);
+    assert_eq!(
+        cli(
+            &pki,
+            server.port,
+            &["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]
+        )
+        .trim(),
+        "OK"
+    );
+    let start = Instant::now();
+    while !cli(&pki, server.port, &["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "cluster never ok"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let base = format!("rediss+cluster://127.0.0.1:{}", server.port);
+    let ca = format!("tls_ca={}", pki.query("ca.pem"));
+    let s = RedisStore::open(&url(&base, &ca))
+        .await
+        .expect("cluster connect with tls_ca");
+    assert!(s.config().cluster && s.config().tls);
+    round_trip(&s, "tlscluster").await;
+
+    // Without the CA, the cluster client is refused the same way.
+    let start = Instant::now();
+    let err = RedisStore::open(&url(&base, "")).await.unwrap_err();
+    println!("cluster, default roots: {err} / {err:?}");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(start.elapsed() < NO_HANG, "took {:?}", start.elapsed());
+}
