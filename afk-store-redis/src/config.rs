@@ -2,6 +2,7 @@
 //! URL. Passwords never appear in `Debug`, logs or error messages.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use afk_core::{Error, Result};
@@ -25,15 +26,20 @@ const DEFAULT_PORT: u16 = 6379;
 /// Usually parsed from a URL with [`RedisConfig::from_url`]:
 ///
 /// - `redis://[user[:password]@]host[:port][/db][?options]`: one node; `rediss://` for TLS
-///   (rustls, webpki roots).
+///   (rustls; the server certificate is checked against the webpki roots, or against
+///   `tls_ca` when given).
 /// - `redis+cluster://[user[:password]@]h1:p1,h2:p2[?options]` (or `rediss+cluster://`): a
 ///   Redis Cluster, given by one or more seed nodes. A comma-separated list of plain
 ///   `redis://` URLs (`redis://h1:p1,redis://h2:p2`, the form of `AFK_TEST_REDIS_CLUSTER_URLS`)
 ///   is read as cluster seeds too. A cluster has only database 0.
 ///
 /// Options: `prefix` (key prefix, default `afk`; ASCII letters, digits, `_`, `-`, `.`),
-/// `connect_timeout_ms`, `response_timeout_ms`, `ttl_s` (optional per-run time to live).
-/// Unknown options are rejected, so a typo does not silently do nothing.
+/// `connect_timeout_ms`, `response_timeout_ms`, `ttl_s` (optional per-run time to live), and
+/// for `rediss://` only: `tls_ca` (PEM file of the CA certificates to trust instead of the
+/// webpki roots), `tls_cert` and `tls_key` (PEM client certificate chain and private key for
+/// mutual TLS; both or neither). Option values are percent-decoded (`%2F`, and `+` is a
+/// space). Unknown options are rejected, so a typo does not silently do nothing. The TLS files
+/// are read when connecting ([`crate::RedisStore::connect`]), not when parsing.
 ///
 /// `Debug` and [`RedisConfig::redacted_url`] never show the password; `Serialize` does (it is
 /// the configuration itself).
@@ -45,9 +51,21 @@ pub struct RedisConfig {
     /// Talk to a Redis Cluster (slot routing, MOVED/ASK handled by the client).
     #[serde(default)]
     pub cluster: bool,
-    /// Use TLS (rustls with the webpki root certificates).
+    /// Use TLS (rustls; the server is checked against `tls_ca`, or the webpki root
+    /// certificates when `tls_ca` is `None`).
     #[serde(default)]
     pub tls: bool,
+    /// PEM file with the CA certificate(s) that sign the server certificate (a private CA).
+    /// Replaces the webpki roots. Only with `tls`.
+    #[serde(default)]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM file with the client certificate chain for mutual TLS. Only with `tls`, and only
+    /// together with `tls_key`.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file with the private key of `tls_cert`. Its contents are never shown.
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
     /// ACL user name, if any.
     #[serde(default)]
     pub username: Option<String>,
@@ -89,6 +107,9 @@ impl RedisConfig {
             nodes: vec![(host.into(), port)],
             cluster: false,
             tls: false,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
             username: None,
             password: None,
             db: 0,
@@ -208,6 +229,28 @@ impl RedisConfig {
                 "redis: timeouts must be at least 1 ms",
             ));
         }
+        let tls_options = [
+            ("tls_ca", &self.tls_ca),
+            ("tls_cert", &self.tls_cert),
+            ("tls_key", &self.tls_key),
+        ];
+        for (name, value) in tls_options {
+            if value.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                return Err(Error::invalid_config(format!(
+                    "redis: option {name} is an empty path"
+                )));
+            }
+            if value.is_some() && !self.tls {
+                return Err(Error::invalid_config(format!(
+                    "redis: option {name} needs TLS (a rediss:// or rediss+cluster:// URL)"
+                )));
+            }
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(Error::invalid_config(
+                "redis: options tls_cert and tls_key go together (mutual TLS needs both)",
+            ));
+        }
         if self.ttl_s == Some(0) {
             return Err(Error::invalid_config(
                 "redis: ttl_s must be at least 1 (omit it for no TTL)",
@@ -249,6 +292,18 @@ impl RedisConfig {
         if let Some(ttl) = self.ttl_s {
             s.push_str(&format!("&ttl_s={ttl}"));
         }
+        let tls_options = [
+            ("tls_ca", &self.tls_ca),
+            ("tls_cert", &self.tls_cert),
+            ("tls_key", &self.tls_key),
+        ];
+        for (name, path) in tls_options {
+            if let Some(path) = path {
+                let path = path.to_string_lossy();
+                let enc = url::form_urlencoded::byte_serialize(path.as_bytes()).collect::<String>();
+                s.push_str(&format!("&{name}={enc}"));
+            }
+        }
         s
     }
 }
@@ -259,6 +314,9 @@ impl fmt::Debug for RedisConfig {
             .field("nodes", &self.nodes)
             .field("cluster", &self.cluster)
             .field("tls", &self.tls)
+            .field("tls_ca", &self.tls_ca)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("db", &self.db)
@@ -336,6 +394,9 @@ fn apply_query(cfg: &mut RedisConfig, query: &str) -> std::result::Result<(), St
             "connect_timeout_ms" => cfg.connect_timeout_ms = num(&v)?,
             "response_timeout_ms" => cfg.response_timeout_ms = num(&v)?,
             "ttl_s" => cfg.ttl_s = Some(num(&v)?),
+            "tls_ca" => cfg.tls_ca = Some(PathBuf::from(v.into_owned())),
+            "tls_cert" => cfg.tls_cert = Some(PathBuf::from(v.into_owned())),
+            "tls_key" => cfg.tls_key = Some(PathBuf::from(v.into_owned())),
             other => return Err(format!("unknown option {other:?}")),
         }
     }
@@ -462,6 +523,36 @@ mod tests {
             !e.to_string().contains(secret) && !e.to_string().contains("other"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn tls_options() {
+        let c = RedisConfig::from_url(
+            "rediss://h:6380?tls_ca=/etc/ca%20dir/ca.pem&tls_cert=/c.pem&tls_key=/k.pem",
+        )
+        .unwrap();
+        assert_eq!(c.tls_ca, Some(PathBuf::from("/etc/ca dir/ca.pem")));
+        assert_eq!(c.tls_cert, Some(PathBuf::from("/c.pem")));
+        assert_eq!(c.tls_key, Some(PathBuf::from("/k.pem")));
+        assert_eq!(
+            c.redacted_url(),
+            "rediss://h:6380/0?prefix=afk&tls_ca=%2Fetc%2Fca+dir%2Fca.pem&tls_cert=%2Fc.pem&tls_key=%2Fk.pem"
+        );
+        assert_eq!(RedisConfig::from_url(&c.redacted_url()).unwrap(), c);
+        let cl = RedisConfig::from_url("rediss+cluster://h1:1,h2:2?tls_ca=ca.pem").unwrap();
+        assert_eq!(cl.tls_ca, Some(PathBuf::from("ca.pem")));
+        assert_eq!(RedisConfig::from_url("rediss://h").unwrap().tls_ca, None);
+        for (bad, names) in [
+            ("redis://h?tls_ca=/ca.pem", "tls_ca"),
+            ("redis+cluster://h1:1?tls_key=/k.pem", "tls_key"),
+            ("rediss://h?tls_cert=/c.pem", "tls_cert and tls_key"),
+            ("rediss://h?tls_key=/k.pem", "tls_cert and tls_key"),
+            ("rediss://h?tls_ca=", "tls_ca"),
+        ] {
+            let e = RedisConfig::from_url(bad).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{bad}");
+            assert!(e.message().contains(names), "{bad}: {e}");
+        }
     }
 
     #[test]

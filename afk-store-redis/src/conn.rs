@@ -14,8 +14,9 @@ use redis::{
 };
 
 use crate::config::RedisConfig;
-use crate::error::{is_noscript, map_err};
+use crate::error::{is_noscript, is_tls_config_error, map_err};
 use crate::scripts::Lua;
+use crate::tls;
 
 /// One script invocation: its KEYS and its ARGV.
 pub(crate) type ScriptCall = (Vec<Vec<u8>>, Vec<Vec<u8>>);
@@ -72,6 +73,11 @@ impl Client {
     pub(crate) async fn connect(cfg: &RedisConfig) -> Result<Self> {
         let deadline = cfg.connect_timeout() + cfg.response_timeout();
         let what = format!("connect to {}", cfg.redacted_url());
+        if cfg.tls {
+            tls::ensure_crypto_provider();
+        }
+        // Read and check the TLS files first: a bad file is InvalidConfig naming the option.
+        let certs = tls::certificates(cfg)?;
         let fut = async {
             if cfg.cluster {
                 let mut infos = Vec::new();
@@ -91,11 +97,22 @@ impl Client {
                 if let Some(p) = &cfg.password {
                     b = b.password(p);
                 }
+                if let Some(certs) = certs.clone() {
+                    b = b.certs(certs);
+                }
                 let client = b.build()?;
-                Ok::<_, RedisError>(Conn::Cluster(client.get_async_connection().await?))
+                match client.get_async_connection().await {
+                    Ok(c) => Ok::<_, RedisError>(Conn::Cluster(c)),
+                    Err(e) if cfg.tls => Err(diagnose_tls(cfg, certs, e).await),
+                    Err(e) => Err(e),
+                }
             } else {
                 let (h, p) = &cfg.nodes[0];
-                let client = redis::Client::open(node_info(cfg, h, *p)?)?;
+                let info = node_info(cfg, h, *p)?;
+                let client = match certs {
+                    Some(certs) => redis::Client::build_with_tls(info, certs)?,
+                    None => redis::Client::open(info)?,
+                };
                 let mc = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(cfg.connect_timeout()))
                     .set_response_timeout(Some(cfg.response_timeout()))
@@ -205,6 +222,36 @@ impl Client {
             Err(_) => Err(timeout_err(what, self.deadline)),
         }
     }
+}
+
+/// The cluster client reports a failed first connection as a string, which hides a TLS
+/// handshake failure. After such a failure, connect to each seed as a single node: a TLS error
+/// that retrying cannot fix (untrusted certificate, client certificate refused) replaces
+/// `err`, so it maps to `InvalidConfig` like on a single node. Otherwise `err` stands.
+async fn diagnose_tls(
+    cfg: &RedisConfig,
+    certs: Option<redis::TlsCertificates>,
+    err: RedisError,
+) -> RedisError {
+    let conf = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(cfg.connect_timeout()))
+        .set_response_timeout(Some(cfg.response_timeout()));
+    for (h, p) in &cfg.nodes {
+        let client = node_info(cfg, h, *p).and_then(|info| match certs.clone() {
+            Some(certs) => redis::Client::build_with_tls(info, certs),
+            None => redis::Client::open(info),
+        });
+        let probe = match client {
+            Ok(c) => c.get_multiplexed_async_connection_with_config(&conf).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = probe
+            && is_tls_config_error(&e)
+        {
+            return e;
+        }
+    }
+    err
 }
 
 fn eval_cmd(lua: &Lua, keys: &[Vec<u8>], args: &[Vec<u8>], sha: bool) -> Cmd {

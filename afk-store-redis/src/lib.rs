@@ -5,6 +5,7 @@ mod conn;
 mod error;
 mod scripts;
 mod store;
+mod tls;
 
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT_MS, RedisConfig, SCHEMES,

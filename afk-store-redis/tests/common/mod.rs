@@ -2,6 +2,8 @@
 //! names, and a throwaway redis-server for tests that restart or reconfigure a server.
 #![allow(dead_code)]
 
+pub mod certs;
+
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -95,6 +97,8 @@ pub async fn connect(cfg: RedisConfig) -> RedisStore {
 /// A redis-server of our own on a free loopback port, killed on drop.
 pub struct OwnServer {
     pub port: u16,
+    /// `port` is a TLS port (`--tls-port`) and the plain port is off.
+    tls: bool,
     extra: Vec<String>,
     child: Option<Child>,
 }
@@ -109,7 +113,21 @@ impl OwnServer {
     pub fn start(extra: &[&str]) -> OwnServer {
         let mut s = OwnServer {
             port: free_port(),
+            tls: false,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        s.restart();
+        s
+    }
+
+    /// Start `redis-server` speaking TLS only (`--port 0 --tls-port <port>`), plus `extra`
+    /// arguments (the certificate files, see [`certs::TestPki::server_args`]).
+    pub fn start_tls(extra: &[String]) -> OwnServer {
+        let mut s = OwnServer {
+            port: free_port(),
+            tls: true,
+            extra: extra.to_vec(),
             child: None,
         };
         s.restart();
@@ -133,8 +151,12 @@ impl OwnServer {
         self.kill();
         let dir = std::env::temp_dir();
         let child = Command::new("redis-server")
+            .args(if self.tls {
+                vec!["--port".to_string(), "0".into(), "--tls-port".into()]
+            } else {
+                vec!["--port".to_string()]
+            })
             .args([
-                "--port",
                 &self.port.to_string(),
                 "--bind",
                 "127.0.0.1",
