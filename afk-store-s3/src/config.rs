@@ -231,7 +231,9 @@ impl S3Config {
             }
         }
         if self.max_attempts.is_some_and(|n| !(1..=10).contains(&n)) {
-            return Err(Error::invalid_config("max_attempts must be between 1 and 10"));
+            return Err(Error::invalid_config(
+                "max_attempts must be between 1 and 10",
+            ));
         }
         if let Some(ep) = &self.endpoint {
             let ok = url::Url::parse(ep).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
