@@ -65,7 +65,8 @@ pub struct S3Config {
     #[serde(default)]
     pub secret_access_key: Option<Secret>,
     /// Allow opening a service that does not honor conditional writes. Only safe when exactly
-    /// one process ever writes to this prefix: fencing and head swaps are then not atomic.
+    /// one process ever writes to this prefix: fencing and head swaps are then not atomic, so
+    /// writers in different processes are not fenced against each other (see the crate docs).
     #[serde(default)]
     pub single_writer: bool,
     /// Create the bucket at open time if it does not exist (for development servers).

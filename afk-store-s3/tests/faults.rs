@@ -46,7 +46,10 @@ async fn setup(tag: &str, attempts: u32) -> Option<(Proxy, S3Store, S3Config, Cl
 }
 
 fn ids(run: &str) -> (ThreadId, RunId) {
-    (ThreadId::new("t").unwrap(), RunId::new(run).unwrap())
+    (
+        ThreadId::new("t").expect("thread id"),
+        RunId::new(run).expect("run id"),
+    )
 }
 
 fn step(t: &ThreadId, r: &RunId, epoch: Epoch, i: u32) -> Commit {
@@ -65,10 +68,12 @@ fn step(t: &ThreadId, r: &RunId, epoch: Epoch, i: u32) -> Commit {
 /// A run claimed and committed once (head seq 2), through the proxy without faults.
 async fn started_run(store: &S3Store, run: &str) -> (ThreadId, RunId, Epoch) {
     let (t, r) = ids(run);
-    let epoch = bounded("claim", store.claim(&t, &r)).await.unwrap();
+    let epoch = bounded("claim", store.claim(&t, &r))
+        .await
+        .expect("store call through the proxy");
     bounded("commit 0", store.commit(&step(&t, &r, epoch, 0)))
         .await
-        .unwrap();
+        .expect("store call through the proxy");
     (t, r, epoch)
 }
 
@@ -93,18 +98,20 @@ async fn assert_applied_once(
     let head = common::raw_head(raw, cfg, "t", run).await;
     assert_eq!(head["seq"], 3, "claim, commit 0, commit {i}: {head}");
     let key = format!("checkpoint:{r}:{i}:pre_llm");
-    let value = bounded("get", store.get(&t, &key)).await.unwrap();
+    let value = bounded("get", store.get(&t, &key))
+        .await
+        .expect("store call through the proxy");
     assert_eq!(value, Some(format!("value {i}").into_bytes()));
     let latest = bounded(
         "get latest",
         store.get(&t, &format!("checkpoint:{r}:latest")),
     )
     .await
-    .unwrap();
+    .expect("store call through the proxy");
     assert_eq!(latest, Some(format!("{{\"step\":{i}}}").into_bytes()));
     let listed = bounded("list", store.list(&t, &key, None, 100))
         .await
-        .unwrap();
+        .expect("store call through the proxy");
     assert_eq!(listed.keys, vec![key]);
     let objects = record_objects(raw, cfg, run).await;
     assert_eq!(
@@ -120,13 +127,18 @@ async fn assert_not_applied(store: &S3Store, raw: &Client, cfg: &S3Config, run: 
     let head = common::raw_head(raw, cfg, "t", run).await;
     assert_eq!(head["seq"], 2, "only claim and commit 0: {head}");
     let key = format!("checkpoint:{r}:{i}:pre_llm");
-    assert_eq!(bounded("get", store.get(&t, &key)).await.unwrap(), None);
+    assert_eq!(
+        bounded("get", store.get(&t, &key))
+            .await
+            .expect("store call through the proxy"),
+        None
+    );
     let latest = bounded(
         "get latest",
         store.get(&t, &format!("checkpoint:{r}:latest")),
     )
     .await
-    .unwrap();
+    .expect("store call through the proxy");
     assert_eq!(latest, Some(b"{\"step\":0}".to_vec()));
 }
 

@@ -236,6 +236,9 @@ async fn serve_one(
     match fault {
         Some(Fault::DropAfterForward) => return Ok(()),
         Some(Fault::ResetAfterForward) => {
+            // A zero linger resets at once on drop; the deprecation is about blocking drops
+            // with a non-zero linger.
+            #[allow(deprecated)]
             client.set_linger(Some(Duration::ZERO))?;
             return Ok(());
         }
