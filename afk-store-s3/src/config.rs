@@ -35,7 +35,8 @@ impl fmt::Debug for Secret {
 /// Configuration of an [`S3Store`](crate::S3Store).
 ///
 /// Parsed from `s3://bucket/prefix?endpoint=…&region=…&force_path_style=true&access_key_id=…&secret_access_key=…&single_writer=true&create_bucket=true`
-/// (every query parameter optional) or deserialized with serde. Without `access_key_id` and
+/// plus the request bounds `connect_timeout_ms`, `attempt_timeout_ms`, `operation_timeout_ms`
+/// and `max_attempts` (every query parameter optional) or deserialized with serde. Without `access_key_id` and
 /// `secret_access_key` the standard AWS credentials chain is used (environment, profile files,
 /// web identity, container and instance metadata, `credential_process`). `Debug` never shows
 /// the secret key.
@@ -64,13 +65,41 @@ pub struct S3Config {
     #[serde(default)]
     pub secret_access_key: Option<Secret>,
     /// Allow opening a service that does not honor conditional writes. Only safe when exactly
-    /// one process ever writes to this prefix: fencing and head swaps are then not atomic.
+    /// one process ever writes to this prefix: fencing and head swaps are then not atomic, so
+    /// writers in different processes are not fenced against each other (see the crate docs).
     #[serde(default)]
     pub single_writer: bool,
     /// Create the bucket at open time if it does not exist (for development servers).
     #[serde(default)]
     pub create_bucket: bool,
+    /// Connect timeout of one request, in milliseconds; `None` for the default
+    /// ([`DEFAULT_CONNECT_TIMEOUT_MS`]).
+    #[serde(default)]
+    pub connect_timeout_ms: Option<u64>,
+    /// Timeout of one attempt of a request (connect, send, whole response), in milliseconds;
+    /// `None` for the default ([`DEFAULT_ATTEMPT_TIMEOUT_MS`]). A value must upload within one
+    /// attempt. An attempt that times out after its request was sent is ambiguous: the store
+    /// resolves it by reading the run's head back.
+    #[serde(default)]
+    pub attempt_timeout_ms: Option<u64>,
+    /// Timeout of one request with all its attempts, in milliseconds; `None` for the default
+    /// ([`DEFAULT_OPERATION_TIMEOUT_MS`]).
+    #[serde(default)]
+    pub operation_timeout_ms: Option<u64>,
+    /// Attempts per request by the SDK's standard retry strategy (throttling, 5xx, I/O errors,
+    /// timeouts), 1 to 10; `None` for the default ([`DEFAULT_MAX_ATTEMPTS`]).
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
 }
+
+/// Default of [`S3Config::connect_timeout_ms`]: 5 s.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
+/// Default of [`S3Config::attempt_timeout_ms`]: 60 s.
+pub const DEFAULT_ATTEMPT_TIMEOUT_MS: u64 = 60_000;
+/// Default of [`S3Config::operation_timeout_ms`]: 120 s.
+pub const DEFAULT_OPERATION_TIMEOUT_MS: u64 = 120_000;
+/// Default of [`S3Config::max_attempts`]: 3.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 
 impl fmt::Debug for S3Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -84,6 +113,10 @@ impl fmt::Debug for S3Config {
             .field("secret_access_key", &self.secret_access_key)
             .field("single_writer", &self.single_writer)
             .field("create_bucket", &self.create_bucket)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("attempt_timeout_ms", &self.attempt_timeout_ms)
+            .field("operation_timeout_ms", &self.operation_timeout_ms)
+            .field("max_attempts", &self.max_attempts)
             .finish()
     }
 }
@@ -101,6 +134,10 @@ impl S3Config {
             secret_access_key: None,
             single_writer: false,
             create_bucket: false,
+            connect_timeout_ms: None,
+            attempt_timeout_ms: None,
+            operation_timeout_ms: None,
+            max_attempts: None,
         }
     }
 
@@ -135,10 +172,17 @@ impl S3Config {
                 "secret_access_key" => cfg.secret_access_key = Some(Secret(value)),
                 "single_writer" => cfg.single_writer = parse_bool(&name, &value)?,
                 "create_bucket" => cfg.create_bucket = parse_bool(&name, &value)?,
+                "connect_timeout_ms" => cfg.connect_timeout_ms = Some(parse_num(&name, &value)?),
+                "attempt_timeout_ms" => cfg.attempt_timeout_ms = Some(parse_num(&name, &value)?),
+                "operation_timeout_ms" => {
+                    cfg.operation_timeout_ms = Some(parse_num(&name, &value)?)
+                }
+                "max_attempts" => cfg.max_attempts = Some(parse_num(&name, &value)?),
                 other => {
                     return Err(Error::invalid_config(format!(
                         "unknown s3:// URL parameter {other:?}; known: endpoint, region, \
-                         force_path_style, access_key_id, secret_access_key, single_writer, create_bucket"
+                         force_path_style, access_key_id, secret_access_key, single_writer, create_bucket, \
+                         connect_timeout_ms, attempt_timeout_ms, operation_timeout_ms, max_attempts"
                     )));
                 }
             }
@@ -150,7 +194,8 @@ impl S3Config {
     /// Check the configuration without contacting the service.
     ///
     /// Errors: `InvalidConfig` for an empty or malformed bucket name, a prefix with empty
-    /// segments, or only one of the two static credentials.
+    /// segments, only one of the two static credentials, a zero timeout, or `max_attempts`
+    /// outside 1 to 10.
     pub fn validate(&self) -> Result<()> {
         let b = &self.bucket;
         let bucket_ok = (3..=63).contains(&b.len())
@@ -175,6 +220,22 @@ impl S3Config {
                 "set both access_key_id and secret_access_key, or neither (to use the AWS credentials chain)",
             ));
         }
+        for (name, ms) in [
+            ("connect_timeout_ms", self.connect_timeout_ms),
+            ("attempt_timeout_ms", self.attempt_timeout_ms),
+            ("operation_timeout_ms", self.operation_timeout_ms),
+        ] {
+            if ms == Some(0) {
+                return Err(Error::invalid_config(format!(
+                    "{name} must be at least 1 (milliseconds)"
+                )));
+            }
+        }
+        if self.max_attempts.is_some_and(|n| !(1..=10).contains(&n)) {
+            return Err(Error::invalid_config(
+                "max_attempts must be between 1 and 10",
+            ));
+        }
         if let Some(ep) = &self.endpoint {
             let ok = url::Url::parse(ep).is_ok_and(|u| matches!(u.scheme(), "http" | "https"));
             if !ok {
@@ -192,6 +253,12 @@ impl FromStr for S3Config {
     fn from_str(s: &str) -> Result<Self> {
         S3Config::from_url(s)
     }
+}
+
+fn parse_num<T: FromStr>(name: &str, value: &str) -> Result<T> {
+    value.parse().map_err(|_| {
+        Error::invalid_config(format!("parameter {name} must be a non-negative integer"))
+    })
 }
 
 fn parse_bool(name: &str, value: &str) -> Result<bool> {
@@ -225,6 +292,27 @@ mod tests {
             cfg.secret_access_key.as_ref().map(Secret::expose),
             Some("s3cr3t")
         );
+    }
+
+    #[test]
+    fn parses_request_bounds() {
+        let cfg = S3Config::from_url(
+            "s3://bkt?connect_timeout_ms=100&attempt_timeout_ms=2000&operation_timeout_ms=9000&max_attempts=1",
+        )
+        .unwrap();
+        assert_eq!(cfg.connect_timeout_ms, Some(100));
+        assert_eq!(cfg.attempt_timeout_ms, Some(2000));
+        assert_eq!(cfg.operation_timeout_ms, Some(9000));
+        assert_eq!(cfg.max_attempts, Some(1));
+        for bad in [
+            "s3://bkt?attempt_timeout_ms=0",
+            "s3://bkt?attempt_timeout_ms=-1",
+            "s3://bkt?max_attempts=0",
+            "s3://bkt?max_attempts=11",
+        ] {
+            let err = S3Config::from_url(bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{bad}");
+        }
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! | 409, 429, 500, 502, 503, 504, `SlowDown`, timeouts, dispatch and response failures | `Unavailable` (retryable) |
 //! | anything else | `Unexpected` |
 //!
-//! A failure is *ambiguous* when the request may have been applied (timeouts, dispatch failures,
-//! unreadable responses, 5xx): the store then reads the head back to learn the outcome.
+//! A failure is *ambiguous* when the request may have been applied (timeouts, dispatch failures
+//! other than a refused connection, including connection resets, unreadable responses, 5xx):
+//! the store then reads the head back to learn the outcome.
 
 use std::error::Error as StdError;
 
@@ -62,12 +63,10 @@ where
             ambiguous: false,
         },
         SdkError::TimeoutError(_) => unavailable("timed out", true, err),
-        SdkError::DispatchFailure(d) => {
-            // A refused connection never reached the service; anything else may have.
-            let ambiguous = !d
-                .as_connector_error()
-                .is_some_and(|c| c.is_io() && !c.is_timeout())
-                || d.is_timeout();
+        SdkError::DispatchFailure(_) => {
+            // A refused connection never reached the service; anything else may have, also an
+            // I/O error: a connection reset after the request was sent is one too.
+            let ambiguous = !refused(&err);
             unavailable("could not reach the service", ambiguous, err)
         }
         SdkError::ResponseError(_) => unavailable("unreadable response", true, err),
@@ -79,6 +78,20 @@ where
         }
         _ => unavailable("request failed", true, err),
     }
+}
+
+/// Whether the error chain holds a refused TCP connection: the request was never sent.
+fn refused(err: &(dyn StdError + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 fn classify_service<E>(
@@ -125,5 +138,37 @@ where
             format!("{op} in bucket {bucket:?}: service answered {status} {code} {msg}"),
             false,
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_s3::operation::put_object::PutObjectError;
+    use aws_smithy_runtime_api::client::result::ConnectorError;
+
+    fn dispatch(kind: std::io::ErrorKind) -> Failure {
+        let io = std::io::Error::from(kind);
+        let err: SdkError<PutObjectError, HttpResponse> =
+            SdkError::dispatch_failure(ConnectorError::io(Box::new(io)));
+        classify(err, "bkt", "PutObject")
+    }
+
+    #[test]
+    fn only_a_refused_connection_is_unambiguous() {
+        for (kind, want) in [
+            (std::io::ErrorKind::ConnectionRefused, false),
+            (std::io::ErrorKind::ConnectionReset, true),
+            (std::io::ErrorKind::BrokenPipe, true),
+            (std::io::ErrorKind::UnexpectedEof, true),
+        ] {
+            match dispatch(kind) {
+                Failure::Other { error, ambiguous } => {
+                    assert_eq!(ambiguous, want, "{kind:?}");
+                    assert_eq!(error.kind(), ErrorKind::Unavailable);
+                }
+                other => panic!("{kind:?}: {other:?}"),
+            }
+        }
     }
 }

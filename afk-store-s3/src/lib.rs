@@ -9,5 +9,8 @@ mod ops;
 mod store;
 mod swap;
 
-pub use config::{S3Config, SCHEME, Secret};
+pub use config::{
+    DEFAULT_ATTEMPT_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_OPERATION_TIMEOUT_MS, S3Config, SCHEME, Secret,
+};
 pub use store::{MAX_VALUE_SIZE, S3Store};

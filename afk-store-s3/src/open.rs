@@ -10,31 +10,29 @@ use aws_credential_types::Credentials;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::Region;
 
-use crate::config::S3Config;
+use crate::config::{
+    DEFAULT_ATTEMPT_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_OPERATION_TIMEOUT_MS, S3Config,
+};
 use crate::error::{Failure, classify};
 use crate::head::{Layout, new_nonce};
 use crate::ops::{Cond, Ops};
 
-/// Connect timeout of one request.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Timeout of one attempt of a request (the SDK retries up to [`MAX_ATTEMPTS`] times).
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
-/// Timeout of a request with all its retries: no call hangs longer than this.
-const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
-/// Attempts per request by the SDK's standard retry strategy (throttling, 5xx, I/O errors).
-const MAX_ATTEMPTS: u32 = 3;
-
-/// Build the SDK client for `cfg`.
+/// Build the SDK client for `cfg`, with its request bounds (see [`S3Config`]).
 pub(crate) async fn client(cfg: &S3Config) -> Client {
+    let ms = |v: Option<u64>, default: u64| Duration::from_millis(v.unwrap_or(default));
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .timeout_config(
             TimeoutConfig::builder()
-                .connect_timeout(CONNECT_TIMEOUT)
-                .operation_attempt_timeout(ATTEMPT_TIMEOUT)
-                .operation_timeout(OPERATION_TIMEOUT)
+                .connect_timeout(ms(cfg.connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT_MS))
+                .operation_attempt_timeout(ms(cfg.attempt_timeout_ms, DEFAULT_ATTEMPT_TIMEOUT_MS))
+                .operation_timeout(ms(cfg.operation_timeout_ms, DEFAULT_OPERATION_TIMEOUT_MS))
                 .build(),
         )
-        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS));
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(cfg.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS)),
+        );
     if let Some(region) = &cfg.region {
         loader = loader.region(Region::new(region.clone()));
     }

@@ -4,7 +4,8 @@
 //! `If-Match: <etag>` (or `If-None-Match: *` for a run without a head). A lost race (412) re-reads
 //! the head and recomputes the change; an ambiguous failure (timeout, dropped connection, 5xx)
 //! reads the head back and looks for the writer's nonce, so the outcome is known before
-//! returning.
+//! returning: success if the write landed, else `Unavailable` (not retried here: the SDK has
+//! already made its attempts).
 
 use std::time::Duration;
 
@@ -44,23 +45,30 @@ impl S3Store {
     }
 
     /// Read the head back after an ambiguous write, retrying while the service is unavailable.
-    async fn read_back(&self, thread: &ThreadId, run: &RunId, cause: Error) -> Result<Read> {
-        let mut last = cause;
+    /// Gives `cause` back with the head, for the caller's error when the write did not land.
+    async fn read_back(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        cause: Error,
+    ) -> Result<(Read, Error)> {
+        let mut last = None;
         for i in 0..READ_BACK_TRIES {
             match self.read_head(thread, run).await {
-                Ok(read) => return Ok(read),
+                Ok(read) => return Ok((read, cause)),
                 Err(e) if e.is_retryable() => {
-                    last = e;
+                    last = Some(e);
                     tokio::time::sleep(Duration::from_millis(100 << i)).await;
                 }
                 Err(e) => return Err(e),
             }
         }
+        tracing::debug!(%thread, %run, error = ?last, "head read-back failed");
         Err(Error::unavailable(format!(
             "run {run} of thread {thread}: a head write may or may not have been applied and the head \
              could not be read back"
         ))
-        .with_source(last))
+        .with_source(cause))
     }
 
     /// Replace the run's head. `change` gets the current head (or `None`) and returns the new
@@ -81,12 +89,8 @@ impl S3Store {
         F: FnMut(Option<&Head>) -> Result<Option<Head>>,
     {
         let key = self.layout.head(thread, run);
-        let mut known: Option<Read> = None;
         for attempt in 0..MAX_SWAPS {
-            let (current, etag) = match known.take() {
-                Some(read) => read,
-                None => self.read_head(thread, run).await?,
-            };
+            let (current, etag) = self.read_head(thread, run).await?;
             if let Some(h) = &current
                 && h.shows(nonce)
             {
@@ -113,7 +117,19 @@ impl S3Store {
                     ambiguous: true,
                 }) => {
                     tracing::debug!(%thread, %run, error = %error, "ambiguous head write; reading back");
-                    known = Some(self.read_back(thread, run, error).await?);
+                    let ((current, _), error) = self.read_back(thread, run, error).await?;
+                    if let Some(h) = current
+                        && h.shows(nonce)
+                    {
+                        return Ok(Some(h));
+                    }
+                    // Not applied. The SDK already retried the request; another round here
+                    // would multiply its attempts (and time) for a service that keeps failing.
+                    return Err(Error::unavailable(format!(
+                        "run {run} of thread {thread}: the head write failed and reading the head \
+                         back shows it was not applied"
+                    ))
+                    .with_source(error));
                 }
                 Err(Failure::Other {
                     error,
