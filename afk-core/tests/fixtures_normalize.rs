@@ -111,10 +111,11 @@ fn legacy_aliases_match_the_original_and_a_changed_record_is_caught() {
 }
 
 /// Every v1 snapshot of the corpus migrates to a v2 snapshot whose transcript log reassembles
-/// to the inline transcript, with a verifying digest; the migrated record round-trips.
+/// to the inline transcript and tool records, with a verifying digest; the migrated record
+/// round-trips.
 #[test]
 fn v1_to_v2_migration_keeps_the_transcript() {
-    let mut snapshots = 0;
+    let (mut snapshots, mut migrated_tools) = (0, 0);
     for p in fixture_paths() {
         let f = Fixture::load(&p).unwrap();
         for (key, value) in &f.state {
@@ -122,6 +123,7 @@ fn v1_to_v2_migration_keeps_the_transcript() {
                 continue;
             };
             let inline = r.snapshot().and_then(|s| s.messages.clone());
+            let inline_tools = r.snapshot().map(|s| s.tool_executions.clone());
             let m = v1_to_v2(r.clone());
             assert_eq!(m.record.schema_version, "v2");
             if r.phase != Phase::RuntimeState {
@@ -136,7 +138,16 @@ fn v1_to_v2_migration_keeps_the_transcript() {
             let s = m.record.snapshot().unwrap();
             assert!(s.messages.is_none(), "v2 snapshot leaves messages out");
             let tref = s.transcript.as_ref().unwrap();
-            assert_eq!(reassemble(&m.transcript, tref).unwrap(), inline);
+            assert!(
+                s.tool_executions.is_empty(),
+                "v2 snapshot leaves records out"
+            );
+            let log = reassemble(&m.transcript, tref).unwrap();
+            assert_eq!(log.messages, inline);
+            assert_eq!(Some(log.records.tool_executions), inline_tools);
+            if inline_tools.as_ref().is_some_and(|t| !t.is_empty()) {
+                migrated_tools += 1;
+            }
             assert_eq!(tref.message_count as usize, inline.len());
             // Round trip through bytes.
             let bytes = m.record.to_bytes().unwrap();
@@ -151,4 +162,8 @@ fn v1_to_v2_migration_keeps_the_transcript() {
         }
     }
     assert!(snapshots > 100, "migrated {snapshots} snapshots");
+    assert!(
+        migrated_tools > 10,
+        "{migrated_tools} snapshots had tool records"
+    );
 }

@@ -341,10 +341,15 @@ fn tool_execution() -> impl Strategy<Value = ToolExecution> {
 }
 
 fn snapshot() -> impl Strategy<Value = RuntimeSnapshot> {
-    let tref = (any::<u64>(), any::<u64>(), "[0-9a-f]{0,8}", extra()).prop_map(
-        |(len, message_count, digest, extra)| TranscriptRef {
+    let counts = (0..3u64, 0..3u64, 0..3u64, 0..3u64);
+    let tref = (any::<u64>(), any::<u64>(), counts, "[0-9a-f]{0,8}", extra()).prop_map(
+        |(len, message_count, (tools, subagents, reads, commands), digest, extra)| TranscriptRef {
             len,
             message_count,
+            tool_count: tools,
+            subagent_count: subagents,
+            skill_read_count: reads,
+            skill_command_count: commands,
             digest,
             extra,
         },

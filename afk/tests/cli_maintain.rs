@@ -132,6 +132,36 @@ fn migrate_turns_a_v1_state_into_v2_that_resumes_to_the_same_result() {
         "{}",
         show.stdout
     );
+    // The tool records moved into the log; `show` finds the same ones there.
+    let v1 = rocks(&dir.path().join("v1"));
+    let args = |s: &str| {
+        [
+            "show".to_owned(),
+            "--store".into(),
+            s.to_owned(),
+            "--thread".into(),
+            "fx".into(),
+            "--run".into(),
+            "run_scenario_b".into(),
+        ]
+    };
+    let show_v1 = afk_in(dir.path(), &args(&v1).each_ref().map(String::as_str));
+    let tools = |out: &str| out[out.find("tool records:").unwrap()..].to_owned();
+    assert!(
+        !line(&show.stdout, "tool records:").ends_with(" 0"),
+        "{}",
+        show.stdout
+    );
+    assert_eq!(
+        tools(&show.stdout)
+            .lines()
+            .take_while(|l| !l.starts_with("final"))
+            .collect::<Vec<_>>(),
+        tools(&show_v1.stdout)
+            .lines()
+            .take_while(|l| !l.starts_with("final"))
+            .collect::<Vec<_>>()
+    );
     let verify = afk_in(dir.path(), &["verify", "--store", &s, "--thread", "fx"]);
     assert_eq!(verify.code, Some(0), "{}", verify.stdout);
     let again = afk_in(dir.path(), &["migrate", "--store", &s, "--thread", "fx"]);

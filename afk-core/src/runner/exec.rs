@@ -86,11 +86,17 @@ impl RunTask {
         }
     }
 
-    /// Commit a runtime snapshot (transcript log first, then the record with the pointer).
+    /// Commit a runtime snapshot (transcript log first, then the record with the pointer). The
+    /// log entry carries the messages and records the step added; the snapshot carries neither.
     pub async fn snapshot(&mut self) -> Result<()> {
         let tref = self
             .ckpt
-            .sync_transcript(self.st.step, &self.st.messages)
+            .sync_transcript(
+                self.st.step,
+                &self.st.messages,
+                &self.st.tool_executions,
+                &self.st.subagent_executions,
+            )
             .await?;
         let snap = self
             .st

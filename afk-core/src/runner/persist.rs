@@ -10,8 +10,8 @@ use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
 use crate::keys;
 use crate::schema::{
-    CheckpointRecord, EffectRow, Extra, Message, Phase, PhasePayload, SCHEMA_VERSION,
-    TranscriptEntry, TranscriptRef,
+    CheckpointRecord, EffectRow, Extra, Message, Phase, PhasePayload, SCHEMA_VERSION, StepRecords,
+    SubagentExecution, ToolExecution, TranscriptEntry, TranscriptRef,
 };
 use crate::store::{Commit, Epoch, Store};
 use crate::writer::Writer;
@@ -30,6 +30,10 @@ pub(crate) struct Checkpointer {
     log_len: u64,
     /// Messages those entries hold.
     log_messages: u64,
+    /// Tool execution records those entries hold.
+    log_tools: u64,
+    /// Subagent execution records those entries hold.
+    log_subagents: u64,
     /// Digest of the last entry.
     log_digest: String,
     /// Number of commits made (for tests and metrics).
@@ -56,6 +60,8 @@ impl Checkpointer {
             epoch,
             log_len: 0,
             log_messages: 0,
+            log_tools: 0,
+            log_subagents: 0,
             log_digest: String::new(),
             commits: 0,
         }
@@ -66,6 +72,8 @@ impl Checkpointer {
         if let Some(t) = tref {
             self.log_len = t.len;
             self.log_messages = t.message_count;
+            self.log_tools = t.tool_count;
+            self.log_subagents = t.subagent_count;
             self.log_digest = t.digest.clone();
         }
     }
@@ -128,19 +136,35 @@ impl Checkpointer {
             .await
     }
 
-    /// Append the messages not yet in the log as one entry (if any) and return the reference
-    /// a snapshot must carry.
+    /// Append the messages and records not yet in the log as one entry (if there are any) and
+    /// return the reference a snapshot must carry.
+    ///
+    /// `messages`, `tools` and `subagents` are the run's whole lists; they only ever grow, so
+    /// what is new is their tail past the counts the log already holds. Records restored
+    /// inline from an older snapshot (AFK v1, or v2 before records moved into the log) are not
+    /// in the log yet and go into the next entry, so from then on the log holds them all.
     pub async fn sync_transcript(
         &mut self,
         step: u64,
         messages: &[Message],
+        tools: &[ToolExecution],
+        subagents: &[SubagentExecution],
     ) -> Result<TranscriptRef> {
-        let have = usize::try_from(self.log_messages).unwrap_or(usize::MAX);
-        if messages.len() > have {
-            let entry = TranscriptEntry::new(
+        let tail = |have: u64, len: usize| usize::try_from(have).unwrap_or(usize::MAX).min(len);
+        let new_messages = &messages[tail(self.log_messages, messages.len())..];
+        let new_tools = &tools[tail(self.log_tools, tools.len())..];
+        let new_subagents = &subagents[tail(self.log_subagents, subagents.len())..];
+        if !(new_messages.is_empty() && new_tools.is_empty() && new_subagents.is_empty()) {
+            let records = StepRecords {
+                tool_executions: new_tools.to_vec(),
+                subagent_executions: new_subagents.to_vec(),
+                ..StepRecords::default()
+            };
+            let entry = TranscriptEntry::with_records(
                 self.log_len,
                 step,
-                messages[have..].to_vec(),
+                new_messages.to_vec(),
+                records,
                 &self.log_digest,
             );
             let bytes = serde_json::to_vec(&entry).map_err(|e| {
@@ -149,12 +173,18 @@ impl Checkpointer {
             let key = keys::messages_key(&self.run, self.log_len);
             self.commit(vec![(key, bytes)], None, false).await?;
             self.log_len += 1;
-            self.log_messages = messages.len() as u64;
+            self.log_messages += new_messages.len() as u64;
+            self.log_tools += new_tools.len() as u64;
+            self.log_subagents += new_subagents.len() as u64;
             self.log_digest = entry.digest;
         }
         Ok(TranscriptRef {
             len: self.log_len,
             message_count: self.log_messages,
+            tool_count: self.log_tools,
+            subagent_count: self.log_subagents,
+            skill_read_count: 0,
+            skill_command_count: 0,
             digest: self.log_digest.clone(),
             extra: Extra::new(),
         })

@@ -16,9 +16,10 @@
 //!    `a-double-crash-*` fixtures); the highest-step snapshot is the run's real progress,
 //!    because a step's snapshot is only ever rewritten by a later write of the same step.
 //!    No snapshot at all -> `Corrupt` ("No runtime_state checkpoint found for …").
-//! 6. Restore everything: the transcript (inline for AFK v1 records; for v2 the append-only log
-//!    `messages:<run>:<i>`, read with one `get_many` and verified against the snapshot's
-//!    length and digest chain), counters, usage, cost, tokens, records, the replayed-effect
+//! 6. Restore everything: the transcript and the execution records (inline for AFK v1
+//!    records; for v2 the append-only log `messages:<run>:<i>`, read with one `get_many` and
+//!    verified against the snapshot's length, counts and digest chain; records a v2 snapshot
+//!    written before they moved into the log still carries inline come first), counters, usage, cost, tokens, records, the replayed-effect
 //!    count (AFK defect #4) and the active time (AFK defect #5).
 //! 7. A pending LLM response is reused for the same step without a model call (the loop does
 //!    this); an undecodable one was already rejected as `Corrupt` by normalization (AFK defect
@@ -54,8 +55,8 @@ use crate::error::{Error, Result};
 use crate::keys;
 use crate::normalize::normalize_record;
 use crate::schema::{
-    AgentResult, CheckpointRecord, PauseKind, PauseRequest, Phase, PhasePayload, ResumedPayload,
-    TranscriptEntry, TranscriptRef,
+    AgentResult, CheckpointRecord, PauseKind, PauseRequest, Phase, PhasePayload, Reassembled,
+    ResumedPayload, StepRecords, TranscriptEntry, TranscriptRef,
 };
 use crate::store::{MAX_LIST_LIMIT, latest_key};
 
@@ -158,11 +159,23 @@ pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) ->
             "snapshot record has no runtime_state payload",
         ));
     };
-    let messages = match &snap.transcript {
-        Some(tref) => read_log(ckpt, tref).await?,
-        None => snap.messages.clone().unwrap_or_default(),
+    let log = match &snap.transcript {
+        Some(tref) => {
+            let inline = !(snap.tool_executions.is_empty() && snap.subagent_executions.is_empty());
+            if inline && (tref.tool_count > 0 || tref.subagent_count > 0) {
+                return Err(Error::corrupt_record(
+                    lk,
+                    "snapshot carries execution records both inline and in the transcript log",
+                ));
+            }
+            read_log(ckpt, tref).await?
+        }
+        None => Reassembled {
+            messages: snap.messages.clone().unwrap_or_default(),
+            records: StepRecords::default(),
+        },
     };
-    let state = RunState::from_snapshot(snap, messages, snap_rec.timestamp_ms);
+    let state = RunState::from_snapshot(snap, log.messages, log.records, snap_rec.timestamp_ms);
     let mut decisions = stored_decisions(ckpt, state.step).await?;
     if let Some((step, id, d)) = new_decision
         && step == state.step
@@ -217,11 +230,9 @@ async fn newest_snapshot(ckpt: &Checkpointer) -> Result<Option<CheckpointRecord>
     normalize_record(&bytes, &ckpt.thread, &key).map(Some)
 }
 
-/// Read and verify the transcript log a snapshot references.
-async fn read_log(
-    ckpt: &Checkpointer,
-    tref: &TranscriptRef,
-) -> Result<Vec<crate::schema::Message>> {
+/// Read (one `get_many`) and verify the transcript log a snapshot references: its messages and
+/// the execution records the log holds.
+async fn read_log(ckpt: &Checkpointer, tref: &TranscriptRef) -> Result<Reassembled> {
     let keys: Vec<String> = (0..tref.len)
         .map(|i| keys::messages_key(&ckpt.run, i))
         .collect();

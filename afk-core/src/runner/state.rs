@@ -3,8 +3,8 @@
 use serde_json::{Map, Value};
 
 use crate::schema::{
-    AgentResult, Extra, LlmResponse, Message, RuntimeSnapshot, StateSnapshot, SubagentExecution,
-    ToolExecution, TranscriptRef, Usage,
+    AgentResult, Extra, LlmResponse, Message, RuntimeSnapshot, StateSnapshot, StepRecords,
+    SubagentExecution, ToolExecution, TranscriptRef, Usage,
 };
 
 /// Key in the snapshot's extra fields holding the run's active milliseconds (v2).
@@ -41,8 +41,9 @@ pub(crate) struct RunState {
 }
 
 impl RunState {
-    /// Build the snapshot payload. `transcript` is the log reference when the transcript is
-    /// in the append-only log (then `messages` is left out).
+    /// Build the snapshot payload. `transcript` is the log reference when the transcript and
+    /// the execution records are in the append-only log (then `messages` is left out and the
+    /// record lists are empty, so the snapshot does not grow with the run).
     pub fn to_snapshot(
         &self,
         thread_id: &str,
@@ -51,10 +52,14 @@ impl RunState {
     ) -> RuntimeSnapshot {
         let mut extra = self.extra.clone();
         extra.insert(ACTIVE_MS_KEY.to_owned(), Value::from(active_ms));
-        let messages = if transcript.is_some() {
-            None
+        let (messages, tool_executions, subagent_executions) = if transcript.is_some() {
+            (None, Vec::new(), Vec::new())
         } else {
-            Some(self.messages.clone())
+            (
+                Some(self.messages.clone()),
+                self.tool_executions.clone(),
+                self.subagent_executions.clone(),
+            )
         };
         RuntimeSnapshot {
             thread_id: thread_id.to_owned(),
@@ -72,8 +77,8 @@ impl RunState {
             requested_model: self.requested_model.clone(),
             normalized_model: self.normalized_model.clone(),
             provider_adapter: self.provider_adapter.clone(),
-            tool_executions: self.tool_executions.clone(),
-            subagent_executions: self.subagent_executions.clone(),
+            tool_executions,
+            subagent_executions,
             skill_reads: Vec::new(),
             skill_command_executions: Vec::new(),
             final_text: self.final_text.clone(),
@@ -87,13 +92,16 @@ impl RunState {
         }
     }
 
-    /// Restore from a snapshot whose transcript has already been reassembled into `messages`.
+    /// Restore from a snapshot whose transcript has already been reassembled into `messages`;
+    /// `logged` are the records of the transcript log (empty for a v1 snapshot), which follow
+    /// the snapshot's inline records (empty for a current v2 snapshot).
     /// `snapshot_ts_ms` is the record's timestamp: for AFK records without an active-time
     /// field, the active time so far is taken as `timestamp - started_at` (AFK had no pauses
     /// that outlive a process).
     pub fn from_snapshot(
         snap: &RuntimeSnapshot,
         messages: Vec<Message>,
+        logged: StepRecords,
         snapshot_ts_ms: u64,
     ) -> Self {
         let mut extra = snap.extra.clone();
@@ -124,8 +132,9 @@ impl RunState {
             requested_model: snap.requested_model.clone(),
             normalized_model: snap.normalized_model.clone(),
             provider_adapter: snap.provider_adapter.clone(),
-            tool_executions: snap.tool_executions.clone(),
-            subagent_executions: snap.subagent_executions.clone(),
+            tool_executions: [snap.tool_executions.clone(), logged.tool_executions].concat(),
+            subagent_executions: [snap.subagent_executions.clone(), logged.subagent_executions]
+                .concat(),
             final_text: snap.final_text.clone(),
             final_structured: snap.final_structured.clone(),
             pending_llm_response: snap.pending_llm_response.clone(),

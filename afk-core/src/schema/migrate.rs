@@ -1,14 +1,15 @@
 //! Pure conversion of normalized v1 records to v2 (DESIGN §3.4).
 //!
-//! A v1 snapshot carries the whole transcript inline. Its v2 form carries a [`TranscriptRef`]
-//! instead and the messages move to the transcript log; for migrated history one entry holds all
-//! of them (entry 0, step = the snapshot's step). Every other v1 record only changes its
+//! A v1 snapshot carries the whole transcript and every execution record (tool, subagent,
+//! skill) inline. Its v2 form carries a [`TranscriptRef`] instead and the messages and records
+//! move to the transcript log; for migrated history one entry holds all of them (entry 0, step =
+//! the snapshot's step), and the snapshot's record lists are left empty. Every other v1 record only changes its
 //! `schema_version` (its `thread_id` was already filled in by normalization). v2 records are
 //! returned unchanged. Nothing here does I/O; the CLI's `migrate` writes the result.
 
 use super::envelope::CheckpointRecord;
 use super::payloads::PhasePayload;
-use super::transcript::{TranscriptEntry, TranscriptRef};
+use super::transcript::{StepRecords, TranscriptEntry, TranscriptRef};
 use super::{SCHEMA_VERSION, SCHEMA_VERSION_V1};
 
 /// The result of migrating one record.
@@ -17,7 +18,7 @@ pub struct Migrated {
     /// The record in v2 form.
     pub record: CheckpointRecord,
     /// Transcript-log entries to write under `messages:<run>:<index>` (empty unless the record
-    /// was a v1 snapshot with a non-empty inline transcript).
+    /// was a v1 snapshot with a non-empty inline transcript or records).
     pub transcript: Vec<TranscriptEntry>,
 }
 
@@ -35,8 +36,20 @@ pub fn v1_to_v2(mut record: CheckpointRecord) -> Migrated {
         && snapshot.transcript.is_none()
     {
         let messages = snapshot.messages.take().unwrap_or_default();
-        if !messages.is_empty() {
-            transcript.push(TranscriptEntry::new(0, snapshot.step, messages, ""));
+        let records = StepRecords {
+            tool_executions: std::mem::take(&mut snapshot.tool_executions),
+            subagent_executions: std::mem::take(&mut snapshot.subagent_executions),
+            skill_reads: std::mem::take(&mut snapshot.skill_reads),
+            skill_command_executions: std::mem::take(&mut snapshot.skill_command_executions),
+        };
+        if !(messages.is_empty() && records.is_empty()) {
+            transcript.push(TranscriptEntry::with_records(
+                0,
+                snapshot.step,
+                messages,
+                records,
+                "",
+            ));
         }
         snapshot.transcript = Some(TranscriptRef::of(&transcript));
     }

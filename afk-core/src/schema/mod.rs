@@ -33,7 +33,10 @@ pub use payloads::{
 pub use result::{AgentResult, StateSnapshot};
 pub use rows::{BackgroundTicket, CommandExecution, SkillRead, SubagentExecution, ToolExecution};
 pub use snapshot::RuntimeSnapshot;
-pub use transcript::{TranscriptEntry, TranscriptRef, chain_digest, entry_digest, reassemble};
+pub use transcript::{
+    Reassembled, StepRecords, TranscriptEntry, TranscriptRef, chain_digest, entry_digest,
+    reassemble, records_digest,
+};
 
 /// Unknown fields kept by every record struct.
 pub type Extra = serde_json::Map<String, serde_json::Value>;

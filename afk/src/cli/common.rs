@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use afk_core::keys::{ParsedKey, parse_key};
-use afk_core::normalize::normalize_record;
-use afk_core::schema::CheckpointRecord;
+use afk_core::keys::{ParsedKey, messages_key, parse_key};
+use afk_core::normalize::{normalize_record, normalize_transcript_entry};
+use afk_core::schema::{CheckpointRecord, RuntimeSnapshot, StepRecords, reassemble};
 use afk_core::store::{MAX_LIST_LIMIT, latest_key};
-use afk_core::{Result, RunId, Store, ThreadId};
+use afk_core::{Error, Result, RunId, Store, ThreadId};
 
 /// The store used when neither `--store` nor a command default says otherwise.
 pub const DEFAULT_STORE: &str = "rocksdb://./.afk-data";
@@ -137,4 +137,42 @@ pub fn ids(thread: &str, run: Option<&str>) -> Result<(ThreadId, Option<RunId>)>
     let t = ThreadId::new(thread)?;
     let r = run.map(RunId::new).transpose()?;
     Ok((t, r))
+}
+
+/// The execution records of a snapshot: its inline lists (AFK v1, or v2 written before records
+/// moved into the log) followed by those of the transcript log it references, read with one
+/// `get_many` and verified (a torn or edited log is `Corrupt`).
+pub async fn snapshot_records(
+    store: &dyn Store,
+    thread: &ThreadId,
+    run: &RunId,
+    snap: &RuntimeSnapshot,
+) -> Result<StepRecords> {
+    let mut out = StepRecords {
+        tool_executions: snap.tool_executions.clone(),
+        subagent_executions: snap.subagent_executions.clone(),
+        skill_reads: snap.skill_reads.clone(),
+        skill_command_executions: snap.skill_command_executions.clone(),
+    };
+    let Some(tref) = &snap.transcript else {
+        return Ok(out);
+    };
+    let keys: Vec<String> = (0..tref.len).map(|i| messages_key(run, i)).collect();
+    let mut entries = Vec::with_capacity(keys.len());
+    for (key, value) in keys.iter().zip(store.get_many(thread, &keys).await?) {
+        let Some(bytes) = value else {
+            return Err(Error::corrupt_record(
+                key.clone(),
+                "transcript entry referenced by the snapshot is missing",
+            ));
+        };
+        entries.push(normalize_transcript_entry(&bytes, key)?);
+    }
+    let logged = reassemble(&entries, tref)?.records;
+    out.tool_executions.extend(logged.tool_executions);
+    out.subagent_executions.extend(logged.subagent_executions);
+    out.skill_reads.extend(logged.skill_reads);
+    out.skill_command_executions
+        .extend(logged.skill_command_executions);
+    Ok(out)
 }

@@ -1,11 +1,11 @@
 //! `afk migrate --thread T [--run R] [--dry-run]`: rewrite v1 records as v2.
 //!
 //! Each record goes through [`afk_core::schema::migrate::v1_to_v2`]. A v1 snapshot's inline
-//! transcript moves to the transcript log: the run's snapshots share one chained log (snapshot
-//! n's messages extend snapshot n-1's, so each adds one entry with its new messages). A
-//! snapshot whose messages do not continue the log (an AFK resume that went back in time), or
-//! any v1 snapshot of a run whose log our runner already writes, keeps its messages inline in
-//! v2 form (resume reads both). Everything is written under a fresh claim (a process still
+//! transcript and execution records move to the transcript log: the run's snapshots share one
+//! chained log (snapshot n's messages and records extend snapshot n-1's, so each adds one entry
+//! with what is new). A snapshot that does not continue the log (an AFK resume that went back
+//! in time), or any v1 snapshot of a run whose log our runner already writes, keeps its
+//! messages and records inline in v2 form (resume reads both). Everything is written under a fresh claim (a process still
 //! working on the run is fenced off), log entries before the records that reference them, the
 //! latest pointer last. A run with no v1 record is left alone, so running it twice is a no-op.
 
@@ -15,7 +15,8 @@ use afk_core::keys::{checkpoint_prefix, messages_prefix};
 use afk_core::normalize::{normalize_record, normalize_transcript_entry};
 use afk_core::schema::migrate::v1_to_v2;
 use afk_core::schema::{
-    CheckpointRecord, Message, PhasePayload, SCHEMA_VERSION_V1, TranscriptEntry, TranscriptRef,
+    CheckpointRecord, Message, PhasePayload, SCHEMA_VERSION_V1, StepRecords, TranscriptEntry,
+    TranscriptRef,
 };
 use afk_core::store::latest_key;
 use afk_core::{Commit, Error, Result, RunId, Store, ThreadId};
@@ -63,24 +64,50 @@ pub fn run(args: Args, url: &str) -> ExitCode {
     })
 }
 
-/// Where a snapshot's messages go: a prefix of the log, an appended entry, or inline.
+/// Advance `pos` over `part` if `part` is what `all` holds at `pos`.
+fn take<T: PartialEq>(all: &[T], pos: &mut usize, part: &[T]) -> bool {
+    let end = *pos + part.len();
+    if end > all.len() || all[*pos..end] != *part {
+        return false;
+    }
+    *pos = end;
+    true
+}
+
+/// Where a snapshot's messages and records go: a prefix of the log, an appended entry, or
+/// inline (`None`). Each log entry must continue every list of the snapshot.
 fn place(
     log: &mut Vec<TranscriptEntry>,
     msgs: &[Message],
+    recs: &StepRecords,
     step: u64,
     append: bool,
 ) -> Option<TranscriptRef> {
-    let mut pos = 0;
-    if msgs.is_empty() {
+    let (mut m, mut t, mut s, mut r, mut c) = (0, 0, 0, 0, 0);
+    let done = |m, t, s, r, c| {
+        m == msgs.len()
+            && t == recs.tool_executions.len()
+            && s == recs.subagent_executions.len()
+            && r == recs.skill_reads.len()
+            && c == recs.skill_command_executions.len()
+    };
+    if done(m, t, s, r, c) {
         return Some(TranscriptRef::of(&[]));
     }
     for (i, e) in log.iter().enumerate() {
-        let end = pos + e.messages.len();
-        if end > msgs.len() || msgs[pos..end] != e.messages[..] {
+        let fits = take(msgs, &mut m, &e.messages)
+            && take(&recs.tool_executions, &mut t, &e.tool_executions)
+            && take(&recs.subagent_executions, &mut s, &e.subagent_executions)
+            && take(&recs.skill_reads, &mut r, &e.skill_reads)
+            && take(
+                &recs.skill_command_executions,
+                &mut c,
+                &e.skill_command_executions,
+            );
+        if !fits {
             return None;
         }
-        pos = end;
-        if pos == msgs.len() {
+        if done(m, t, s, r, c) {
             return Some(TranscriptRef::of(&log[..=i]));
         }
     }
@@ -88,10 +115,17 @@ fn place(
         return None;
     }
     let prev = log.last().map(|e| e.digest.clone()).unwrap_or_default();
-    log.push(TranscriptEntry::new(
+    let rest = StepRecords {
+        tool_executions: recs.tool_executions[t..].to_vec(),
+        subagent_executions: recs.subagent_executions[s..].to_vec(),
+        skill_reads: recs.skill_reads[r..].to_vec(),
+        skill_command_executions: recs.skill_command_executions[c..].to_vec(),
+    };
+    log.push(TranscriptEntry::with_records(
         log.len() as u64,
         step,
-        msgs[pos..].to_vec(),
+        msgs[m..].to_vec(),
+        rest,
         &prev,
     ));
     Some(TranscriptRef::of(log))
@@ -132,20 +166,32 @@ pub async fn migrate_run(
     v1.sort_by_key(|(k, r)| (r.step, *k == lk, k.clone()));
     let (mut records, mut latest, mut inline) = (Vec::new(), None, 0);
     for (key, rec) in v1 {
-        // `v1_to_v2` moves the inline messages into one entry; they go into the shared log.
+        // `v1_to_v2` moves the inline messages and records into one entry; they go into the
+        // shared log.
         let migrated = v1_to_v2(rec);
-        let msgs: Vec<Message> = migrated
-            .transcript
-            .iter()
-            .flat_map(|e| e.messages.iter().cloned())
-            .collect();
+        let (msgs, recs) = match migrated.transcript.into_iter().next() {
+            Some(e) => (
+                e.messages,
+                StepRecords {
+                    tool_executions: e.tool_executions,
+                    subagent_executions: e.subagent_executions,
+                    skill_reads: e.skill_reads,
+                    skill_command_executions: e.skill_command_executions,
+                },
+            ),
+            None => (Vec::new(), StepRecords::default()),
+        };
         let mut m = migrated.record;
         if let PhasePayload::RuntimeState(s) = &mut m.payload {
-            match place(&mut log, &msgs, m.step, !has_v2_log) {
+            match place(&mut log, &msgs, &recs, m.step, !has_v2_log) {
                 Some(tref) => s.transcript = Some(tref),
                 None => {
                     s.transcript = None;
                     s.messages = Some(msgs);
+                    s.tool_executions = recs.tool_executions;
+                    s.subagent_executions = recs.subagent_executions;
+                    s.skill_reads = recs.skill_reads;
+                    s.skill_command_executions = recs.skill_command_executions;
                     inline += 1;
                 }
             }

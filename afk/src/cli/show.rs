@@ -1,13 +1,14 @@
 //! `afk show --thread T --run R [--json]`: the normalized latest record and a summary of the
-//! run's newest snapshot.
+//! run's newest snapshot. The summary's tool records are the snapshot's inline ones (v1) and
+//! those of the transcript log it references (v2); `--json` prints the records as stored.
 
 use std::process::ExitCode;
 
-use afk_core::schema::{CheckpointRecord, PhasePayload};
+use afk_core::schema::{CheckpointRecord, PhasePayload, StepRecords};
 use afk_core::{Error, Result};
 use serde_json::json;
 
-use super::common::{ids, latest, newest_snapshot, with_store};
+use super::common::{ids, latest, newest_snapshot, snapshot_records, with_store};
 use super::runs::state_of;
 
 /// `afk show`
@@ -47,8 +48,11 @@ pub fn run(args: Args, url: &str) -> ExitCode {
             return Ok(ExitCode::SUCCESS);
         }
         print_latest(&rec);
-        match &snap {
-            Some(s) => print_snapshot(s),
+        match snap.as_ref().and_then(|r| r.snapshot().map(|s| (r, s))) {
+            Some((r, s)) => {
+                let records = snapshot_records(store.as_ref(), &thread, &run, s).await?;
+                print_snapshot(r, &records);
+            }
             None => println!("snapshot: none (no runtime_state record)"),
         }
         Ok(ExitCode::SUCCESS)
@@ -80,7 +84,8 @@ fn print_latest(rec: &CheckpointRecord) {
     }
 }
 
-fn print_snapshot(rec: &CheckpointRecord) {
+/// The snapshot summary; `records` are its execution records (inline and from the log).
+fn print_snapshot(rec: &CheckpointRecord, records: &StepRecords) {
     let Some(s) = rec.snapshot() else { return };
     println!(
         "snapshot: step {} ({}), state {:?}",
@@ -104,8 +109,8 @@ fn print_snapshot(rec: &CheckpointRecord) {
         (None, Some(m)) => println!("transcript: {} messages inline (v1)", m.len()),
         (None, None) => println!("transcript: empty"),
     }
-    println!("tool records: {}", s.tool_executions.len());
-    for t in &s.tool_executions {
+    println!("tool records: {}", records.tool_executions.len());
+    for t in &records.tool_executions {
         println!(
             "  {} ({}): {}",
             t.tool_name,

@@ -96,9 +96,13 @@ async fn line(
         },
         ParsedKey::Messages { index, .. } => match normalize_transcript_entry(&bytes, key) {
             Ok(e) => format!(
-                "log {index:>4}  transcript entry of step {}: {} message(s)",
+                "log {index:>4}  transcript entry of step {}: {} message(s){}",
                 e.step,
-                e.messages.len()
+                e.messages.len(),
+                match e.tool_executions.len() + e.subagent_executions.len() {
+                    0 => String::new(),
+                    n => format!(", {n} execution record(s)"),
+                }
             ),
             Err(e) => format!("log {index:>4}  CORRUPT: {e}"),
         },
