@@ -290,7 +290,7 @@ fn s3_group(c: &mut Criterion, commits: &[Commit]) {
 fn benches(c: &mut Criterion) {
     let commits = runtime().block_on(captured_commits(10, RUN));
     let bytes: usize = commits.iter().map(Commit::byte_len).sum();
-    println!(
+    eprintln!(
         "replaying {} commits of a 10-step run, {} bytes on average",
         commits.len(),
         bytes / commits.len().max(1)

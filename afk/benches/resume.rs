@@ -73,7 +73,7 @@ fn benches(c: &mut Criterion) {
         .into_iter()
         .map(|steps| {
             let state = rt.block_on(crashed_run(steps, &format!("run_resume_{steps}")));
-            println!(
+            eprintln!(
                 "{steps}-step run: {} records, latest = {}",
                 state.puts.len(),
                 state.latest_names

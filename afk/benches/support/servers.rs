@@ -21,7 +21,7 @@ fn var(name: &str) -> Option<String> {
 pub fn redis_url() -> Option<String> {
     let url = var("AFK_TEST_REDIS_URL");
     if url.is_none() {
-        println!("skipped: set AFK_TEST_REDIS_URL to benchmark the Redis store");
+        eprintln!("skipped: set AFK_TEST_REDIS_URL to benchmark the Redis store");
     }
     url
 }
@@ -50,7 +50,7 @@ pub fn s3_env() -> Option<S3Env> {
         })
     })();
     if env.is_none() {
-        println!(
+        eprintln!(
             "skipped: set AFK_TEST_S3_ENDPOINT, AFK_TEST_S3_ACCESS_KEY_ID and \
              AFK_TEST_S3_SECRET_ACCESS_KEY to benchmark the S3 store"
         );
