@@ -4,38 +4,18 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{
-    Agent, EffectPolicy, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds,
-};
-use afk_core::schema::{AgentResult, LlmResponse};
-use afk_core::store::{CrashMode, RetryPolicy};
-use afk_core::{CheckpointConfig, ErrorKind, FaultStore, MemoryStore, RunId, Store, ThreadId};
+use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
+use afk_core::runner::{Agent, Outcome, Runner};
+use afk_core::schema::AgentResult;
+use afk_core::store::CrashMode;
+use afk_core::{ErrorKind, FaultStore, MemoryStore, RunId, Store, ThreadId};
+use common::{agent_with, durable_results, essence, script};
 use serde_json::{Value, json};
-
-fn script() -> Vec<LlmResponse> {
-    let r = |v: Value| serde_json::from_value::<LlmResponse>(v).expect("response");
-    vec![
-        r(
-            json!({"text": "add and charge in parallel", "finish_reason": "tool_calls",
-            "session_token": "s1",
-            "tool_calls": [
-                {"id": "c1", "tool_name": "add", "arguments": {"a": 1, "b": 2}},
-                {"id": "c2", "tool_name": "charge", "arguments": {"amount": 5}}],
-            "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}}),
-        ),
-        r(json!({"text": "now echo", "finish_reason": "tool_calls",
-            "tool_calls": [{"id": "c3", "tool_name": "echo", "arguments": {"text": "hi"}}],
-            "usage": {"input_tokens": 20, "output_tokens": 5, "total_tokens": 25}})),
-        r(
-            json!({"text": "all done", "finish_reason": "stop", "tool_calls": [],
-            "usage": {"input_tokens": 30, "output_tokens": 5, "total_tokens": 35}}),
-        ),
-    ]
-}
 
 struct Rig {
     llm: Arc<ScriptedLlm>,
@@ -44,60 +24,13 @@ struct Rig {
 
 fn rig(counter: &InvocationCounter) -> Rig {
     let llm = ScriptedLlm::new(script());
-    let charge = ScriptedTool::new("charge", EffectPolicy::AtMostOnce, counter.clone(), |a| {
-        Ok(json!({"charged": a.get("amount").cloned().unwrap_or(Value::Null)}))
-    });
-    let agent = Agent::new("crashy", "Be careful.", "m1", llm.clone())
-        .with_tool(ScriptedTool::add(counter.clone()))
-        .with_tool(ScriptedTool::echo(counter.clone()))
-        .with_tool(charge);
+    let agent = agent_with(llm.clone(), counter);
     Rig { llm, agent }
 }
 
+/// Synchronous writes, so "crash after commit k" is exact.
 fn runner(store: Arc<dyn Store>) -> Runner {
-    let checkpoint = CheckpointConfig {
-        async_writes: false,
-        retry: RetryPolicy::none(),
-        ..CheckpointConfig::default()
-    };
-    Runner::new(
-        store,
-        RunnerConfig {
-            clock: ManualClock::new(1_700_000_000_000),
-            ids: Arc::new(SequentialIds::default()),
-            checkpoint,
-            ..RunnerConfig::default()
-        },
-    )
-}
-
-fn essence(r: &AgentResult) -> Value {
-    let tools: Vec<Value> = r
-        .tool_executions
-        .iter()
-        .map(|t| json!([t.tool_name, t.tool_call_id, t.success, t.output, t.error]))
-        .collect();
-    json!({"text": r.final_text, "state": r.state, "usage": serde_json::to_value(&r.usage_aggregate).ok(),
-        "llm": r.state_snapshot.llm_calls, "tools": r.state_snapshot.tool_calls, "records": tools,
-        "session": r.session_token})
-}
-
-/// Effect rows with a durable result (status done or no status) in `store`.
-fn durable_results(store: &MemoryStore, thread: &ThreadId) -> Vec<String> {
-    store
-        .snapshot(thread)
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("effect:"))
-        .filter_map(|(k, v)| {
-            let row: Value = serde_json::from_slice(&v).ok()?;
-            let done = row
-                .get("status")
-                .and_then(Value::as_str)
-                .is_none_or(|s| s == "done");
-            (done && row.get("success") == Some(&Value::Bool(true)))
-                .then(|| k.rsplit(':').next().unwrap_or("").to_owned())
-        })
-        .collect()
+    common::runner(store, false)
 }
 
 async fn uncrashed() -> (AgentResult, u64) {
