@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use afk_core::ids::validate_key;
 use afk_core::store::{
-    Capabilities, Commit, Epoch, ListPage, MAX_LIST_LIMIT, Store, run_key, validate_commit,
+    Capabilities, Commit, Epoch, ListPage, Store, run_key, validate_commit, validate_list,
 };
 use afk_core::{Error, Result, RunId, ThreadId};
 use async_trait::async_trait;
@@ -244,14 +244,9 @@ impl Store for RedisStore {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage> {
-        if !prefix.is_empty() {
-            validate_key(prefix)?;
-        }
-        let limit = limit.clamp(1, MAX_LIST_LIMIT);
+        let limit = validate_list(prefix, cursor, limit)?;
         let min = match cursor {
             Some(c) => {
-                validate_key(c)
-                    .map_err(|_| Error::invalid_input(format!("bad list cursor {c:?}")))?;
                 if c.as_bytes() < prefix.as_bytes() {
                     format!("[{prefix}")
                 } else {

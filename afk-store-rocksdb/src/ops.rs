@@ -6,7 +6,7 @@ use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use afk_core::store::{MAX_LIST_LIMIT, latest_key, run_key, validate_commit};
+use afk_core::store::{latest_key, run_key, validate_commit, validate_list};
 use afk_core::{Commit, Epoch, Error, ListPage, Result, RunId, ThreadId};
 use rocksdb::{DB, ReadOptions, WriteBatch, WriteOptions};
 
@@ -177,16 +177,12 @@ impl Inner {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage> {
-        if !prefix.is_empty() {
-            afk_core::ids::validate_key(prefix)?;
-        }
-        let limit = limit.clamp(1, MAX_LIST_LIMIT);
+        let limit = validate_list(prefix, cursor, limit)?;
         let lower = physical(thread, prefix);
         let upper = prefix_end(&lower)
             .ok_or_else(|| Error::unexpected("thread prefix has no upper bound"))?;
         let start = match cursor {
             Some(c) => {
-                afk_core::ids::validate_key(c)?;
                 if !c.starts_with(prefix) {
                     return Err(Error::invalid_input(format!(
                         "list cursor {c:?} does not start with the prefix {prefix:?}"

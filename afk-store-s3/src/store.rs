@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use afk_core::store::{
-    Capabilities, Commit, Epoch, ListPage, MAX_LIST_LIMIT, Store, run_key, run_of_key,
-    validate_commit,
+    Capabilities, Commit, Epoch, ListPage, Store, run_key, run_of_key, validate_commit,
+    validate_list,
 };
 use afk_core::{Error, Result, RunId, ThreadId, ids::validate_key};
 use async_trait::async_trait;
@@ -234,13 +234,7 @@ impl Store for S3Store {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage> {
-        if !prefix.is_empty() {
-            validate_key(prefix)?;
-        }
-        if let Some(c) = cursor {
-            validate_key(c)?;
-        }
-        let limit = limit.clamp(1, MAX_LIST_LIMIT);
+        let limit = validate_list(prefix, cursor, limit)?;
         let runs: Vec<RunId> = match prefix_run(prefix) {
             Some(run) => vec![run],
             None => {

@@ -17,8 +17,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 
 use super::{
-    Capabilities, Commit, Epoch, ListPage, MAX_LIST_LIMIT, Store, latest_key, run_key,
-    validate_commit,
+    Capabilities, Commit, Epoch, ListPage, Store, latest_key, run_key, validate_commit,
+    validate_list,
 };
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId, validate_key};
@@ -139,13 +139,7 @@ impl Store for MemoryStore {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage> {
-        if !prefix.is_empty() {
-            validate_key(prefix)?;
-        }
-        if let Some(c) = cursor {
-            validate_key(c)?;
-        }
-        let limit = limit.clamp(1, MAX_LIST_LIMIT);
+        let limit = validate_list(prefix, cursor, limit)?;
         let threads = self.lock();
         let Some(keys) = threads.get(thread) else {
             return Ok(ListPage::default());

@@ -29,7 +29,7 @@ mod validate;
 pub use fault::{CrashMode, FaultEvent, FaultStore, Op};
 pub use memory::MemoryStore;
 pub use retry::{RandomSource, RetryPolicy, RetryStore};
-pub use validate::validate_commit;
+pub use validate::{validate_commit, validate_list};
 
 /// A fencing epoch. Epoch 0 means "never claimed"; [`Store::claim`] returns 1, 2, ….
 ///

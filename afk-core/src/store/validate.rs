@@ -2,9 +2,24 @@
 
 use std::collections::HashSet;
 
-use super::{Commit, latest_key, run_key, run_of_key};
+use super::{Commit, MAX_LIST_LIMIT, latest_key, run_key, run_of_key};
 use crate::error::{Error, Result};
 use crate::ids::validate_key;
+
+/// Check the arguments of [`Store::list`](super::Store::list) as every backend must, and return
+/// the page size to use.
+///
+/// A non-empty `prefix` and a `cursor` must be valid logical keys (`InvalidInput` otherwise);
+/// `limit` is clamped to `1..=`[`MAX_LIST_LIMIT`].
+pub fn validate_list(prefix: &str, cursor: Option<&str>, limit: usize) -> Result<usize> {
+    if !prefix.is_empty() {
+        validate_key(prefix)?;
+    }
+    if let Some(c) = cursor {
+        validate_key(c).map_err(|e| Error::invalid_input(format!("bad list cursor: {e}")))?;
+    }
+    Ok(limit.clamp(1, MAX_LIST_LIMIT))
+}
 
 /// Check the shape of a commit before anything is written, as every backend must.
 ///

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use afk_core::ids::validate_key;
-use afk_core::store::{MAX_LIST_LIMIT, latest_key, run_key, run_of_key, validate_commit};
+use afk_core::store::{latest_key, run_key, run_of_key, validate_commit, validate_list};
 use afk_core::{Capabilities, Commit, Epoch, Error, ListPage, Result, RunId, Store, ThreadId};
 use async_trait::async_trait;
 
@@ -159,13 +159,7 @@ impl Store for LogStore {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage> {
-        if !prefix.is_empty() {
-            validate_key(prefix)?;
-        }
-        if let Some(c) = cursor {
-            validate_key(c)?;
-        }
-        let limit = limit.clamp(1, MAX_LIST_LIMIT);
+        let limit = validate_list(prefix, cursor, limit)?;
         let inner = self.lock();
         let Some(map) = inner.threads.get(thread.as_str()) else {
             return Ok(ListPage::default());
