@@ -152,3 +152,97 @@ async fn a_subagent_runs_as_a_child_run_and_is_not_rerun_on_resume() {
     );
     assert_eq!(child_llm.calls(), 1);
 }
+
+/// A child run that crashed before its first snapshot (only `run_started` / `step_started`
+/// saved) cannot be resumed on its own; the parent's resume starts it again from its input
+/// instead of failing the delegation on every resume.
+#[tokio::test]
+async fn a_child_crashed_before_its_first_snapshot_is_started_again() {
+    let thread = ThreadId::new("t_sub_crash").unwrap();
+    let run = RunId::new("run_parent_crash").unwrap();
+    let child_run = child_run_id(&run, 1, "x1");
+    let child_rl = format!("checkpoint:{child_run}:0:run_started");
+    let agents = || {
+        let child_llm =
+            ScriptedLlm::new(vec![r(json!({"text": "child says hi", "tool_calls": []}))]);
+        let child = Agent::new("helper", "", "m", child_llm.clone());
+        let parent = Agent::new("boss", "", "m", one_call("helper")).with_subagent(child);
+        (parent, child_llm)
+    };
+    let sync = || RunnerConfig {
+        checkpoint: CheckpointConfig {
+            async_writes: false,
+            retry: RetryPolicy::none(),
+            ..CheckpointConfig::default()
+        },
+        ..RunnerConfig::default()
+    };
+
+    // Find the commit that saves the child's run_started, then crash right after it.
+    let probe = Arc::new(FaultStore::new(MemoryStore::new()));
+    let (parent, _) = agents();
+    Runner::new(probe.clone(), sync())
+        .run_with_id(&parent, &thread, run.clone(), "delegate")
+        .result()
+        .await
+        .unwrap();
+    let commits: Vec<_> = probe
+        .log()
+        .into_iter()
+        .filter_map(|e| match e {
+            afk_core::store::FaultEvent::Commit(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let k = commits
+        .iter()
+        .position(|c| c.puts.iter().any(|(key, _)| *key == child_rl))
+        .expect("the child saves run_started") as u64
+        + 1;
+
+    let inner = Arc::new(MemoryStore::new());
+    let crashing = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
+    crashing.crash_after_commits(k, afk_core::store::CrashMode::Down);
+    let (parent, _) = agents();
+    let first = Runner::new(crashing, sync())
+        .run_with_id(&parent, &thread, run.clone(), "delegate")
+        .result()
+        .await;
+    assert!(first.is_err(), "the crashed run must fail: {first:?}");
+    let keys = inner.snapshot(&thread);
+    assert!(keys.contains_key(&child_rl), "child started");
+    assert!(
+        !keys
+            .keys()
+            .any(|k| k.starts_with(&format!("checkpoint:{child_run}:"))
+                && k.ends_with(":runtime_state")),
+        "the child has no snapshot yet: {:?}",
+        keys.keys().collect::<Vec<_>>()
+    );
+
+    let (parent, child_llm) = agents();
+    let out = Runner::new(inner.clone(), sync())
+        .resume(&parent, &thread, &run)
+        .result()
+        .await
+        .unwrap();
+    let Outcome::Completed(res) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(res.state, "completed");
+    assert_eq!(res.final_text, "finished");
+    assert_eq!(
+        res.subagent_executions
+            .iter()
+            .map(|s| s.success)
+            .collect::<Vec<_>>(),
+        vec![true],
+        "{:?}",
+        res.subagent_executions
+    );
+    assert_eq!(
+        child_llm.calls(),
+        1,
+        "the restarted child asks its model once"
+    );
+}

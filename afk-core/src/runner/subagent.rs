@@ -70,15 +70,21 @@ impl ChildRun {
             .get("input")
             .and_then(Value::as_str)
             .map_or_else(|| canonical_json(&args), str::to_owned);
-        let latest = crate::store::latest_key(&self.run);
-        let exists = match self.shared.store.get(&self.thread, &latest).await {
-            Ok(v) => v.is_some(),
+        let start = match self.progress().await {
+            Ok(Progress::Some) => Start::Resume(None),
+            Ok(Progress::None) => Start::Fresh(input),
+            Ok(Progress::StartedOnly) => {
+                // The child crashed before its first snapshot: nothing it did is durable
+                // beyond `run_started`/`step_started` (its input was never saved, and no
+                // effect runs before a snapshot), so it cannot be resumed (AFK's "No
+                // runtime_state checkpoint"). Start it again from its input under the same
+                // run id; otherwise every resume of the parent would fail this delegation.
+                if let Err(e) = self.shared.store.delete_run(&self.thread, &self.run).await {
+                    return Err(e.to_string());
+                }
+                Start::Fresh(input)
+            }
             Err(e) => return Err(e.to_string()),
-        };
-        let start = if exists {
-            Start::Resume(None)
-        } else {
-            Start::Fresh(input)
         };
         let (_ctl, rx) = tokio::sync::watch::channel(super::Signal::Run);
         let (ev, _) = tokio::sync::broadcast::channel(16);
@@ -109,6 +115,53 @@ impl ChildRun {
 
 /// [`super::execute`] behind a `dyn Future + Send`, which breaks the recursion a child run
 /// makes (run -> batch -> child run) for the `Send` check.
+/// How far a child run got, judged from its checkpoint keys.
+enum Progress {
+    /// No latest pointer: never started.
+    None,
+    /// A latest pointer but no snapshot, pause or terminal record: crashed while starting.
+    StartedOnly,
+    /// Resumable (or finished).
+    Some,
+}
+
+impl ChildRun {
+    async fn progress(&self) -> Result<Progress> {
+        let store = &self.shared.store;
+        if store
+            .get(&self.thread, &crate::store::latest_key(&self.run))
+            .await?
+            .is_none()
+        {
+            return Ok(Progress::None);
+        }
+        let prefix = crate::keys::checkpoint_prefix(&self.run);
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = store
+                .list(
+                    &self.thread,
+                    &prefix,
+                    cursor.as_deref(),
+                    crate::store::MAX_LIST_LIMIT,
+                )
+                .await?;
+            let resumable = page.keys.iter().any(|k| {
+                [":runtime_state", ":paused", ":run_terminal"]
+                    .iter()
+                    .any(|phase| k.ends_with(phase))
+            });
+            if resumable {
+                return Ok(Progress::Some);
+            }
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(Progress::StartedOnly),
+            }
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn execute_boxed(
     shared: std::sync::Arc<super::Shared>,
