@@ -6,52 +6,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../benches/support/counting.rs"]
+#[path = "../benches/support/mod.rs"]
 #[allow(dead_code)]
-mod counting;
+mod support;
 
 use std::sync::Arc;
 
-use afk::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk::runner::{Agent, Limits, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
-use afk::schema::LlmResponse;
-use afk::{CheckpointConfig, MemoryStore, RunId, Store, ThreadId};
-use counting::CountingStore;
-use serde_json::{Value, json};
-
-/// `steps` model turns each asking for one `add` call, then a closing answer.
-fn agent(steps: u64) -> Agent {
-    let r = |v: Value| serde_json::from_value::<LlmResponse>(v).expect("scripted response");
-    let mut script: Vec<LlmResponse> = (0..steps)
-        .map(|i| {
-            r(
-                json!({"text": format!("step {i}: adding"), "finish_reason": "tool_calls",
-                "tool_calls": [{"id": format!("c{i}"), "tool_name": "add",
-                    "arguments": {"a": i, "b": 1}}],
-                "usage": {"input_tokens": 20, "output_tokens": 8, "total_tokens": 28}}),
-            )
-        })
-        .collect();
-    script.push(r(
-        json!({"text": "done", "finish_reason": "stop", "tool_calls": [],
-        "usage": {"input_tokens": 20, "output_tokens": 2, "total_tokens": 22}}),
-    ));
-    let mut agent = Agent::new(
-        "bytes",
-        "Add numbers.",
-        "scripted-1",
-        ScriptedLlm::new(script),
-    )
-    .with_tool(ScriptedTool::add(InvocationCounter::new()));
-    agent.limits = Limits {
-        max_steps: steps + 5,
-        max_llm_calls: steps + 5,
-        max_tool_calls: steps + 5,
-        max_wall_time_ms: None,
-        ..Limits::default()
-    };
-    agent
-}
+use afk::runner::Outcome;
+use afk::{MemoryStore, RunId, Store};
+use support::counting::CountingStore;
+use support::{agent, runner, thread};
 
 /// Bytes step `step` wrote, leaving out the terminal record (it carries the run's result once).
 fn step_bytes(store: &CountingStore, step: u64) -> (u64, Vec<(String, u64)>) {
@@ -75,23 +39,12 @@ async fn step_1000_writes_about_what_step_10_wrote() {
     let store = Arc::new(CountingStore::new(
         Arc::new(MemoryStore::new()) as Arc<dyn Store>
     ));
-    let runner = Runner::new(
-        store.clone(),
-        RunnerConfig {
-            clock: ManualClock::new(1_700_000_000_000),
-            ids: Arc::new(SequentialIds::default()),
-            checkpoint: CheckpointConfig {
-                async_writes: false,
-                ..CheckpointConfig::default()
-            },
-            ..RunnerConfig::default()
-        },
-    );
-    let thread = ThreadId::new("bytes").unwrap();
+    // Sync writes: every commit is applied as submitted (nothing coalesced away).
+    let runner = runner(store.clone(), false);
     let out = runner
         .run_with_id(
             &agent(STEPS),
-            &thread,
+            &thread(),
             RunId::new("run_bytes").unwrap(),
             "go",
         )
