@@ -7,7 +7,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../benches/support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::sync::Arc;
