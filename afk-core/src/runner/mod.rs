@@ -4,6 +4,8 @@
 //! * [`Runner::run`] starts a fresh run, [`Runner::resume`] continues a stored one,
 //!   [`Runner::resume_with_decision`] continues a run paused for approval. Each returns a
 //!   [`RunHandle`] at once; the run executes on the Tokio runtime.
+//!   [`Runner::resume_settling`] continues a run stopped by an uncertain at-most-once effect
+//!   ([`ErrorKind::EffectUncertain`]) once a human has said what happened ([`Settlement`]).
 //! * The loop and its phase order are in `exec.rs`, tool batches and the effect journal in
 //!   `tools.rs`, **the resume rules in `resume.rs`**, delegation in `subagent.rs`.
 //! * Every error path resolves the handle with an [`Error`]: store failures, corrupt records,
@@ -17,6 +19,7 @@ mod llm;
 mod persist;
 mod resume;
 pub mod scripted;
+mod settle;
 mod state;
 mod subagent;
 mod tool;
@@ -30,6 +33,7 @@ use tracing::Instrument;
 pub use agent::{Agent, FailurePolicies, FailurePolicy, GateDecision, Limits, ToolGate};
 pub use clock::{Clock, IdGen, ManualClock, RandomIds, SequentialIds, SystemClock};
 pub use llm::{LlmClient, LlmRequest};
+pub use settle::Settlement;
 pub use subagent::child_run_id;
 pub use tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
 
@@ -164,6 +168,8 @@ pub(crate) enum Signal {
 pub(crate) enum Start {
     Fresh(String),
     Resume(Option<Decision>),
+    /// Settle the uncertain call with this id, then resume.
+    Settle(String, Settlement),
 }
 
 #[derive(Debug)]
@@ -256,6 +262,49 @@ impl Runner {
         self.spawn(agent, thread, run.clone(), Start::Resume(Some(decision)))
     }
 
+    /// Settle an uncertain tool call, then resume the run. Works from any process with access
+    /// to the store, at any later time.
+    ///
+    /// Use it when a resume failed with [`ErrorKind::EffectUncertain`]: an at-most-once tool
+    /// call has a durable intent row but no result, so the runner cannot know whether its side
+    /// effect happened. That error's message names the call id and tool, and its
+    /// [`Error::key`] is the call's effect row `effect:<run>:<step>:<call_id>`. Pass that
+    /// `call_id` and what really happened:
+    /// * [`Settlement::Ran`]: the output is recorded as the call's result and replayed; the
+    ///   tool is not executed.
+    /// * [`Settlement::DidNotRun`]: the tool is executed now, once, with the same idempotency
+    ///   key.
+    /// * [`Settlement::Failed`]: recorded as a failed call; the agent's tool-failure policy
+    ///   applies.
+    ///
+    /// The settlement is written first, durably, as the call's result row (status `done`,
+    /// marked `"settled": "human"` and `"settlement": "ran" | "did_not_run" | "failed"`), under
+    /// this resume's claim epoch; then the run resumes as [`Runner::resume`] would and the
+    /// effect-replay rules use that row. A crash right after the settlement loses nothing: a
+    /// plain [`Runner::resume`] then continues from it.
+    ///
+    /// This is a method of its own rather than a [`Decision`] variant because a decision answers
+    /// the one call a `paused` record names, while a settlement answers a run that is not
+    /// paused, about a call the caller names, and is stored in the effect journal (the place
+    /// the replay rules read) rather than in a `resumed` record.
+    ///
+    /// Errors (through the handle), with nothing written: `InvalidInput` if the run has no
+    /// pending tool batch or `call_id` is not in it; `Conflict` if the run is terminal or
+    /// paused, or the call has no lone intent row (it never started, or it already has a
+    /// result). Settling again with an identical settlement writes nothing and resumes;
+    /// a different one is a `Conflict`. Plus every error of [`Runner::resume`].
+    pub fn resume_settling(
+        &self,
+        agent: &Agent,
+        thread: &ThreadId,
+        run: &RunId,
+        call_id: impl Into<String>,
+        settlement: Settlement,
+    ) -> RunHandle {
+        let start = Start::Settle(call_id.into(), settlement);
+        self.spawn(agent, thread, run.clone(), start)
+    }
+
     fn spawn(&self, agent: &Agent, thread: &ThreadId, run: RunId, start: Start) -> RunHandle {
         let (ctl, rx) = watch::channel(Signal::Run);
         let (ev_tx, ev_rx) = broadcast::channel(self.shared.config.event_capacity.max(1));
@@ -295,7 +344,11 @@ pub(crate) async fn execute(
     control: watch::Receiver<Signal>,
     events: broadcast::Sender<RunEvent>,
 ) -> Result<Outcome> {
-    if matches!(start, Start::Fresh(_)) {
+    let start_input = match &start {
+        Start::Fresh(input) => Some(input.clone()),
+        _ => None,
+    };
+    if start_input.is_some() {
         // A fresh run never continues or overwrites a stored one (checked before claiming, so
         // a live run under that id is not fenced off by the refused attempt).
         let lk = crate::store::latest_key(&run);
@@ -321,12 +374,37 @@ pub(crate) async fn execute(
         run,
         epoch,
     );
-    let (st, decisions, input) = match start {
-        Start::Fresh(input) => (RunState::default(), Default::default(), Some(input)),
-        Start::Resume(decision) => match resume::load(&mut ckpt, decision).await? {
-            resume::Loaded::Terminal(r) => return Ok(Outcome::Completed(r)),
-            resume::Loaded::Paused(request) => return Ok(Outcome::Paused { request }),
+    let (decision, settlement) = match start {
+        Start::Fresh(_) => (None, None),
+        Start::Resume(d) => (d, None),
+        Start::Settle(id, s) => (None, Some((id, s))),
+    };
+    let (st, decisions, input) = match start_input {
+        Some(input) => (RunState::default(), Default::default(), Some(input)),
+        None => match resume::load(&mut ckpt, decision).await? {
+            resume::Loaded::Terminal(r) => {
+                if let Some((id, _)) = settlement {
+                    return Err(Error::conflict(format!(
+                        "run {} is terminal; tool call {id} is not pending and cannot be settled",
+                        ckpt.run
+                    )));
+                }
+                return Ok(Outcome::Completed(r));
+            }
+            resume::Loaded::Paused(request) => {
+                if let Some((id, _)) = settlement {
+                    return Err(Error::conflict(format!(
+                        "run {} is paused for approval; decide with resume_with_decision, \
+                         tool call {id} cannot be settled",
+                        ckpt.run
+                    )));
+                }
+                return Ok(Outcome::Paused { request });
+            }
             resume::Loaded::Continue(restored) => {
+                if let Some((id, s)) = &settlement {
+                    settle::apply(&mut ckpt, &restored.state, id, s).await?;
+                }
                 ckpt.continue_log(restored.transcript.as_ref());
                 (restored.state, restored.decisions, None)
             }

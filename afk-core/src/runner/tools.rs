@@ -27,14 +27,15 @@ use tracing::Instrument;
 use super::Decision;
 use super::agent::{FailurePolicy, GateDecision};
 use super::exec::{RunTask, UNTRUSTED_NOTE, text_message};
+use super::settle;
 use super::subagent;
 use super::tool::{EffectPolicy, ToolContext};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hash::{canonical_json, input_hash, output_hash};
 use crate::keys;
 use crate::schema::{
-    EffectRow, EffectStatus, LlmResponse, PauseKind, PauseRequest, PausedPayload, PhasePayload,
-    Role, ToolCall, ToolExecution,
+    EffectRow, EffectStatus, Extra, LlmResponse, PauseKind, PauseRequest, PausedPayload,
+    PhasePayload, Role, ToolCall, ToolExecution,
 };
 
 /// How a batch ended.
@@ -54,6 +55,8 @@ pub(crate) enum BatchOutcome {
 enum Plan {
     Replay(Value),
     Execute,
+    /// A human settled the call as failed (`Settlement::Failed`); not executed.
+    SettledFailed(String),
     Denied(String),
     Unknown,
 }
@@ -67,7 +70,8 @@ struct CallResult {
     latency_ms: Option<f64>,
 }
 
-fn call_id(step: u64, i: usize, call: &ToolCall) -> String {
+/// The id of the `i`th call of a step's batch (`auto_<step>_<i>` when the model gave none).
+pub(crate) fn call_id(step: u64, i: usize, call: &ToolCall) -> String {
     call.id
         .clone()
         .filter(|s| !s.is_empty())
@@ -115,6 +119,8 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
         .get_many(&task.ckpt.thread, &effect_keys)
         .await?;
     let mut hashes = Vec::with_capacity(calls.len());
+    // Markers a `did_not_run` settlement puts on the rows of the call's re-execution.
+    let mut marks = vec![Extra::new(); calls.len()];
     for (i, call) in calls.iter().enumerate() {
         let args = Value::Object(call.arguments.clone());
         hashes.push(input_hash(&call.tool_name, &args));
@@ -131,7 +137,10 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
             }
         };
         let Some(bytes) = &rows[i] else { continue };
-        plans[i] = decide_from_row(bytes, &effect_keys[i], &ids[i], &hashes[i], policy)?;
+        let (plan, settled) =
+            decide_from_row(bytes, &effect_keys[i], &ids[i], call, &hashes[i], policy)?;
+        plans[i] = plan;
+        marks[i] = settled;
     }
 
     // 3. Intents, then the barrier: nothing runs before every intent is durable.
@@ -151,7 +160,7 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
                 )),
                 tool_name: Some(call.tool_name.clone()),
                 started_at_ms: Some(now_ms),
-                extra: Default::default(),
+                extra: marks[i].clone(),
             };
             task.ckpt.effect(step, &ids[i], &row).await?;
         }
@@ -159,7 +168,7 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
     task.ckpt.barrier().await?;
 
     // 4. Execute concurrently; commit each result row as soon as that call finishes.
-    let results = execute(task, calls, &ids, &plans, &hashes).await?;
+    let results = execute(task, calls, &ids, &plans, &hashes, &marks).await?;
 
     // 5. Records and messages, in call order.
     let mut failures = 0;
@@ -180,6 +189,7 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
                 )
             }
             Plan::Denied(r) => (failed(format!("Tool call denied: {r}")), false),
+            Plan::SettledFailed(e) => (failed(e.clone()), false),
             Plan::Unknown => (failed(format!("Unknown tool '{}'", call.tool_name)), false),
             Plan::Execute => match results.get(&i) {
                 Some(r) => (r.clone(), false),
@@ -230,14 +240,16 @@ fn failed(error: String) -> CallResult {
     }
 }
 
-/// Apply the effect rules to a stored row.
+/// Apply the effect rules to a stored row: the plan, and the settlement markers to keep on
+/// the rows of a `did_not_run` re-execution.
 fn decide_from_row(
     bytes: &[u8],
     key: &str,
     id: &str,
+    call: &ToolCall,
     hash: &str,
     policy: EffectPolicy,
-) -> Result<Plan> {
+) -> Result<(Plan, Extra)> {
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| Error::corrupt_record(key, format!("effect row is not JSON: {e}")))?;
     if let Some(stored) = value.get("input_hash").and_then(Value::as_str)
@@ -249,24 +261,39 @@ fn decide_from_row(
         ));
     }
     let Value::Object(mut map) = value else {
-        return Ok(Plan::Execute); // AFK: a non-map row is no row
+        return Ok((Plan::Execute, Extra::new())); // AFK: a non-map row is no row
     };
     if !map.contains_key("input_hash") {
         map.insert("input_hash".to_owned(), Value::String(hash.to_owned()));
     }
     let row: EffectRow = serde_json::from_value(Value::Object(map))
         .map_err(|e| Error::corrupt_record(key, format!("effect row is invalid: {e}")))?;
+    let settlement = row.extra.get(settle::SETTLEMENT).and_then(Value::as_str);
     Ok(match row.status() {
-        EffectStatus::Done if row.success => Plan::Replay(row.output),
-        EffectStatus::Done => Plan::Execute,
+        EffectStatus::Done if row.success => (Plan::Replay(row.output), Extra::new()),
+        EffectStatus::Done if settlement == Some("failed") => {
+            let error = row
+                .extra
+                .get(settle::SETTLED_ERROR)
+                .and_then(Value::as_str)
+                .unwrap_or("settled as failed")
+                .to_owned();
+            (Plan::SettledFailed(error), Extra::new())
+        }
+        EffectStatus::Done if settlement == Some("did_not_run") => {
+            (Plan::Execute, settle::did_not_run_marks())
+        }
+        EffectStatus::Done => (Plan::Execute, Extra::new()),
         EffectStatus::Intent => match policy {
-            EffectPolicy::Idempotent => Plan::Execute,
+            EffectPolicy::Idempotent => (Plan::Execute, Extra::new()),
             EffectPolicy::AtMostOnce => {
                 return Err(Error::new(
                     ErrorKind::EffectUncertain,
                     format!(
-                        "tool call {id} may or may not have run (intent recorded, no result) \
-                         and its tool is at-most-once; a human must decide"
+                        "tool call {id} (tool '{}') may or may not have run (intent recorded, \
+                         no result) and its tool is at-most-once; settle it with \
+                         Runner::resume_settling(.., \"{id}\", Settlement::..)",
+                        call.tool_name
                     ),
                 )
                 .with_key(key));
@@ -281,6 +308,7 @@ async fn execute(
     ids: &[String],
     plans: &[Plan],
     hashes: &[String],
+    marks: &[Extra],
 ) -> Result<BTreeMap<usize, CallResult>> {
     let step = task.st.step;
     let sem = Arc::new(Semaphore::new(task.agent.limits.tool_parallelism.max(1)));
@@ -373,7 +401,7 @@ async fn execute(
             )),
             tool_name: Some(calls[i].tool_name.clone()),
             started_at_ms: None,
-            extra: Default::default(),
+            extra: marks[i].clone(),
         };
         task.ckpt.effect(step, &ids[i], &row).await?;
         if task.agent.subagent(&calls[i].tool_name).is_some() {
