@@ -27,7 +27,8 @@
 //! 8. The latest pointer never moves backwards: the resumed run's `run_started` record is
 //!    written without moving it.
 //!
-//! Effect replay during the resumed step is in [`super::tools`].
+//! Effect replay during the resumed step is in [`super::tools`]; settling an uncertain effect
+//! before the resume (`Runner::resume_settling`) is in [`super::settle`].
 //!
 //! # Rules and the tests that pin them (DESIGN §5, fixtures README §4–6)
 //!
@@ -42,6 +43,7 @@
 //! | 7 pending response reused without a model call; undecodable -> `Corrupt` | fixtures `*-post_llm-*`, `corrupt-pending-garbage`; the "no durable answer requested again" checks of `tests/runner_crash.rs` and `tests/runner_abort.rs` |
 //! | 8 pointer never moves backwards | `tests/resume_rules.rs::a_resume_crashing_after_its_run_started_record_leaves_the_pointer_where_it_was` |
 //! | effects: replay / `Corrupt` on hash mismatch / intent -> re-run or `EffectUncertain` | fixtures `*-effect-*`, `corrupt-effect-hash-mismatch`; `tests/runner_crash.rs`, `tests/runner_abort.rs` (at-most-once `charge`) |
+//! | settlement (`Runner::resume_settling`): a lone intent of a pending call becomes a `done` row marked `settled` (ran -> replayed, did not run -> executed once more with the same idempotency key, failed -> a failed call); no lone intent / not pending / terminal / paused -> `Conflict` or `InvalidInput`, nothing written; an identical repeat writes nothing | `tests/runner_settle.rs` |
 //! | a fresh run never reuses a stored run id | `tests/runner_control.rs::a_fresh_run_under_an_existing_run_id_is_refused` |
 
 use std::collections::BTreeMap;

@@ -3,11 +3,14 @@
 //!
 //! Effect rules (DESIGN §5 step 5), evaluated for every call before anything runs:
 //! * result row (`status` done, or an AFK v1 row without status) whose `input_hash` matches:
-//!   successful -> replay its output; failed -> execute again;
+//!   successful -> replay its output; failed -> execute again, except a row a human settled as
+//!   failed (`"settlement": "failed"`, see [`super::settle`]) -> a failed call with its error;
+//!   a re-execution after a `did_not_run` settlement keeps that marker on its rows;
 //! * `input_hash` differs -> `Corrupt` ("Effect journal integrity conflict");
 //! * intent row without result -> [`EffectPolicy::Idempotent`] tools execute again with the
 //!   same idempotency key, [`EffectPolicy::AtMostOnce`] tools stop the run with
-//!   `EffectUncertain`;
+//!   `EffectUncertain` (message naming the call id and tool, key the effect row) until a human
+//!   settles the call with `Runner::resume_settling`;
 //! * no row -> execute.
 //!
 //! Intent rows of every call about to execute are committed (and the write barrier passed)
