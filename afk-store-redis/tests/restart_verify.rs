@@ -116,6 +116,12 @@ async fn a_real_run_across_a_server_restart_verifies_clean() {
         .expect("verify after the restart");
     assert_eq!(at_crash.len(), 1, "the run's pointer survived the restart");
     assert_eq!(problems(&at_crash), Vec::<String>::new());
+    assert_eq!(
+        at_crash[0].uncertain().count(),
+        1,
+        "step 2's intent was acknowledged (so kept) before its tool ran: {:?}",
+        at_crash[0].notes
+    );
 
     // The same runner resumes the run to the uncrashed result.
     let out = tokio::time::timeout(

@@ -259,9 +259,10 @@ async fn a_real_run_verifies_clean_at_the_kill_and_after_completing_on_a_fresh_b
     });
     assert_eq!(at_kill.len(), 1, "the run is visible before the kill");
     assert_eq!(problems(&at_kill), Vec::<String>::new());
-    assert!(
-        at_kill[0].uncertain().count() <= 1,
-        "{:?}",
+    assert_eq!(
+        at_kill[0].uncertain().count(),
+        1,
+        "step 2's intent is durable before its tool runs: {:?}",
         at_kill[0].notes
     );
     let err = result.expect_err("the run cannot finish while the server is down");
