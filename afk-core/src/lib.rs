@@ -9,6 +9,7 @@ pub mod normalize;
 pub mod runner;
 pub mod schema;
 pub mod store;
+pub mod verify;
 pub mod writer;
 
 pub use error::{Error, ErrorKind, Result};

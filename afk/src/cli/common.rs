@@ -1,14 +1,13 @@
 //! What the subcommands share: the async runtime, opening the store, listing a thread's keys,
 //! reading a run's records.
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use afk_core::keys::{ParsedKey, messages_key, parse_key};
-use afk_core::normalize::{normalize_record, normalize_transcript_entry};
-use afk_core::schema::{CheckpointRecord, RuntimeSnapshot, StepRecords, reassemble};
-use afk_core::store::{MAX_LIST_LIMIT, latest_key};
+use afk_core::keys::messages_key;
+use afk_core::normalize::normalize_transcript_entry;
+use afk_core::schema::{RuntimeSnapshot, StepRecords, reassemble};
+pub use afk_core::verify::{latest_record as latest, list_all, newest_snapshot, runs_of};
 use afk_core::{Error, Result, RunId, Store, ThreadId};
 
 /// The store used when neither `--store` nor a command default says otherwise.
@@ -44,39 +43,6 @@ where
     }
 }
 
-/// Every key of `thread` starting with `prefix`, in order.
-pub async fn list_all(store: &dyn Store, thread: &ThreadId, prefix: &str) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = store
-            .list(thread, prefix, cursor.as_deref(), MAX_LIST_LIMIT)
-            .await?;
-        out.extend(page.keys);
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => return Ok(out),
-        }
-    }
-}
-
-/// The runs of a thread: every run with a `run:<run>` fence or a `checkpoint:<run>:latest`
-/// pointer, sorted by id.
-pub async fn runs_of(store: &dyn Store, thread: &ThreadId) -> Result<Vec<RunId>> {
-    let mut runs = BTreeMap::new();
-    for key in list_all(store, thread, "run:").await? {
-        if let Ok(ParsedKey::Run { run }) = parse_key(&key) {
-            runs.insert(run.to_string(), run);
-        }
-    }
-    for key in list_all(store, thread, "checkpoint:").await? {
-        if let Ok(ParsedKey::Latest { run }) = parse_key(&key) {
-            runs.insert(run.to_string(), run);
-        }
-    }
-    Ok(runs.into_values().collect())
-}
-
 /// Every key of one run (records, pointer, effect rows, transcript log, background rows, fence).
 pub async fn keys_of_run(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result<Vec<String>> {
     let mut out = Vec::new();
@@ -88,48 +54,6 @@ pub async fn keys_of_run(store: &dyn Store, thread: &ThreadId, run: &RunId) -> R
         out.push(fence);
     }
     Ok(out)
-}
-
-/// The run's latest record, normalized; `None` when there is no pointer.
-pub async fn latest(
-    store: &dyn Store,
-    thread: &ThreadId,
-    run: &RunId,
-) -> Result<Option<CheckpointRecord>> {
-    let key = latest_key(run);
-    match store.get(thread, &key).await? {
-        Some(bytes) => normalize_record(&bytes, thread, &key).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// The newest snapshot of the run: the latest record if it is a `runtime_state`, else the
-/// `runtime_state` record with the highest step (the one resume would use).
-pub async fn newest_snapshot(
-    store: &dyn Store,
-    thread: &ThreadId,
-    run: &RunId,
-    latest: Option<&CheckpointRecord>,
-) -> Result<Option<CheckpointRecord>> {
-    if let Some(l) = latest.filter(|l| l.snapshot().is_some()) {
-        return Ok(Some(l.clone()));
-    }
-    let mut best: Option<(u64, String)> = None;
-    for key in list_all(store, thread, &afk_core::keys::checkpoint_prefix(run)).await? {
-        if let Ok(ParsedKey::Checkpoint { step, phase, .. }) = parse_key(&key)
-            && phase == "runtime_state"
-            && best.as_ref().is_none_or(|(s, _)| step >= *s)
-        {
-            best = Some((step, key));
-        }
-    }
-    let Some((_, key)) = best else {
-        return Ok(None);
-    };
-    match store.get(thread, &key).await? {
-        Some(bytes) => normalize_record(&bytes, thread, &key).map(Some),
-        None => Ok(None),
-    }
 }
 
 /// Parse `--thread` and `--run` values.
