@@ -1,8 +1,8 @@
 //! The S3 server stopped and restarted in the middle of a run: calls fail with a clear error
 //! within their time bounds, never hang, and nothing half-written becomes visible.
 //!
-//! Uses its own throwaway moto server (`AFK_TEST_MOTO_SERVER`, default
-//! `/tmp/motovenv/bin/moto_server`) on a free port. moto keeps everything in memory, so after
+//! Uses its own throwaway moto server (`AFK_TEST_MOTO_SERVER`, which `cargo xtask test` sets
+//! to the `moto_server` of its virtualenv) on a free port. moto keeps everything in memory, so after
 //! the restart the bucket is gone: the expected outcome is then an `InvalidConfig` error naming
 //! the bucket, not stale or partial data.
 //!
@@ -33,18 +33,15 @@ use tokio::sync::Notify;
 /// 120 s; refused connections fail much faster).
 const BOUND: Duration = Duration::from_secs(150);
 
+/// The `moto_server` binary to start (`AFK_TEST_MOTO_SERVER`); skipped or, under
+/// `AFK_REQUIRE_INTEGRATION=1`, a failure when it is not set or does not exist.
 fn moto_binary() -> Option<String> {
-    let path = std::env::var("AFK_TEST_MOTO_SERVER")
-        .unwrap_or_else(|_| "/tmp/motovenv/bin/moto_server".into());
-    if std::path::Path::new(&path).exists() {
-        return Some(path);
-    }
+    let path = afk_conformance::require_env("AFK_TEST_MOTO_SERVER")?;
     assert!(
-        std::env::var("AFK_REQUIRE_INTEGRATION").as_deref() != Ok("1"),
-        "AFK_REQUIRE_INTEGRATION=1 but no moto_server at {path} (set AFK_TEST_MOTO_SERVER)"
+        std::path::Path::new(&path).exists(),
+        "AFK_TEST_MOTO_SERVER={path} does not exist"
     );
-    eprintln!("skipped: set AFK_TEST_MOTO_SERVER to a moto_server binary");
-    None
+    Some(path)
 }
 
 fn free_port() -> u16 {

@@ -96,6 +96,10 @@ impl Services {
             ] {
                 services.env.push((key.into(), value.into()));
             }
+            services.env.push((
+                "AFK_TEST_MOTO_SERVER".into(),
+                s3::moto_server().display().to_string(),
+            ));
         }
         let env_file: String = services
             .env

@@ -21,7 +21,9 @@ fn venv() -> PathBuf {
     system::cache_dir().join("moto-venv")
 }
 
-fn moto_server() -> PathBuf {
+/// The `moto_server` binary in xtask's virtualenv (tests that need a throwaway server of their
+/// own, like the S3 restart test, get it as `AFK_TEST_MOTO_SERVER`).
+pub fn moto_server() -> PathBuf {
     venv().join("bin").join("moto_server")
 }
 
