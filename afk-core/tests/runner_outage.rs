@@ -7,7 +7,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{
@@ -17,6 +17,9 @@ use afk_core::store::{Op, RetryPolicy};
 use afk_core::{CheckpointConfig, ErrorKind, FaultStore, MemoryStore, RunId, Store, ThreadId};
 use common::{agent_with, essence, script};
 use serde_json::{Value, json};
+
+/// Long enough for any loaded machine, short enough to report a hang as a failure.
+const NO_HANG: Duration = Duration::from_secs(60);
 
 fn runner(store: Arc<dyn Store>, async_writes: bool) -> Runner {
     let checkpoint = CheckpointConfig {
@@ -79,9 +82,10 @@ async fn outage_then_resume_on_the_same_runner(async_writes: bool, outage_op: Op
     agent.tools.push(down_echo);
     let runner = runner(fault.clone(), async_writes);
 
-    let t0 = Instant::now();
+    // The bound only catches a hang (a run that retries an outage forever); how fast the
+    // run fails is a matter for benchmarks, not for a test on a loaded machine.
     let first = tokio::time::timeout(
-        Duration::from_secs(10),
+        NO_HANG,
         runner
             .run_with_id(&agent, &thread, run.clone(), "go")
             .result(),
@@ -90,20 +94,12 @@ async fn outage_then_resume_on_the_same_runner(async_writes: bool, outage_op: Op
     .expect("the failed run resolves its handle");
     let err = first.expect_err("the run cannot finish while the store is down");
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
-    assert!(
-        t0.elapsed() < Duration::from_secs(3),
-        "failing took {:?}",
-        t0.elapsed()
-    );
     assert!(fault.injected_failures() > 0);
 
     // While the store is still down, a resume fails the same way (and does not hang).
-    let still = tokio::time::timeout(
-        Duration::from_secs(10),
-        runner.resume(&agent, &thread, &run).result(),
-    )
-    .await
-    .expect("no hang");
+    let still = tokio::time::timeout(NO_HANG, runner.resume(&agent, &thread, &run).result())
+        .await
+        .expect("no hang");
     assert_eq!(
         still.map(|_| ()).unwrap_err().kind(),
         ErrorKind::Unavailable
@@ -111,12 +107,9 @@ async fn outage_then_resume_on_the_same_runner(async_writes: bool, outage_op: Op
 
     // The store is back: the same runner resumes the run to the uncrashed result.
     fault.clear_failures();
-    let out = tokio::time::timeout(
-        Duration::from_secs(10),
-        runner.resume(&agent, &thread, &run).result(),
-    )
-    .await
-    .expect("no hang");
+    let out = tokio::time::timeout(NO_HANG, runner.resume(&agent, &thread, &run).result())
+        .await
+        .expect("no hang");
     match out {
         Ok(Outcome::Completed(r)) => assert_eq!(essence(&r), want),
         other => panic!("resume after the outage: {other:?}"),
