@@ -14,7 +14,7 @@ use afk_core::runner::{Agent, Outcome, Runner};
 use afk_core::schema::AgentResult;
 use afk_core::store::CrashMode;
 use afk_core::{ErrorKind, FaultStore, MemoryStore, RunId, Store, ThreadId};
-use common::{agent_with, durable_results, essence, script};
+use common::{agent_with, durable_results, essence, resume_or_start, script};
 use serde_json::{Value, json};
 
 struct Rig {
@@ -75,8 +75,7 @@ async fn crash_and_resume(k: u64, j: Option<u64>, want: &Value) -> Result<(), St
         let fault2 = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
         fault2.crash_after_commits(j, CrashMode::Down);
         let r2 = rig(&counter);
-        let _ = runner(fault2)
-            .resume(&r2.agent, &thread, &run)
+        let _ = resume_or_start(&runner(fault2), &r2.agent, &inner, &thread, &run)
             .result()
             .await;
         asked_before.extend(r2.llm.asked());
@@ -85,8 +84,9 @@ async fn crash_and_resume(k: u64, j: Option<u64>, want: &Value) -> Result<(), St
     let durable = durable_results(&inner, &thread);
     let before = counter.snapshot();
     let r3 = rig(&counter);
-    let res = runner(inner.clone())
-        .resume(&r3.agent, &thread, &run)
+    // Always the SAME run id: resumed from whatever it committed (from its first commit on),
+    // or started again if it committed nothing.
+    let res = resume_or_start(&runner(inner.clone()), &r3.agent, &inner, &thread, &run)
         .result()
         .await;
     let after = counter.snapshot();
@@ -147,22 +147,6 @@ async fn crash_and_resume(k: u64, j: Option<u64>, want: &Value) -> Result<(), St
             if !intent || counter.get("c2") > 1 || !resumed_exec.is_empty() || r3.llm.calls() != 0 {
                 return Err(format!(
                     "k={k} j={j:?}: EffectUncertain without a lone intent for c2"
-                ));
-            }
-            Ok(())
-        }
-        Err(e)
-            if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Corrupt)
-                && !inner
-                    .snapshot(&thread)
-                    .keys()
-                    .any(|key| key.ends_with(":runtime_state")) =>
-        {
-            // Crashed before the first snapshot (the user input was never durable): nothing to
-            // resume, and nothing may run (as AFK, fixtures `*-crash-k01..k04`).
-            if !resumed_exec.is_empty() || r3.llm.calls() != 0 {
-                return Err(format!(
-                    "k={k} j={j:?}: executed something without a snapshot"
                 ));
             }
             Ok(())

@@ -153,11 +153,11 @@ async fn a_subagent_runs_as_a_child_run_and_is_not_rerun_on_resume() {
     assert_eq!(child_llm.calls(), 1);
 }
 
-/// A child run that crashed before its first snapshot (only `run_started` / `step_started`
-/// saved) cannot be resumed on its own; the parent's resume starts it again from its input
-/// instead of failing the delegation on every resume.
+/// A child run that crashed right after its first commit is resumable from it (that commit
+/// carries the child's input in its step-0 snapshot): the parent's resume resumes the child
+/// under the same child run id, which asks its model once.
 #[tokio::test]
-async fn a_child_crashed_before_its_first_snapshot_is_started_again() {
+async fn a_child_crashed_right_after_its_first_commit_is_resumed() {
     let thread = ThreadId::new("t_sub_crash").unwrap();
     let run = RunId::new("run_parent_crash").unwrap();
     let child_run = child_run_id(&run, 1, "x1");
@@ -212,11 +212,9 @@ async fn a_child_crashed_before_its_first_snapshot_is_started_again() {
     let keys = inner.snapshot(&thread);
     assert!(keys.contains_key(&child_rl), "child started");
     assert!(
-        !keys
-            .keys()
-            .any(|k| k.starts_with(&format!("checkpoint:{child_run}:"))
-                && k.ends_with(":runtime_state")),
-        "the child has no snapshot yet: {:?}",
+        keys.contains_key(&format!("checkpoint:{child_run}:0:runtime_state"))
+            && !keys.contains_key(&format!("checkpoint:{child_run}:1:step_started")),
+        "the child's first commit holds its step-0 snapshot, and nothing more is saved: {:?}",
         keys.keys().collect::<Vec<_>>()
     );
 
@@ -243,6 +241,6 @@ async fn a_child_crashed_before_its_first_snapshot_is_started_again() {
     assert_eq!(
         child_llm.calls(),
         1,
-        "the restarted child asks its model once"
+        "the resumed child asks its model once"
     );
 }

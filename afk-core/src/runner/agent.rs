@@ -57,11 +57,30 @@ impl Default for FailurePolicies {
 }
 
 /// Run budgets. Every limit is checked at each step start; cost also after each model call.
+///
+/// # What counts across crashes
+///
+/// A crash must not change a run's result, so the budgets that shape the result count
+/// logical work, while the spend guard counts real calls:
+///
+/// * `max_steps` counts **logical steps**: a step redone after a crash inside its model turn
+///   keeps its step number and is not counted again, however often it is redone.
+/// * `max_llm_calls` counts **model calls made**, including calls whose answer a crash lost
+///   (the provider was paid for them). Each call's ordinal is recorded in its `pre_llm`
+///   record before the call; a resume counts a lost call from it. With write-behind
+///   (`async_writes`), a call whose `pre_llm` record was still queued when the process died
+///   is not counted. The result's `llm_calls` counts the answers the run used, as an
+///   uncrashed run would.
+/// * `max_cost_usd` counts the cost of the **answers the run recorded**: a lost answer's cost
+///   was never seen, so it cannot be counted.
+/// * `max_tool_calls` counts recorded tool calls (each call once, replayed or not);
+///   `max_wall_time_ms` counts active time saved in snapshots.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
-    /// Most loop steps (model turns).
+    /// Most loop steps (model turns), counted as logical steps (a redone step counts once).
     pub max_steps: u64,
-    /// Most model calls over the whole run (resumes included).
+    /// Most model calls over the whole run (resumes included), counting calls whose answer a
+    /// crash lost.
     pub max_llm_calls: u64,
     /// Most tool calls over the whole run.
     pub max_tool_calls: u64,

@@ -117,7 +117,7 @@ impl RunTask {
         if self.st.step > l.max_steps {
             return over("max_steps", l.max_steps.to_string());
         }
-        if self.st.llm_calls >= l.max_llm_calls {
+        if self.st.llm_requests.max(self.st.llm_calls) >= l.max_llm_calls {
             return over("max_llm_calls", l.max_llm_calls.to_string());
         }
         if self.st.tool_calls > l.max_tool_calls {
@@ -164,21 +164,40 @@ impl RunTask {
             resumed,
             extra: Default::default(),
         };
-        // AFK defect #2: on resume the pointer stays where the run really is.
-        self.ckpt
-            .checkpoint_with(0, PhasePayload::RunStarted(started), !resumed)
-            .await?;
+        if resumed {
+            // AFK defect #2: on resume the pointer stays where the run really is.
+            self.ckpt
+                .checkpoint_with(0, PhasePayload::RunStarted(started), false)
+                .await?;
+        } else {
+            // The first commit carries the step-0 snapshot: resumable from here on.
+            let (thread, active_ms) = (self.thread_str(), self.active_ms());
+            let st = &self.st;
+            self.ckpt
+                .first_commit(PhasePayload::RunStarted(started), &st.messages, |tref| {
+                    PhasePayload::RuntimeState(Box::new(st.to_snapshot(
+                        &thread,
+                        active_ms,
+                        Some(tref),
+                    )))
+                })
+                .await?;
+        }
         self.emit(RunEvent::RunStarted {
             run_id: self.run_str(),
             resumed,
         });
 
         let mut reuse_pending = self.st.pending_llm_response.is_some();
+        // A snapshot taken at the top of a step whose model turn had not finished: redo that
+        // step under the same number (a redone step is the same logical step).
+        let mut same_step = reuse_pending || self.st.step_open;
         loop {
             self.check_signal()?;
-            if !reuse_pending {
+            if !same_step {
                 self.st.step += 1;
             }
+            same_step = false;
             self.check_budgets()?;
             let step = self.st.step;
             let span = tracing::info_span!("step", run = %self.ckpt.run, step);
@@ -200,6 +219,9 @@ impl RunTask {
         self.ckpt
             .checkpoint(step, PhasePayload::StepStarted(started))
             .await?;
+        // Open until the model's answer is in a snapshot: a resume from this snapshot redoes
+        // the step's model turn as the same step.
+        self.st.step_open = !(*reuse_pending && self.st.pending_llm_response.is_some());
         self.snapshot().await?;
 
         let pending = if *reuse_pending {
@@ -262,6 +284,7 @@ impl RunTask {
             .checkpoint(step, PhasePayload::PostToolBatch(post))
             .await?;
         self.st.pending_llm_response = None;
+        self.st.step_open = false;
         if let Some(msg) = degrade {
             self.st.state = "degraded".to_owned();
             self.st.final_text = msg;
@@ -278,12 +301,19 @@ impl RunTask {
     async fn llm_turn(&mut self) -> Result<Option<LlmResponse>> {
         let step = self.st.step;
         let provider = self.agent.llm.provider();
-        let pre = PreLlmPayload {
+        // Counted before the call and recorded in `pre_llm`, so a call whose answer a crash
+        // lost still counts against `max_llm_calls` (see `Limits`).
+        self.st.llm_requests = self.st.llm_requests.max(self.st.llm_calls) + 1;
+        let mut pre = PreLlmPayload {
             model: self.agent.model.clone(),
             provider: provider.clone(),
             message_count: self.st.messages.len() as u64,
             extra: Default::default(),
         };
+        pre.extra.insert(
+            super::state::LLM_REQUEST_KEY.to_owned(),
+            Value::from(self.st.llm_requests),
+        );
         self.ckpt
             .checkpoint(step, PhasePayload::PreLlm(pre))
             .await?;
@@ -362,6 +392,7 @@ impl RunTask {
             .checkpoint(step, PhasePayload::PostLlm(post))
             .await?;
         self.st.pending_llm_response = Some(resp.clone());
+        self.st.step_open = false;
         self.snapshot().await?;
         self.check_cost()?;
         Ok(Some(resp))

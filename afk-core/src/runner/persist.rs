@@ -150,10 +150,28 @@ impl Checkpointer {
         tools: &[ToolExecution],
         subagents: &[SubagentExecution],
     ) -> Result<TranscriptRef> {
+        let (entry, tref) = self.log_entry(step, messages, tools, subagents)?;
+        if let Some(put) = entry {
+            self.commit(vec![put], None, false).await?;
+        }
+        Ok(tref)
+    }
+
+    /// The log entry (key and bytes) holding what is not in the log yet, if anything is new,
+    /// and the reference a snapshot must carry once that entry is committed. Counts the entry
+    /// as part of the log: the caller commits it (alone, or with the run's first records).
+    fn log_entry(
+        &mut self,
+        step: u64,
+        messages: &[Message],
+        tools: &[ToolExecution],
+        subagents: &[SubagentExecution],
+    ) -> Result<(Option<(String, Vec<u8>)>, TranscriptRef)> {
         let tail = |have: u64, len: usize| usize::try_from(have).unwrap_or(usize::MAX).min(len);
         let new_messages = &messages[tail(self.log_messages, messages.len())..];
         let new_tools = &tools[tail(self.log_tools, tools.len())..];
         let new_subagents = &subagents[tail(self.log_subagents, subagents.len())..];
+        let mut put = None;
         if !(new_messages.is_empty() && new_tools.is_empty() && new_subagents.is_empty()) {
             let records = StepRecords {
                 tool_executions: new_tools.to_vec(),
@@ -170,15 +188,14 @@ impl Checkpointer {
             let bytes = serde_json::to_vec(&entry).map_err(|e| {
                 crate::Error::unexpected(format!("cannot encode transcript entry: {e}"))
             })?;
-            let key = keys::messages_key(&self.run, self.log_len);
-            self.commit(vec![(key, bytes)], None, false).await?;
+            put = Some((keys::messages_key(&self.run, self.log_len), bytes));
             self.log_len += 1;
             self.log_messages += new_messages.len() as u64;
             self.log_tools += new_tools.len() as u64;
             self.log_subagents += new_subagents.len() as u64;
             self.log_digest = entry.digest;
         }
-        Ok(TranscriptRef {
+        let tref = TranscriptRef {
             len: self.log_len,
             message_count: self.log_messages,
             tool_count: self.log_tools,
@@ -187,7 +204,37 @@ impl Checkpointer {
             skill_command_count: 0,
             digest: self.log_digest.clone(),
             extra: Extra::new(),
-        })
+        };
+        Ok((put, tref))
+    }
+
+    /// The first commit of a fresh v2 run, one atomic commit: its `run_started` record, the
+    /// transcript log's first entry (the system and user messages: the run's input) and the
+    /// step-0 snapshot that references it, with the latest pointer on the snapshot. From this
+    /// commit on the run is resumable: a resume restores the step-0 snapshot and runs step 1
+    /// exactly as the fresh run would have (there is no commit of a v2 run after which
+    /// `resume` finds no snapshot).
+    pub async fn first_commit(
+        &mut self,
+        started: PhasePayload,
+        messages: &[Message],
+        snapshot: impl FnOnce(TranscriptRef) -> PhasePayload,
+    ) -> Result<()> {
+        let (entry, tref) = self.log_entry(0, messages, &[], &[])?;
+        let started = self.record(0, started);
+        let snap = self.record(0, snapshot(tref));
+        let snap_bytes = snap.to_bytes()?;
+        let mut puts = vec![(
+            keys::checkpoint_key(&self.run, 0, started.phase.as_str())?,
+            started.to_bytes()?,
+        )];
+        puts.extend(entry);
+        puts.push((
+            keys::checkpoint_key(&self.run, 0, snap.phase.as_str())?,
+            snap_bytes.clone(),
+        ));
+        tracing::trace!(run = %self.run, "first commit");
+        self.commit(puts, Some(snap_bytes), false).await
     }
 
     /// Commit an effect row (no pointer move).

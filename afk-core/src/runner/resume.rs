@@ -15,7 +15,12 @@
 //!    own resume moved the pointer back to `run_started` at step 0 (AFK defect #2, the
 //!    `a-double-crash-*` fixtures); the highest-step snapshot is the run's real progress,
 //!    because a step's snapshot is only ever rewritten by a later write of the same step.
-//!    No snapshot at all -> `Corrupt` ("No runtime_state checkpoint found for …").
+//!    No snapshot at all -> `Corrupt` ("No runtime_state checkpoint found for …"). That only
+//!    happens to AFK v1 records (AFK's fixtures expect it): the first commit of a v2 run
+//!    carries its step-0 snapshot (the system and user messages in the log's first entry),
+//!    so a v2 run is resumable from its first commit on, under the same run id. A crash
+//!    before that commit leaves no latest pointer (`NotFound`): nothing of the run exists,
+//!    and `Runner::run_with_id` starts it under the same id.
 //! 6. Restore everything: the transcript and the execution records (inline for AFK v1
 //!    records; for v2 the append-only log `messages:<run>:<i>`, read with one `get_many` and
 //!    verified against the snapshot's length, counts and digest chain; records a v2 snapshot
@@ -23,7 +28,13 @@
 //!    count (AFK defect #4) and the active time (AFK defect #5).
 //! 7. A pending LLM response is reused for the same step without a model call (the loop does
 //!    this); an undecodable one was already rejected as `Corrupt` by normalization (AFK defect
-//!    #6: never call the model again for it).
+//!    #6: never call the model again for it). A v2 snapshot taken at the top of a step, before
+//!    its model answer was saved (`"step_open": true`), is redone as the *same* step: a crash
+//!    inside a model turn does not add a step, so `max_steps` counts logical steps and the
+//!    result after any number of crashes equals the uncrashed one (AFK v1 snapshots carry no
+//!    marker and keep AFK's behaviour: the next step). The model call the crash may have
+//!    spent is counted for `max_llm_calls` from the step's `pre_llm` record
+//!    (`"llm_request"`, the call's ordinal; see `Limits`).
 //! 8. The latest pointer never moves backwards: the resumed run's `run_started` record is
 //!    written without moving it.
 //!
@@ -41,6 +52,8 @@
 //! | 5 snapshot: latest, else the highest-step one by listing | fixtures `a-double-crash-*` and every `*-latest-<non-snapshot>-*`; `tests/resume_v1_v2.rs` (`a-double-crash-k15-k13` migrated) |
 //! | 6 restore everything incl. replayed count and active time; v2 log verified | fixtures (`replayed_effect_count`, counters); `tests/resume_v1_v2.rs` (v1 vs migrated v2); `tests/resume_rules.rs::a_tampered_transcript_log_is_corrupt_and_calls_nothing`; active time: `tests/runner_pause.rs`, `tests/runner_control.rs::interrupt_writes_nothing_terminal_and_a_later_resume_continues` |
 //! | 7 pending response reused without a model call; undecodable -> `Corrupt` | fixtures `*-post_llm-*`, `corrupt-pending-garbage`; the "no durable answer requested again" checks of `tests/runner_crash.rs` and `tests/runner_abort.rs` |
+//! | 5 a v2 run is resumable from its first commit (step-0 snapshot), same run id | `tests/runner_crash.rs` (crash after every commit), `tests/runner_abort.rs` (abort at every await point), `tests/resume_crashes.rs` (up to 50 crashes per run), `tests/runner_errors.rs::a_child_crashed_right_after_its_first_commit_is_resumed`; `afk-conformance` resume level |
+//! | 7 open step redone as the same step; `max_steps` logical, `max_llm_calls` counts lost calls, cost counts recorded answers | `tests/resume_budgets.rs`; the `step` in every crash test's result comparison |
 //! | 8 pointer never moves backwards | `tests/resume_rules.rs::a_resume_crashing_after_its_run_started_record_leaves_the_pointer_where_it_was` |
 //! | effects: replay / `Corrupt` on hash mismatch / intent -> re-run or `EffectUncertain` | fixtures `*-effect-*`, `corrupt-effect-hash-mismatch`; `tests/runner_crash.rs`, `tests/runner_abort.rs` (at-most-once `charge`) |
 //! | settlement (`Runner::resume_settling`): a lone intent of a pending call becomes a `done` row marked `settled` (ran -> replayed, did not run -> executed once more with the same idempotency key, failed -> a failed call); no lone intent / not pending / terminal / paused -> `Conflict` or `InvalidInput`, nothing written; an identical repeat writes nothing | `tests/runner_settle.rs` |
@@ -52,7 +65,7 @@ use serde_json::{Map, Value, json};
 
 use super::Decision;
 use super::persist::Checkpointer;
-use super::state::RunState;
+use super::state::{LLM_REQUEST_KEY, RunState};
 use crate::error::{Error, Result};
 use crate::keys;
 use crate::normalize::normalize_record;
@@ -177,7 +190,10 @@ pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) ->
             records: StepRecords::default(),
         },
     };
-    let state = RunState::from_snapshot(snap, log.messages, log.records, snap_rec.timestamp_ms);
+    let mut state = RunState::from_snapshot(snap, log.messages, log.records, snap_rec.timestamp_ms);
+    if state.step_open {
+        count_lost_call(ckpt, &mut state).await?;
+    }
     let mut decisions = stored_decisions(ckpt, state.step).await?;
     if let Some((step, id, d)) = new_decision
         && step == state.step
@@ -189,6 +205,24 @@ pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) ->
         transcript: snap.transcript.clone(),
         decisions,
     })))
+}
+
+/// The step's model call may have been made after the open snapshot (its `pre_llm` record is
+/// committed before the call) and its answer lost: count it, so `max_llm_calls` counts real
+/// calls. Repeated crashes in one step count once each (each `pre_llm` names its call's
+/// ordinal).
+async fn count_lost_call(ckpt: &Checkpointer, state: &mut RunState) -> Result<()> {
+    let key = keys::checkpoint_key(&ckpt.run, state.step, Phase::PreLlm.as_str())?;
+    let Some(bytes) = ckpt.store().get(&ckpt.thread, &key).await? else {
+        return Ok(());
+    };
+    let rec = normalize_record(&bytes, &ckpt.thread, &key)?;
+    if let PhasePayload::PreLlm(p) = &rec.payload
+        && let Some(n) = p.extra.get(LLM_REQUEST_KEY).and_then(Value::as_u64)
+    {
+        state.llm_requests = state.llm_requests.max(n);
+    }
+    Ok(())
 }
 
 /// The highest-step `runtime_state` record of the run, by listing its checkpoint keys.

@@ -9,6 +9,15 @@ use crate::schema::{
 
 /// Key in the snapshot's extra fields holding the run's active milliseconds (v2).
 pub(crate) const ACTIVE_MS_KEY: &str = "active_ms";
+/// Key in the snapshot's extra fields marking a snapshot taken at the top of a step, before
+/// its model answer was saved (v2; absent means false). A resume from it redoes the step
+/// under the same step number.
+pub(crate) const STEP_OPEN_KEY: &str = "step_open";
+/// Key in the snapshot's extra fields holding the model calls started so far, including
+/// calls whose answer a crash lost (v2; absent means `llm_calls`).
+pub(crate) const LLM_REQUESTS_KEY: &str = "llm_requests";
+/// Key in the `pre_llm` payload's extra fields: the ordinal of the model call it announces.
+pub(crate) const LLM_REQUEST_KEY: &str = "llm_request";
 
 /// Everything a run carries from step to step. Restored from a snapshot on resume.
 #[derive(Debug, Clone, Default)]
@@ -18,6 +27,11 @@ pub(crate) struct RunState {
     pub context: Map<String, Value>,
     pub messages: Vec<Message>,
     pub llm_calls: u64,
+    /// Model calls started, including calls whose answer a crash lost (real spend; what
+    /// `max_llm_calls` counts). Equal to `llm_calls` for a run that never crashed mid-turn.
+    pub llm_requests: u64,
+    /// The step's model turn has not finished (its answer is not in a snapshot yet).
+    pub step_open: bool,
     pub tool_calls: u64,
     pub started_at_s: f64,
     /// Active milliseconds accumulated by earlier processes (resumes) of this run.
@@ -52,6 +66,13 @@ impl RunState {
     ) -> RuntimeSnapshot {
         let mut extra = self.extra.clone();
         extra.insert(ACTIVE_MS_KEY.to_owned(), Value::from(active_ms));
+        extra.insert(
+            LLM_REQUESTS_KEY.to_owned(),
+            Value::from(self.llm_requests.max(self.llm_calls)),
+        );
+        if self.step_open {
+            extra.insert(STEP_OPEN_KEY.to_owned(), Value::Bool(true));
+        }
         let (messages, tool_executions, subagent_executions) = if transcript.is_some() {
             (None, Vec::new(), Vec::new())
         } else {
@@ -112,8 +133,20 @@ impl RunState {
                 snapshot_ts_ms.saturating_sub(started_ms)
             }
         };
+        let llm_requests = extra
+            .remove(LLM_REQUESTS_KEY)
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0)
+            .max(snap.llm_calls);
+        let step_open = extra
+            .remove(STEP_OPEN_KEY)
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+            && snap.pending_llm_response.is_none();
         RunState {
             step: snap.step,
+            llm_requests,
+            step_open,
             state: if snap.state.is_empty() {
                 "running".to_owned()
             } else {

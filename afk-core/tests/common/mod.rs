@@ -8,10 +8,12 @@ pub mod gate;
 use std::sync::Arc;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{Agent, EffectPolicy, ManualClock, Runner, RunnerConfig, SequentialIds};
+use afk_core::runner::{
+    Agent, EffectPolicy, ManualClock, RunHandle, Runner, RunnerConfig, SequentialIds,
+};
 use afk_core::schema::{AgentResult, LlmResponse};
 use afk_core::store::RetryPolicy;
-use afk_core::{CheckpointConfig, MemoryStore, Store, ThreadId};
+use afk_core::{CheckpointConfig, MemoryStore, RunId, Store, ThreadId};
 use serde_json::{Value, json};
 
 /// Parse a scripted response.
@@ -78,7 +80,7 @@ pub fn essence(r: &AgentResult) -> Value {
         .map(|t| json!([t.tool_name, t.tool_call_id, t.success, t.output, t.error]))
         .collect();
     json!({"text": r.final_text, "state": r.state, "usage": serde_json::to_value(&r.usage_aggregate).ok(),
-        "llm": r.state_snapshot.llm_calls, "tools": r.state_snapshot.tool_calls, "records": tools,
+        "step": r.state_snapshot.step, "llm": r.state_snapshot.llm_calls, "tools": r.state_snapshot.tool_calls, "records": tools,
         "session": r.session_token})
 }
 
@@ -107,6 +109,23 @@ pub fn lone_intent(store: &MemoryStore, thread: &ThreadId, id: &str) -> bool {
             && serde_json::from_slice::<Value>(v)
                 .is_ok_and(|row| row.get("status") == Some(&json!("intent")))
     })
+}
+
+/// Continue `run` after a crash: resume it, or, when the crash came before its first commit
+/// (no latest pointer: nothing of the run exists), start it under the SAME run id.
+pub fn resume_or_start(
+    runner: &Runner,
+    agent: &Agent,
+    store: &MemoryStore,
+    thread: &ThreadId,
+    run: &RunId,
+) -> RunHandle {
+    let latest = format!("checkpoint:{run}:latest");
+    if store.snapshot(thread).contains_key(&latest) {
+        runner.resume(agent, thread, run)
+    } else {
+        runner.run_with_id(agent, thread, run.clone(), "go")
+    }
 }
 
 /// Whether any runtime snapshot of the thread is durable.
