@@ -16,6 +16,9 @@ use crate::schema::{
 use crate::store::{Commit, Epoch, Store};
 use crate::writer::Writer;
 
+/// One key and its bytes, part of a commit.
+type Put = (String, Vec<u8>);
+
 /// The writer of one run (one process's claim on it).
 #[derive(Debug)]
 pub(crate) struct Checkpointer {
@@ -166,7 +169,7 @@ impl Checkpointer {
         messages: &[Message],
         tools: &[ToolExecution],
         subagents: &[SubagentExecution],
-    ) -> Result<(Option<(String, Vec<u8>)>, TranscriptRef)> {
+    ) -> Result<(Option<Put>, TranscriptRef)> {
         let tail = |have: u64, len: usize| usize::try_from(have).unwrap_or(usize::MAX).min(len);
         let new_messages = &messages[tail(self.log_messages, messages.len())..];
         let new_tools = &tools[tail(self.log_tools, tools.len())..];
