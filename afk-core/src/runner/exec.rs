@@ -45,6 +45,9 @@ pub(crate) struct RunTask {
     pub st: RunState,
     /// Human decisions by tool call id, for the current step.
     pub decisions: BTreeMap<String, Decision>,
+    /// Human decisions for paused child runs, by the delegating call id, for the current
+    /// step (passed down to the child, see `subagent.rs`).
+    pub child_decisions: super::resume::ChildDecisions,
     pub depth: u32,
     pub control: watch::Receiver<Signal>,
     pub events: broadcast::Sender<RunEvent>,

@@ -168,6 +168,9 @@ pub(crate) enum Signal {
 pub(crate) enum Start {
     Fresh(String),
     Resume(Option<Decision>),
+    /// Resume a child run, applying the decision only if it is paused on this call id (a
+    /// human's decision the parent passes down).
+    ResumeFor(String, Decision),
     /// Settle the uncertain call with this id, then resume.
     Settle(String, Settlement),
 }
@@ -374,14 +377,20 @@ pub(crate) async fn execute(
         run,
         epoch,
     );
-    let (decision, settlement) = match start {
-        Start::Fresh(_) => (None, None),
-        Start::Resume(d) => (d, None),
-        Start::Settle(id, s) => (None, Some((id, s))),
+    let (decision, only_for, settlement) = match start {
+        Start::Fresh(_) => (None, None, None),
+        Start::Resume(d) => (d, None, None),
+        Start::ResumeFor(c, d) => (Some(d), Some(c), None),
+        Start::Settle(id, s) => (None, None, Some((id, s))),
     };
-    let (st, decisions, input) = match start_input {
-        Some(input) => (RunState::default(), Default::default(), Some(input)),
-        None => match resume::load(&mut ckpt, decision).await? {
+    let (st, decisions, child_decisions, input) = match start_input {
+        Some(input) => (
+            RunState::default(),
+            Default::default(),
+            Default::default(),
+            Some(input),
+        ),
+        None => match resume::load(&mut ckpt, decision, only_for.as_deref()).await? {
             resume::Loaded::Terminal(r) => {
                 if let Some((id, _)) = settlement {
                     return Err(Error::conflict(format!(
@@ -406,7 +415,12 @@ pub(crate) async fn execute(
                     settle::apply(&mut ckpt, &restored.state, id, s).await?;
                 }
                 ckpt.continue_log(restored.transcript.as_ref());
-                (restored.state, restored.decisions, None)
+                (
+                    restored.state,
+                    restored.decisions,
+                    restored.child_decisions,
+                    None,
+                )
             }
         },
     };
@@ -417,6 +431,7 @@ pub(crate) async fn execute(
         ckpt,
         st,
         decisions,
+        child_decisions,
         depth,
         control,
         events,

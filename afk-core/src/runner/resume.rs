@@ -92,10 +92,41 @@ pub(crate) struct Restored {
     pub state: RunState,
     pub transcript: Option<TranscriptRef>,
     pub decisions: BTreeMap<String, Decision>,
+    /// Decisions for paused child runs, by the delegating call id: the child's paused call
+    /// id and the decision.
+    pub child_decisions: ChildDecisions,
+}
+
+/// Decisions meant for a paused child run, by the parent's delegating call id: the child's
+/// paused call id and the decision.
+pub(crate) type ChildDecisions = BTreeMap<String, (String, Decision)>;
+
+/// Where a `paused` record's request comes from a child run (a subagent paused for
+/// approval): the payload names the child's paused call.
+pub(crate) const CHILD_CALL_KEY: &str = "child_tool_call_id";
+/// The child run id in such a request's payload.
+pub(crate) const CHILD_RUN_KEY: &str = "child_run_id";
+/// The `resumed` payload field holding decisions meant for child runs.
+const CHILD_DECISIONS_KEY: &str = "subagent_decisions";
+
+/// The decisions a `resumed` record holds for one step.
+#[derive(Debug, Default)]
+struct Decisions {
+    /// For the run's own calls, by call id.
+    own: BTreeMap<String, Decision>,
+    /// For paused child runs.
+    children: ChildDecisions,
 }
 
 /// Apply the resume rules for the run `ckpt` is claimed for.
-pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) -> Result<Loaded> {
+///
+/// `only_for`: apply `decision` only if the paused record is about this call id (a parent
+/// passing a human's decision down to its paused child); otherwise the run stays paused.
+pub(crate) async fn load(
+    ckpt: &mut Checkpointer,
+    decision: Option<Decision>,
+    only_for: Option<&str>,
+) -> Result<Loaded> {
     let store = ckpt.store().clone();
     let (thread, run) = (ckpt.thread.clone(), ckpt.run.clone());
     let lk = latest_key(&run);
@@ -107,7 +138,8 @@ pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) ->
     };
     let latest = normalize_record(&bytes, &thread, &lk)?;
 
-    let mut new_decision: Option<(u64, String, Decision)> = None;
+    // (step, call id, the child's call id if the pause is a child's, decision)
+    let mut new_decision: Option<(u64, String, Option<String>, Decision)> = None;
     match &latest.payload {
         PhasePayload::RunTerminal(p) => {
             if let Some(r) = &p.terminal_result {
@@ -121,34 +153,63 @@ pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) ->
                 prompt: p.prompt.clone(),
                 ..Default::default()
             });
+            let meant = only_for.is_none_or(|c| request.tool_call_id.as_deref() == Some(c));
             match decision {
-                None => return Ok(Loaded::Paused(request)),
-                Some(d) => {
+                Some(d) if meant => {
                     let Some(id) = request.tool_call_id.clone() else {
                         return Err(Error::corrupt_record(
                             lk,
                             "paused record names no tool call to decide about",
                         ));
                     };
-                    new_decision = Some((latest.step, id, d));
+                    let child_call = request
+                        .payload
+                        .get(CHILD_CALL_KEY)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                    new_decision = Some((latest.step, id, child_call, d));
                 }
+                _ => return Ok(Loaded::Paused(request)),
             }
         }
         _ => {
-            if decision.is_some() {
+            if decision.is_some() && only_for.is_none() {
                 tracing::warn!(run = %run, "resume_with_decision on a run that is not paused; decision ignored");
             }
         }
     }
 
-    if let Some((step, id, d)) = &new_decision {
+    if let Some((step, id, child_call, d)) = &new_decision {
         let mut all = stored_decisions(ckpt, *step).await?;
-        all.insert(id.clone(), d.clone());
-        let payload = ResumedPayload {
+        match child_call {
+            Some(c) => {
+                all.children.insert(id.clone(), (c.clone(), d.clone()));
+            }
+            None => {
+                all.own.insert(id.clone(), d.clone());
+            }
+        }
+        let mut payload = ResumedPayload {
             kind: PauseKind::Approval,
-            decision: Some(decisions_to_value(&all)),
+            decision: Some(decisions_to_value(&all.own)),
             extra: Default::default(),
         };
+        if !all.children.is_empty() {
+            let children: Map<String, Value> = all
+                .children
+                .iter()
+                .map(|(id, (c, d))| {
+                    let mut v = decision_value(d);
+                    if let Value::Object(m) = &mut v {
+                        m.insert(CHILD_CALL_KEY.to_owned(), Value::String(c.clone()));
+                    }
+                    (id.clone(), v)
+                })
+                .collect();
+            payload
+                .extra
+                .insert(CHILD_DECISIONS_KEY.to_owned(), Value::Object(children));
+        }
         ckpt.checkpoint(*step, PhasePayload::Resumed(payload))
             .await?;
         ckpt.barrier().await?;
@@ -195,15 +256,23 @@ pub(crate) async fn load(ckpt: &mut Checkpointer, decision: Option<Decision>) ->
         count_lost_call(ckpt, &mut state).await?;
     }
     let mut decisions = stored_decisions(ckpt, state.step).await?;
-    if let Some((step, id, d)) = new_decision
+    if let Some((step, id, child_call, d)) = new_decision
         && step == state.step
     {
-        decisions.insert(id, d);
+        match child_call {
+            Some(c) => {
+                decisions.children.insert(id, (c, d));
+            }
+            None => {
+                decisions.own.insert(id, d);
+            }
+        }
     }
     Ok(Loaded::Continue(Box::new(Restored {
         state,
         transcript: snap.transcript.clone(),
-        decisions,
+        decisions: decisions.own,
+        child_decisions: decisions.children,
     })))
 }
 
@@ -291,44 +360,52 @@ async fn read_log(ckpt: &Checkpointer, tref: &TranscriptRef) -> Result<Reassembl
 }
 
 /// Decisions recorded for `step` by earlier `resume_with_decision` calls.
-async fn stored_decisions(ckpt: &Checkpointer, step: u64) -> Result<BTreeMap<String, Decision>> {
+async fn stored_decisions(ckpt: &Checkpointer, step: u64) -> Result<Decisions> {
     let key = keys::checkpoint_key(&ckpt.run, step, Phase::Resumed.as_str())?;
     let Some(bytes) = ckpt.store().get(&ckpt.thread, &key).await? else {
-        return Ok(BTreeMap::new());
+        return Ok(Decisions::default());
     };
     let rec = normalize_record(&bytes, &ckpt.thread, &key)?;
-    let mut out = BTreeMap::new();
-    if let PhasePayload::Resumed(p) = &rec.payload
-        && let Some(Value::Object(map)) = &p.decision
-    {
-        for (id, d) in map {
-            let approved = d.get("approved").and_then(Value::as_bool).unwrap_or(false);
-            let reason = d
-                .get("reason")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            out.insert(
-                id.clone(),
-                if approved {
-                    Decision::Approve
-                } else {
-                    Decision::Deny(reason)
-                },
-            );
+    let mut out = Decisions::default();
+    if let PhasePayload::Resumed(p) = &rec.payload {
+        if let Some(Value::Object(map)) = &p.decision {
+            for (id, d) in map {
+                out.own.insert(id.clone(), parse_decision(d));
+            }
+        }
+        if let Some(Value::Object(map)) = p.extra.get(CHILD_DECISIONS_KEY) {
+            for (id, d) in map {
+                if let Some(c) = d.get(CHILD_CALL_KEY).and_then(Value::as_str) {
+                    out.children
+                        .insert(id.clone(), (c.to_owned(), parse_decision(d)));
+                }
+            }
         }
     }
     Ok(out)
 }
 
+fn parse_decision(d: &Value) -> Decision {
+    let approved = d.get("approved").and_then(Value::as_bool).unwrap_or(false);
+    let reason = d.get("reason").and_then(Value::as_str).unwrap_or("");
+    if approved {
+        Decision::Approve
+    } else {
+        Decision::Deny(reason.to_owned())
+    }
+}
+
+fn decision_value(d: &Decision) -> Value {
+    match d {
+        Decision::Approve => json!({"approved": true}),
+        Decision::Deny(r) => json!({"approved": false, "reason": r}),
+    }
+}
+
 fn decisions_to_value(all: &BTreeMap<String, Decision>) -> Value {
     let mut m = Map::new();
     for (id, d) in all {
-        let v = match d {
-            Decision::Approve => json!({"approved": true}),
-            Decision::Deny(r) => json!({"approved": false, "reason": r}),
-        };
-        m.insert(id.clone(), v);
+        m.insert(id.clone(), decision_value(d));
     }
     Value::Object(m)
 }

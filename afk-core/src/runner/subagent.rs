@@ -4,22 +4,42 @@
 //! The child's run id is derived from `(parent run, step, tool call id)`, so after a crash the
 //! parent finds the same child again: a child whose terminal result is stored is not run
 //! again (its result is returned by the terminal short-circuit), a child that crashed is
-//! resumed, and a child whose output reached the parent's effect journal is not even looked
-//! at (the call is replayed like any tool). The parent's `pre_subagent_batch` and
-//! `post_subagent_batch` records name the child run ids.
+//! resumed (a v2 run is resumable from its first commit), and a child whose output reached
+//! the parent's effect journal is not even looked at (the call is replayed like any tool).
+//! The parent's `pre_subagent_batch` and `post_subagent_batch` records name the child run ids.
+//!
+//! Only the child's own final outcome becomes the delegation's result ([`ChildOutcome`]):
+//! * completed -> the call's output; ended `failed` / `degraded` / `cancelled`, or stopped by
+//!   an error that ends a run for good (its policy failed it: `Tool`, `Llm`,
+//!   `BudgetExceeded`; the child's terminal record holds it) -> a failed call;
+//! * paused for approval -> the parent pauses too, with the child's request, naming the
+//!   child run and its paused call; `resume_with_decision` on the parent passes the decision
+//!   down to that call of the child;
+//! * any other error (`EffectUncertain`, `Unavailable`, `Fenced`, `Timeout`, `Corrupt`, a
+//!   panic, …) -> the parent stops with the same error kind, naming the child run and the
+//!   delegating call. Nothing is recorded in the parent's effect journal (its intent row
+//!   stays), so once the cause is dealt with (e.g. the child's call settled with
+//!   `Runner::resume_settling` on the child run), a plain resume of the parent resumes the
+//!   child and goes on.
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
+
 use super::agent::Agent;
 use super::exec::RunTask;
+use super::resume::{CHILD_CALL_KEY, CHILD_RUN_KEY};
 use super::tool::ToolSpec;
-use super::{Outcome, Start};
-use crate::error::Result;
+use super::{Decision, Outcome, Start};
+use crate::error::{Error, ErrorKind, Result};
 use crate::hash::canonical_json;
 use crate::ids::{RunId, ThreadId};
 use crate::schema::{
-    PhasePayload, PostSubagentBatchPayload, PreSubagentBatchPayload, SubagentExecution,
+    PauseRequest, PhasePayload, PostSubagentBatchPayload, PreSubagentBatchPayload,
+    SubagentExecution,
 };
 
 /// The spec the model sees for a subagent.
@@ -40,6 +60,17 @@ pub fn child_run_id(parent: &RunId, step: u64, call_id: &str) -> RunId {
     RunId::new(format!("sub_{}", &hex[..32])).unwrap_or_else(|_| parent.clone())
 }
 
+/// How a delegation ended, for the parent's batch.
+#[derive(Debug)]
+pub(crate) enum ChildOutcome {
+    /// The child's final outcome: the delegation's output, or a failed call with this error.
+    Final(std::result::Result<Value, String>),
+    /// The child waits for a human decision: the parent pauses with this request.
+    Paused(PauseRequest),
+    /// The child stopped without a final outcome: the parent stops with this error.
+    Stopped(Error),
+}
+
 /// A child run about to be started or resumed.
 #[derive(Debug)]
 pub(crate) struct ChildRun {
@@ -48,6 +79,10 @@ pub(crate) struct ChildRun {
     thread: ThreadId,
     run: RunId,
     depth: u32,
+    /// `(parent run, step, delegating call id)`, for messages.
+    parent: (RunId, u64, String),
+    /// A human's decision for the child's paused call, passed down by the parent.
+    decision: Option<(String, Decision)>,
 }
 
 impl ChildRun {
@@ -58,110 +93,112 @@ impl ChildRun {
             thread: task.ckpt.thread.clone(),
             run: child_run_id(&task.ckpt.run, task.st.step, call_id),
             depth: task.depth + 1,
+            parent: (task.ckpt.run.clone(), task.st.step, call_id.to_owned()),
+            decision: task.child_decisions.get(call_id).cloned(),
         }
     }
 
-    /// Run (or resume) the child; its final text is the delegation's output.
-    pub async fn run(self, args: Value) -> std::result::Result<Value, String> {
+    /// The error the parent stops with: the child's kind (and retry flag and key, e.g. the
+    /// child's uncertain effect row), naming the child run and the delegating call.
+    fn stopped(&self, e: Error) -> ChildOutcome {
+        let (parent, step, call) = &self.parent;
+        let mut out = Error::new(
+            e.kind(),
+            format!(
+                "subagent '{}' (tool call {call} of run {parent}, step {step}) stopped without                  a final outcome in child run {}: {}",
+                self.agent.name,
+                self.run,
+                e.message()
+            ),
+        )
+        .with_retryable(e.is_retryable());
+        if let Some(k) = e.key() {
+            out = out.with_key(k.to_owned());
+        }
+        ChildOutcome::Stopped(out.with_source(e))
+    }
+
+    /// The paused child's request, as the parent's: about the delegating call, naming the
+    /// child run and its paused call.
+    fn paused(&self, mut request: PauseRequest) -> ChildOutcome {
+        let (_, _, call) = &self.parent;
+        if let Some(c) = request.tool_call_id.take() {
+            request
+                .payload
+                .insert(CHILD_CALL_KEY.to_owned(), Value::String(c));
+        }
+        request.payload.insert(
+            CHILD_RUN_KEY.to_owned(),
+            Value::String(self.run.to_string()),
+        );
+        request.payload.insert(
+            "subagent".to_owned(),
+            Value::String(self.agent.name.clone()),
+        );
+        request.tool_call_id = Some(call.clone());
+        ChildOutcome::Paused(request)
+    }
+
+    /// Run (or resume) the child (see the module docs for what becomes of its outcome).
+    pub async fn run(self, args: Value) -> ChildOutcome {
         if self.depth > 8 {
-            return Err("subagent nesting deeper than 8".to_owned());
+            return ChildOutcome::Final(Err("subagent nesting deeper than 8".to_owned()));
         }
         let input = args
             .get("input")
             .and_then(Value::as_str)
             .map_or_else(|| canonical_json(&args), str::to_owned);
-        let start = match self.progress().await {
-            Ok(Progress::Some) => Start::Resume(None),
-            Ok(Progress::None) => Start::Fresh(input),
-            Ok(Progress::StartedOnly) => {
-                // The child crashed before its first snapshot: nothing it did is durable
-                // beyond `run_started`/`step_started` (its input was never saved, and no
-                // effect runs before a snapshot), so it cannot be resumed (AFK's "No
-                // runtime_state checkpoint"). Start it again from its input under the same
-                // run id; otherwise every resume of the parent would fail this delegation.
-                if let Err(e) = self.shared.store.delete_run(&self.thread, &self.run).await {
-                    return Err(e.to_string());
-                }
-                Start::Fresh(input)
-            }
-            Err(e) => return Err(e.to_string()),
+        let latest = crate::store::latest_key(&self.run);
+        let start = match self.shared.store.get(&self.thread, &latest).await {
+            Ok(None) => Start::Fresh(input),
+            Ok(Some(_)) => match self.decision.clone() {
+                Some((c, d)) => Start::ResumeFor(c, d),
+                None => Start::Resume(None),
+            },
+            Err(e) => return self.stopped(e),
         };
         let (_ctl, rx) = tokio::sync::watch::channel(super::Signal::Run);
         let (ev, _) = tokio::sync::broadcast::channel(16);
-        let run = self.run.clone();
         let fut = execute_boxed(
-            self.shared,
-            self.agent,
-            self.thread,
-            self.run,
+            self.shared.clone(),
+            self.agent.clone(),
+            self.thread.clone(),
+            self.run.clone(),
             start,
             self.depth,
             rx,
             ev,
         );
-        match fut.await {
-            Ok(Outcome::Completed(r)) if r.state == "completed" => {
-                Ok(json!({"run_id": run.as_str(), "final_text": r.final_text}))
-            }
-            Ok(Outcome::Completed(r)) => Err(format!(
+        let run = &self.run;
+        match AssertUnwindSafe(fut).catch_unwind().await {
+            Ok(Ok(Outcome::Completed(r))) if r.state == "completed" => ChildOutcome::Final(Ok(
+                json!({"run_id": run.as_str(), "final_text": r.final_text}),
+            )),
+            Ok(Ok(Outcome::Completed(r))) => ChildOutcome::Final(Err(format!(
                 "subagent run {run} ended {}: {}",
                 r.state, r.final_text
-            )),
-            Ok(Outcome::Paused { .. }) => Err(format!("subagent run {run} paused for approval")),
-            Err(e) => Err(e.to_string()),
+            ))),
+            Ok(Ok(Outcome::Paused { request })) => self.paused(request),
+            Ok(Err(e)) if ends_run(e.kind()) => ChildOutcome::Final(Err(e.to_string())),
+            Ok(Err(e)) => self.stopped(e),
+            Err(_) => self.stopped(Error::unexpected(format!(
+                "the child run task panicked (child run {run})"
+            ))),
         }
     }
+}
+
+/// Errors after which a run has written its own terminal `failed` record (its failure
+/// policy or a budget ended it): the child's final outcome.
+fn ends_run(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::Tool | ErrorKind::Llm | ErrorKind::BudgetExceeded
+    )
 }
 
 /// [`super::execute`] behind a `dyn Future + Send`, which breaks the recursion a child run
 /// makes (run -> batch -> child run) for the `Send` check.
-/// How far a child run got, judged from its checkpoint keys.
-enum Progress {
-    /// No latest pointer: never started.
-    None,
-    /// A latest pointer but no snapshot, pause or terminal record: crashed while starting.
-    StartedOnly,
-    /// Resumable (or finished).
-    Some,
-}
-
-impl ChildRun {
-    async fn progress(&self) -> Result<Progress> {
-        let store = &self.shared.store;
-        if store
-            .get(&self.thread, &crate::store::latest_key(&self.run))
-            .await?
-            .is_none()
-        {
-            return Ok(Progress::None);
-        }
-        let prefix = crate::keys::checkpoint_prefix(&self.run);
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = store
-                .list(
-                    &self.thread,
-                    &prefix,
-                    cursor.as_deref(),
-                    crate::store::MAX_LIST_LIMIT,
-                )
-                .await?;
-            let resumable = page.keys.iter().any(|k| {
-                [":runtime_state", ":paused", ":run_terminal"]
-                    .iter()
-                    .any(|phase| k.ends_with(phase))
-            });
-            if resumable {
-                return Ok(Progress::Some);
-            }
-            match page.next_cursor {
-                Some(c) => cursor = Some(c),
-                None => return Ok(Progress::StartedOnly),
-            }
-        }
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn execute_boxed(
     shared: std::sync::Arc<super::Shared>,

@@ -31,7 +31,7 @@ use super::Decision;
 use super::agent::{FailurePolicy, GateDecision};
 use super::exec::{RunTask, UNTRUSTED_NOTE, text_message};
 use super::settle;
-use super::subagent;
+use super::subagent::{self, ChildOutcome};
 use super::tool::{EffectPolicy, ToolContext};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hash::{canonical_json, input_hash, output_hash};
@@ -171,7 +171,10 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
     task.ckpt.barrier().await?;
 
     // 4. Execute concurrently; commit each result row as soon as that call finishes.
-    let results = execute(task, calls, &ids, &plans, &hashes, &marks).await?;
+    let results = match execute(task, calls, &ids, &plans, &hashes, &marks).await? {
+        Executed::Done(results) => results,
+        Executed::Paused(request) => return commit_pause(task, request).await,
+    };
 
     // 5. Records and messages, in call order.
     let mut failures = 0;
@@ -312,7 +315,7 @@ async fn execute(
     plans: &[Plan],
     hashes: &[String],
     marks: &[Extra],
-) -> Result<BTreeMap<usize, CallResult>> {
+) -> Result<Executed> {
     let step = task.st.step;
     let sem = Arc::new(Semaphore::new(task.agent.limits.tool_parallelism.max(1)));
     let mut futs = FuturesUnordered::new();
@@ -346,51 +349,59 @@ async fn execute(
         let name = call.tool_name.clone();
         let sem = sem.clone();
         let span = tracing::info_span!("tool_call", tool = %name, call_id = %ids[i], step);
-        let fut: futures::future::BoxFuture<'static, std::result::Result<Value, String>> =
+        let tool_name = call.tool_name.clone();
+        let fut: futures::future::BoxFuture<'static, Call> =
             if let Some(tool) = task.agent.tool(&name).cloned() {
-                Box::pin(async move { tool.call(ctx, args).await.map_err(|e| e.message) })
+                Box::pin(async move {
+                    let t0 = Instant::now();
+                    let out = AssertUnwindSafe(tool.call(ctx, args)).catch_unwind().await;
+                    let out = out.map(|r| r.map_err(|e| e.message));
+                    Call::Done(call_result(out, &tool_name, t0))
+                })
             } else if let Some(sub) = task.agent.subagent(&name).cloned() {
                 let child = subagent::ChildRun::new(task, sub, &ids[i]);
-                Box::pin(async move { child.run(args).await })
+                Box::pin(async move {
+                    let t0 = Instant::now();
+                    match child.run(args).await {
+                        ChildOutcome::Final(r) => Call::Done(call_result(Ok(r), &tool_name, t0)),
+                        ChildOutcome::Paused(request) => Call::Paused(request),
+                        ChildOutcome::Stopped(e) => Call::Stopped(e),
+                    }
+                })
             } else {
-                Box::pin(async move { Err(format!("Unknown tool '{name}'")) })
+                Box::pin(async move {
+                    let t0 = Instant::now();
+                    let out = Err(format!("Unknown tool '{name}'"));
+                    Call::Done(call_result(Ok(out), &tool_name, t0))
+                })
             };
-        let tool_name = call.tool_name.clone();
         futs.push(
             async move {
                 let _permit = sem.acquire_owned().await;
-                let t0 = Instant::now();
-                let out = AssertUnwindSafe(fut).catch_unwind().await;
-                let latency = t0.elapsed().as_secs_f64() * 1000.0;
-                let res = match out {
-                    Ok(Ok(v)) => CallResult {
-                        success: true,
-                        output: v,
-                        error: None,
-                        latency_ms: Some(latency),
-                    },
-                    Ok(Err(m)) => CallResult {
-                        success: false,
-                        output: Value::Null,
-                        error: Some(format!("Error executing tool '{tool_name}': {m}")),
-                        latency_ms: Some(latency),
-                    },
-                    Err(_) => CallResult {
-                        success: false,
-                        output: Value::Null,
-                        error: Some(format!("Error executing tool '{tool_name}': tool panicked")),
-                        latency_ms: Some(latency),
-                    },
-                };
-                (i, res)
+                (i, fut.await)
             }
             .instrument(span),
         );
     }
     let mut results = BTreeMap::new();
+    let mut paused = None;
+    let mut stopped = None;
     let mut sub_ok = 0;
     let mut sub_failed = 0;
-    while let Some((i, res)) = futs.next().await {
+    // Every call runs to its end (and its result row is committed) even when a delegation
+    // stopped or paused: nothing is left cut mid-effect.
+    while let Some((i, call)) = futs.next().await {
+        let res = match call {
+            Call::Done(res) => res,
+            Call::Paused(request) => {
+                paused = paused.or(Some(request));
+                continue;
+            }
+            Call::Stopped(e) => {
+                stopped = stopped.or(Some(e));
+                continue;
+            }
+        };
         let row = EffectRow {
             input_hash: hashes[i].clone(),
             output_hash: Some(output_hash(&res.output)),
@@ -423,10 +434,63 @@ async fn execute(
         }
         results.insert(i, res);
     }
+    if let Some(e) = stopped {
+        return Err(e);
+    }
+    if let Some(request) = paused {
+        return Ok(Executed::Paused(request));
+    }
     if !sub_targets.is_empty() {
         subagent::post_batch(task, sub_ok, sub_failed).await?;
     }
-    Ok(results)
+    Ok(Executed::Done(results))
+}
+
+/// What one call's future ended with.
+enum Call {
+    /// A result to record (success or failure).
+    Done(CallResult),
+    /// A delegation whose child paused for approval (nothing recorded).
+    Paused(PauseRequest),
+    /// A delegation whose child stopped without a final outcome (nothing recorded).
+    Stopped(Error),
+}
+
+/// How the execution of a batch ended.
+enum Executed {
+    /// Every call has a result.
+    Done(BTreeMap<usize, CallResult>),
+    /// A child run paused; the parent pauses with this request.
+    Paused(PauseRequest),
+}
+
+/// The result of a call from its outcome (`Err`: it panicked).
+fn call_result(
+    out: std::result::Result<std::result::Result<Value, String>, Box<dyn std::any::Any + Send>>,
+    tool_name: &str,
+    t0: Instant,
+) -> CallResult {
+    let latency = Some(t0.elapsed().as_secs_f64() * 1000.0);
+    match out {
+        Ok(Ok(v)) => CallResult {
+            success: true,
+            output: v,
+            error: None,
+            latency_ms: latency,
+        },
+        Ok(Err(m)) => CallResult {
+            success: false,
+            output: Value::Null,
+            error: Some(format!("Error executing tool '{tool_name}': {m}")),
+            latency_ms: latency,
+        },
+        Err(_) => CallResult {
+            success: false,
+            output: Value::Null,
+            error: Some(format!("Error executing tool '{tool_name}': tool panicked")),
+            latency_ms: latency,
+        },
+    }
 }
 
 fn push_records(task: &mut RunTask, call: &ToolCall, id: &str, res: &CallResult) {
@@ -474,16 +538,22 @@ async fn pause(
     payload.insert("step".into(), json!(task.st.step));
     let request = PauseRequest {
         kind: PauseKind::Approval,
-        reason: Some(reason.clone()),
+        reason: Some(reason),
         prompt: None,
         tool_call_id: Some(id.to_owned()),
         payload,
         extra: Default::default(),
     };
+    commit_pause(task, request).await
+}
+
+/// Commit a `paused` record holding `request` (the gate's, or a paused child's as the
+/// parent's), make it durable, and stop.
+async fn commit_pause(task: &mut RunTask, request: PauseRequest) -> Result<BatchOutcome> {
     let rec = PausedPayload {
-        kind: PauseKind::Approval,
-        reason: Some(reason),
-        prompt: None,
+        kind: request.kind,
+        reason: request.reason.clone(),
+        prompt: request.prompt.clone(),
         request: Some(request.clone()),
         extra: Default::default(),
     };
