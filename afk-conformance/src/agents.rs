@@ -10,7 +10,7 @@ use afk_core::normalize::normalize_record;
 use afk_core::runner::scripted::ScriptedLlm;
 use afk_core::runner::{
     Agent, Decision, EffectPolicy, GateDecision, ManualClock, Outcome, RunEvent, RunHandle, Runner,
-    RunnerConfig, SequentialIds, Tool, ToolContext, ToolError, ToolGate, ToolSpec,
+    RunnerConfig, SequentialIds, Settlement, Tool, ToolContext, ToolError, ToolGate, ToolSpec,
 };
 use afk_core::schema::{AgentResult, LlmResponse, Phase, ToolCall, TranscriptEntry};
 use afk_core::store::{MAX_LIST_LIMIT, RetryPolicy};
@@ -109,6 +109,17 @@ impl Script {
                 .iter()
                 .enumerate()
                 .any(|(j, (kind, _))| *kind == ToolKind::Charge && Script::call_id(b, j) == id)
+        })
+    }
+
+    /// What the at-most-once call `id` returns when it runs (an operator settling the call as
+    /// `Ran` records this), or `None` if `id` is no such call.
+    pub fn charge_output(&self, id: &str) -> Option<Value> {
+        self.batches.iter().enumerate().find_map(|(b, batch)| {
+            batch.iter().enumerate().find_map(|(j, (kind, n))| {
+                (*kind == ToolKind::Charge && Script::call_id(b, j) == id)
+                    .then(|| json!({"charged": n}))
+            })
         })
     }
 
@@ -291,6 +302,12 @@ pub(crate) enum Start {
     Fresh,
     Resume,
     Approve,
+    /// An operator settles the uncertain call `call`: it ran and returned `output`, or (no
+    /// output) it did not run.
+    Settle {
+        call: String,
+        output: Option<Value>,
+    },
 }
 
 /// Run one process to its end (or pause) and collect its events.
@@ -305,6 +322,15 @@ pub(crate) async fn attempt(
         Start::Fresh => runner.run_with_id(agent, thread, run.clone(), "go"),
         Start::Resume => runner.resume(agent, thread, run),
         Start::Approve => runner.resume_with_decision(agent, thread, run, Decision::Approve),
+        Start::Settle { call, output } => {
+            let s = match output {
+                Some(output) => Settlement::Ran {
+                    output: output.clone(),
+                },
+                None => Settlement::DidNotRun,
+            };
+            runner.resume_settling(agent, thread, run, call.clone(), s)
+        }
     };
     let mut rx = handle.events();
     let result = handle.result().await;
@@ -346,7 +372,7 @@ pub(crate) fn essence(r: &AgentResult) -> Value {
         .iter()
         .map(|t| json!([t.tool_name, t.tool_call_id, t.success, t.output, t.error]))
         .collect();
-    json!({"text": r.final_text, "state": r.state,
+    json!({"text": r.final_text, "state": r.state, "step": r.state_snapshot.step,
         "usage": serde_json::to_value(&r.usage_aggregate).ok(),
         "llm_calls": r.state_snapshot.llm_calls, "tool_calls": r.state_snapshot.tool_calls,
         "records": tools, "session": r.session_token})
@@ -382,18 +408,56 @@ pub(crate) struct Durable {
     pub pending_step: Option<u64>,
 }
 
-/// Read what `run` left in `store`.
-pub(crate) async fn durable(
-    store: &dyn Store,
+/// What the store under test holds, rebuilt from the commits it accepted (the
+/// [`FaultStore`](afk_core::FaultStore) log of every process), so the properties can be
+/// checked before each process without reading the whole thread back (on a remote store
+/// that costs a request per key); compared with the store itself at the end of a case.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Mirror {
+    pub keys: BTreeMap<String, Vec<u8>>,
+}
+
+impl Mirror {
+    /// Apply the commits one process's store wrapper saw accepted.
+    pub fn apply(&mut self, log: &[afk_core::store::FaultEvent]) {
+        for e in log {
+            if let afk_core::store::FaultEvent::Commit(c) = e {
+                for (k, v) in &c.puts {
+                    self.keys.insert(k.clone(), v.clone());
+                }
+                if let Some(l) = &c.latest {
+                    self.keys
+                        .insert(afk_core::store::latest_key(&c.run), l.clone());
+                }
+            }
+        }
+    }
+
+    /// Whether `run` has a latest pointer (it committed something).
+    pub fn exists(&self, run: &RunId) -> bool {
+        self.keys.contains_key(&afk_core::store::latest_key(run))
+    }
+
+    /// Whether `run` holds a snapshot of `step`.
+    pub fn has_snapshot(&self, run: &RunId, step: u64) -> bool {
+        self.keys.contains_key(&format!(
+            "checkpoint:{run}:{step}:{}",
+            Phase::RuntimeState.as_str()
+        ))
+    }
+}
+
+/// What `run` left in a thread, from the thread's keys and values.
+pub(crate) fn durable_in(
+    all: &BTreeMap<String, Vec<u8>>,
     thread: &ThreadId,
     run: &RunId,
 ) -> Result<Durable, String> {
-    let all = dump(store, thread).await?;
     let mut out = Durable::default();
     let effect_prefix = format!("effect:{run}:");
     let ckpt_prefix = format!("checkpoint:{run}:");
     let mut newest: Option<(u64, &str, &[u8])> = None;
-    for (key, value) in &all {
+    for (key, value) in all {
         if let Some(rest) = key.strip_prefix(&effect_prefix) {
             let id = rest.rsplit(':').next().unwrap_or_default().to_owned();
             let row: Value = serde_json::from_slice(value)

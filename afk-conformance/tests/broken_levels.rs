@@ -23,7 +23,7 @@ async fn resume_level_reaches_every_interesting_crash() {
         let stats = run_resume(Arc::new(MemoryStore::new()), config)
             .await
             .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        assert_eq!(stats.cases, 16);
+        assert!(stats.cases >= 16, "{stats:?}"); // plus any top-up cases
         stats
             .require_coverage()
             .unwrap_or_else(|e| panic!("seed {seed}: {e}"));

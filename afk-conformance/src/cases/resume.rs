@@ -1,33 +1,46 @@
-//! The resume level: random scripted agents crashed at random points and resumed until done.
+//! The resume level: random scripted agents crashed many times and resumed until done.
 //!
 //! Each case generates (with proptest) a script of 1 to 4 model turns whose tool calls include
 //! parallel batches, failing tools, idempotent and at-most-once tools and a call that pauses
 //! for approval. It first runs uncrashed on a [`MemoryStore`], the model. Then it runs on the
 //! store under test wrapped in a [`FaultStore`] that crashes at a chosen commit (or aborts the
-//! run task with a panic at a chosen journal read), and is resumed by new runners on the same
-//! store, approving every pause, until done; sometimes a resume crashes too. What must hold:
+//! run task with a panic at a chosen journal read), and is continued by new runners on the
+//! same store under the SAME run id, approving every pause and settling every uncertain
+//! at-most-once call from the tools' ledger (`Runner::resume_settling`: it ran -> its output,
+//! else it did not run), until done. After the first crash come up to 49 more, generated:
+//! every later process (resumes, settlements, the restart of a run that committed nothing)
+//! crashes after a few commits, so a case applies up to 50 crashes. What must hold:
 //!
-//! * the final result is the model's (text, state, usage, counters, tool records, session);
+//! * the final result is the model's (text, state, step, usage, counters, tool records,
+//!   session): crashes are invisible;
+//! * a run is resumable from its first commit: the only crash that leaves nothing to resume
+//!   is one before that commit, and then the run starts again under the same id;
 //! * no tool call whose successful result was in the store before a resume runs again in it;
 //! * no model answer the store held before a resume is requested again in it;
 //! * an at-most-once call runs at most once; a resume stops with `EffectUncertain` only when
 //!   such a call's intent is stored without a result, and then runs and asks nothing;
+//! * the store holds exactly what it acknowledged: at the end, every key but the fences
+//!   equals the commits the store accepted (replayed into a mirror, which also answers the
+//!   per-process checks without reading the thread back);
 //! * resuming the finished run returns the same result with no model or tool call and no
 //!   commit: every key but the run's fence `run:<run>` (which the resumer's claim bumps) is
 //!   byte-for-byte unchanged.
 //!
-//! Crash points cycle through four targets taken from the model run's commit log: right after
-//! an effect intent (a crash mid-batch), right after a successful effect result (its replay),
-//! right after a snapshot holding a pending model answer (its reuse), anywhere. The case
-//! counts how often a crash landed mid-batch, a resume replayed an effect and a resume reused a
-//! pending answer, and with 8 cases or more requires each count to be positive, so a suite
-//! that passes has exercised all three. Random scripts reach each kind only with high
-//! probability, so when they missed one, a few extra cases aimed at it with a script that
-//! certainly has it are run (`top_up`), keeping the requirement independent of the seed.
+//! The first crash point cycles through four targets taken from the model run's commit log:
+//! right after an effect intent (a crash mid-batch), right after a successful effect result
+//! (its replay), right after a snapshot holding a pending model answer (its reuse), and the
+//! run's very first commit (before it, or right after it: the first commit alone must be
+//! resumable). Every other case gets a long sequence (40 to 50 crashes). The level counts
+//! what it reached (crashes mid-batch, replays, reused answers, crashes before and right
+//! after the first commit, crashes of resumes, settlements, the longest sequence) and, with
+//! 8 cases or more, requires each to be reached; random scripts reach each kind only with
+//! high probability, so when they missed one, a few extra cases aimed at it with a script
+//! that certainly has it are run (`top_up`), keeping the requirement independent of the seed.
 //!
 //! Seeded: the seed is printed, `AFK_CONFORMANCE_SEED=<seed>` replays it; `PROPTEST_CASES`
-//! sets the number of cases (default 16: each case makes a few hundred calls to the store).
+//! sets the number of cases (default 16).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -40,10 +53,17 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::Value;
 
-use crate::agents::{Calls, Rig, Script, Start, ToolKind, attempt, drive, dump, durable, essence};
+use crate::agents::{
+    Calls, Mirror, Rig, Script, Start, ToolKind, attempt, drive, dump, durable_in, essence,
+};
 use crate::support::{
     CaseResult, cases_from_env, ensure, named_run, seed_from_env, test_runner, unique_thread,
 };
+
+/// The crashes a long case applies to one run, at least.
+pub const LONG: u32 = 40;
+/// The most crashes of one run.
+const MOST: usize = 50;
 
 /// Random crashed-and-resumed runs give the uncrashed result (see the module docs).
 pub async fn crash_and_resume(store: Arc<dyn Store>) -> CaseResult {
@@ -82,16 +102,31 @@ pub struct ResumeStats {
     pub reused_pending: u32,
     /// Resumes that stopped with `EffectUncertain` (an at-most-once call cut by a crash).
     pub uncertain: u32,
-    /// Runs restarted because they crashed before their first snapshot.
-    pub restarted: u32,
+    /// Uncertain calls settled by the operator (each then continued).
+    pub settled: u32,
+    /// Crashes before the run's first commit (nothing to resume: started again, same id).
+    pub before_first_commit: u32,
+    /// Crashes that left the run's first commit alone (no step-1 snapshot yet): resumed.
+    pub first_commit_only: u32,
+    /// Crashes of a resume, an approval or a settlement (not of the fresh start).
+    pub resume_crashes: u32,
+    /// The most crashes applied to one run.
+    pub longest: u32,
 }
 
 impl ResumeStats {
-    /// `Err` unless a crash landed mid-batch, an effect was replayed and a pending answer was
-    /// reused at least once.
+    /// `Err` unless a crash landed mid-batch, an effect was replayed, a pending answer was
+    /// reused, a crash came before the first commit and one right after it, resumes crashed
+    /// and one run took at least [`LONG`] crashes.
     pub fn require_coverage(&self) -> CaseResult {
         ensure!(
-            self.mid_batch > 0 && self.replayed > 0 && self.reused_pending > 0,
+            self.mid_batch > 0
+                && self.replayed > 0
+                && self.reused_pending > 0
+                && self.before_first_commit > 0
+                && self.first_commit_only > 0
+                && self.resume_crashes > 0
+                && self.longest >= LONG,
             "the resume cases missed an interesting crash: {self:?}"
         );
         Ok(())
@@ -156,22 +191,30 @@ async fn top_up(
             vec![(ToolKind::Add, 5)],
         ],
     };
-    // Target index modulo 4 in `first_fault`: 0 mid-batch, 1 replay, 2 pending answer.
-    for target in 0..3u32 {
+    // Target index modulo 4 in `first_fault`: 0 mid-batch, 1 replay, 2 pending answer,
+    // 3 the first commit (4: a long sequence after a random first crash).
+    for target in 0..5u32 {
         let missing = |s: &ResumeStats| match target {
             0 => s.mid_batch == 0,
             1 => s.replayed == 0,
-            _ => s.reused_pending == 0,
+            2 => s.reused_pending == 0,
+            3 => s.before_first_commit == 0 || s.first_commit_only == 0,
+            _ => s.longest < LONG || s.resume_crashes == 0,
         };
         let mut attempt = 0;
         while missing(stats) && attempt < ATTEMPTS {
+            let more = if target == 4 {
+                vec![0; MOST - 1]
+            } else {
+                Vec::new()
+            };
             let input = Input {
                 script: script.clone(),
                 pick: seed.wrapping_add(attempt),
-                second: None,
+                more,
                 abort: false,
             };
-            let i = cases.div_ceil(4) * 4 + 4 * attempt as u32 + target;
+            let i = cases.div_ceil(4) * 4 + 4 * attempt as u32 + target % 4;
             let mut s = ResumeStats::default();
             one_case(store.clone(), &input, i, &mut s)
                 .await
@@ -191,7 +234,11 @@ fn merge(a: &ResumeStats, b: &ResumeStats) -> ResumeStats {
         replayed: a.replayed + b.replayed,
         reused_pending: a.reused_pending + b.reused_pending,
         uncertain: a.uncertain + b.uncertain,
-        restarted: a.restarted + b.restarted,
+        settled: a.settled + b.settled,
+        before_first_commit: a.before_first_commit + b.before_first_commit,
+        first_commit_only: a.first_commit_only + b.first_commit_only,
+        resume_crashes: a.resume_crashes + b.resume_crashes,
+        longest: a.longest.max(b.longest),
     }
 }
 
@@ -200,7 +247,8 @@ fn merge(a: &ResumeStats, b: &ResumeStats) -> ResumeStats {
 struct Input {
     script: Script,
     pick: u64,
-    second: Option<u64>,
+    /// Crash points (commits) of the processes after the first crash, in order.
+    more: Vec<u64>,
     abort: bool,
 }
 
@@ -214,18 +262,21 @@ fn input_strategy() -> impl Strategy<Value = Input> {
     ];
     let batch = prop::collection::vec((kind, 1i64..100), 1..=3);
     let script = prop::collection::vec(batch, 0..=3).prop_map(|batches| Script { batches });
-    (
-        script,
-        any::<u64>(),
-        prop::option::weighted(0.3, any::<u64>()),
-        prop::bool::weighted(0.2),
-    )
-        .prop_map(|(script, pick, second, abort)| Input {
+    // Mostly a few commits into a process (such a crash costs the run its progress, so a long
+    // sequence is applied in full), sometimes further; short or long sequences.
+    let point = prop_oneof![3 => 0u64..4, 1 => 0u64..24];
+    let more = prop_oneof![
+        1 => prop::collection::vec(point.clone(), 0..=3),
+        1 => prop::collection::vec(point, (LONG as usize - 1)..MOST),
+    ];
+    (script, any::<u64>(), more, prop::bool::weighted(0.2)).prop_map(
+        |(script, pick, more, abort)| Input {
             script,
             pick,
-            second,
+            more,
             abort,
-        })
+        },
+    )
 }
 
 /// How the next process fails, if it does.
@@ -249,6 +300,10 @@ fn wrap(store: &Arc<dyn Store>, fault: Option<Fault>) -> Arc<FaultStore> {
 
 /// The crash point of case `i`, aimed by the model run's commit log (see the module docs).
 fn first_fault(input: &Input, i: u32, model: &FaultStore, thread: &ThreadId) -> Fault {
+    if i % 4 == 3 {
+        // Before the first commit, or right after it (alternating with the case index).
+        return Fault::CrashAfter(u64::from((i / 4) % 2));
+    }
     let reads = model.calls(Op::GetMany);
     if input.abort && reads > 0 {
         return Fault::AbortAtRead(1 + input.pick % reads);
@@ -285,8 +340,7 @@ fn first_fault(input: &Input, i: u32, model: &FaultStore, thread: &ThreadId) -> 
         .filter(|(_, c)| match i % 4 {
             0 => effect_status(c, "intent"),
             1 => effect_status(c, "done"),
-            2 => pending(c),
-            _ => false,
+            _ => pending(c),
         })
         .map(|(idx, _)| idx as u64 + 1)
         .collect();
@@ -304,32 +358,32 @@ async fn one_case(
     stats: &mut ResumeStats,
 ) -> CaseResult {
     let script = &input.script;
-    let mut run = named_run("run_conf");
+    let run = named_run("run_conf");
     let model = Arc::new(FaultStore::from_arc(
         Arc::new(MemoryStore::new()) as Arc<dyn Store>
     ));
     let model_thread = unique_thread("model");
     let want = essence(&drive(model.clone(), script, &model_thread, &run).await?);
-    let mut faults = vec![Some(first_fault(input, i, &model, &model_thread))];
-    if let Some(j) = input.second {
-        faults.push(Some(Fault::CrashAfter(
-            1 + j % (model.persisted_commits() / 2).max(1),
-        )));
-    }
-    faults.reverse();
+    let mut faults: VecDeque<Fault> = std::iter::once(first_fault(input, i, &model, &model_thread))
+        .chain(input.more.iter().map(|&k| Fault::CrashAfter(k)))
+        .collect();
 
     let thread = unique_thread("resume");
     let calls = Calls::default();
+    let mut mirror = Mirror::default();
     let mut start = Start::Fresh;
-    let mut fault = wrap(&store, faults.pop().flatten());
+    let mut fault = wrap(&store, faults.pop_front());
     let ctx = |what: String| format!("script {script:?}: {what}");
     let mut result = None;
-    for _ in 0..16 {
-        let before = durable(&*store, &thread, &run).await.map_err(ctx)?;
+    let mut crashes = 0;
+    // Every crash costs one process; pauses and settlements a few more.
+    for _ in 0..MOST + 24 {
+        let before = durable_in(&mirror.keys, &thread, &run).map_err(ctx)?;
         let ran_before = calls.snapshot();
         let rig = Rig::new(script, &calls, Duration::ZERO)?;
         let runner = crate::agents::runner(fault.clone());
         let a = attempt(&runner, &rig.agent, &thread, &run, &start).await;
+        mirror.apply(&fault.log());
         let ran = calls.since(&ran_before);
         let asked = rig.llm.asked();
         if start != Start::Fresh {
@@ -379,12 +433,25 @@ async fn one_case(
             Ok(Outcome::Paused { .. }) => start = Start::Approve,
             Err(_) if crashed => {
                 stats.crashes += 1;
-                let after = durable(&*store, &thread, &run).await.map_err(ctx)?;
+                crashes += 1;
+                if start != Start::Fresh {
+                    stats.resume_crashes += 1;
+                }
+                let after = durable_in(&mirror.keys, &thread, &run).map_err(ctx)?;
                 if !after.intents.is_empty() {
                     stats.mid_batch += 1;
                 }
-                fault = wrap(&store, faults.pop().flatten());
-                start = Start::Resume;
+                // The SAME run id goes on: resumed from whatever it committed, or, when it
+                // committed nothing, started again.
+                start = if mirror.exists(&run) {
+                    if !mirror.has_snapshot(&run, 1) {
+                        stats.first_commit_only += 1;
+                    }
+                    Start::Resume
+                } else {
+                    stats.before_first_commit += 1;
+                    Start::Fresh
+                };
             }
             Err(e) if e.kind() == ErrorKind::EffectUncertain => {
                 ensure!(
@@ -394,63 +461,74 @@ async fn one_case(
                         "EffectUncertain ({e}) but ran {ran:?} and asked {asked:?}"
                     ))
                 );
-                let charged = before.intents.iter().any(|id| script.is_charge(id));
+                let call = e
+                    .key()
+                    .and_then(|k| k.rsplit(':').next())
+                    .unwrap_or_default()
+                    .to_owned();
                 ensure!(
-                    charged,
+                    script.is_charge(&call) && before.intents.contains(&call),
                     "{}",
                     ctx(format!(
-                        "EffectUncertain ({e}) without a stored at-most-once intent: {before:?}"
+                        "EffectUncertain ({e}) without a stored at-most-once intent for its \
+                         call: {before:?}"
                     ))
                 );
                 stats.uncertain += 1;
-                return Ok(());
-            }
-            Err(e)
-                if start == Start::Resume
-                    && matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Corrupt)
-                    && before.answers.is_empty()
-                    && before.pending_step.is_none()
-                    && !has_snapshot(&*store, &thread, &run).await? =>
-            {
-                // Crashed before the first snapshot: the input was never durable, nothing may
-                // run, and the caller starts the run again, under a new run id (a run id that
-                // has records is refused for a fresh run).
-                ensure!(
-                    ran.is_empty() && asked.is_empty(),
-                    "{}",
-                    ctx(format!(
-                        "resume without a snapshot ({e}) ran {ran:?}, asked {asked:?}"
-                    ))
-                );
-                stats.restarted += 1;
-                run = named_run(&format!("run_conf_{}", stats.restarted));
-                start = Start::Fresh;
+                stats.settled += 1;
+                // The operator reads the ledger: did the call run?
+                let output = if calls.snapshot().get(&call).copied().unwrap_or(0) > 0 {
+                    script.charge_output(&call)
+                } else {
+                    None
+                };
+                start = Start::Settle { call, output };
             }
             Err(e) => return Err(ctx(format!("{start:?} failed: {e}"))),
         }
+        if !matches!(start, Start::Approve) || crashed {
+            fault = wrap(&store, faults.pop_front());
+        }
     }
+    stats.longest = stats.longest.max(crashes);
     let Some(got) = result else {
-        return Err(ctx("did not finish in 16 processes".into()));
+        return Err(ctx(format!("did not finish in {} processes", MOST + 24)));
     };
     ensure!(
         essence(&got) == want,
         "{}",
         ctx(format!(
-            "result after crashes {}\n  differs from the uncrashed {want}",
+            "result after {crashes} crashes {}\n  differs from the uncrashed {want}",
             essence(&got)
         ))
     );
+    stored_as_acknowledged(&*store, &thread, &mirror)
+        .await
+        .map_err(ctx)?;
     terminal_resume_does_nothing(&store, script, &thread, &run, &want)
         .await
         .map_err(ctx)
 }
 
-async fn has_snapshot(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result<bool, String> {
-    let suffix = format!(":{}", afk_core::schema::Phase::RuntimeState.as_str());
-    Ok(dump(store, thread)
-        .await?
-        .keys()
-        .any(|k| k.starts_with(&format!("checkpoint:{run}:")) && k.ends_with(&suffix)))
+/// Every key of the thread but the fences is what the accepted commits wrote, byte for byte.
+async fn stored_as_acknowledged(
+    store: &dyn Store,
+    thread: &ThreadId,
+    mirror: &Mirror,
+) -> CaseResult {
+    let mut stored = dump(store, thread).await?;
+    stored.retain(|k, _| !k.starts_with("run:"));
+    let differ: Vec<&String> = stored
+        .iter()
+        .filter(|(k, v)| mirror.keys.get(*k) != Some(*v))
+        .map(|(k, _)| k)
+        .chain(mirror.keys.keys().filter(|k| !stored.contains_key(*k)))
+        .collect();
+    ensure!(
+        differ.is_empty(),
+        "the store does not hold what it acknowledged; keys differing: {differ:?}"
+    );
+    Ok(())
 }
 
 /// Resuming a finished run returns its result and changes nothing but the fence.
