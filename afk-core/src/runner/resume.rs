@@ -57,6 +57,7 @@
 //! | 8 pointer never moves backwards | `tests/resume_rules.rs::a_resume_crashing_after_its_run_started_record_leaves_the_pointer_where_it_was` |
 //! | effects: replay / `Corrupt` on hash mismatch / intent -> re-run or `EffectUncertain` | fixtures `*-effect-*`, `corrupt-effect-hash-mismatch`; `tests/runner_crash.rs`, `tests/runner_abort.rs` (at-most-once `charge`) |
 //! | settlement (`Runner::resume_settling`): a lone intent of a pending call becomes a `done` row marked `settled` (ran -> replayed, did not run -> executed once more with the same idempotency key, failed -> a failed call); no lone intent / not pending / terminal / paused -> `Conflict` or `InvalidInput`, nothing written; an identical repeat writes nothing | `tests/runner_settle.rs` |
+//! | subagents: only the child's final outcome is the delegation's result; a paused child pauses the parent (its decision passed down to the child's call, `resumed.subagent_decisions`); any other child error stops the parent with the same kind, naming child run and call, nothing recorded | `tests/runner_subagent.rs`, `tests/resume_crashes.rs` (uncertain child effects settled under many crashes) |
 //! | a fresh run never reuses a stored run id | `tests/runner_control.rs::a_fresh_run_under_an_existing_run_id_is_refused` |
 
 use std::collections::BTreeMap;
