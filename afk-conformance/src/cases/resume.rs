@@ -30,7 +30,8 @@
 //! right after an effect intent (a crash mid-batch), right after a successful effect result
 //! (its replay), right after a snapshot holding a pending model answer (its reuse), and the
 //! run's very first commit (before it, or right after it: the first commit alone must be
-//! resumable). Every other case gets a long sequence (40 to 50 crashes). The level counts
+//! resumable). One case in eight gets a long sequence (40 to 50 crashes), the others up to
+//! two more crashes after the first. The level counts
 //! what it reached (crashes mid-batch, replays, reused answers, crashes before and right
 //! after the first commit, crashes of resumes, settlements, the longest sequence) and, with
 //! 8 cases or more, requires each to be reached; random scripts reach each kind only with
@@ -203,18 +204,23 @@ async fn top_up(
         };
         let mut attempt = 0;
         while missing(stats) && attempt < ATTEMPTS {
-            let more = if target == 4 {
-                vec![0; MOST - 1]
-            } else {
-                Vec::new()
-            };
             let input = Input {
                 script: script.clone(),
                 pick: seed.wrapping_add(attempt),
-                more,
+                more: Vec::new(),
+                long: vec![0; MOST - 1],
                 abort: false,
             };
-            let i = cases.div_ceil(4) * 4 + 4 * attempt as u32 + target % 4;
+            // Case indexes past the random ones with the target's residue (`long_case` for
+            // target 4).
+            let base = cases.div_ceil(8) * 8 + 8 * attempt as u32;
+            let i = base
+                + match target {
+                    // Alternately before and right after the first commit.
+                    3 => 3 + 4 * (attempt as u32 % 2),
+                    4 => 5,
+                    t => t,
+                };
             let mut s = ResumeStats::default();
             one_case(store.clone(), &input, i, &mut s)
                 .await
@@ -247,8 +253,11 @@ fn merge(a: &ResumeStats, b: &ResumeStats) -> ResumeStats {
 struct Input {
     script: Script,
     pick: u64,
-    /// Crash points (commits) of the processes after the first crash, in order.
+    /// Crash points (commits) of the processes after the first crash, in order: a few for
+    /// most cases, ...
     more: Vec<u64>,
+    /// ... and 39 to 49 for one case in eight (`long_case`).
+    long: Vec<u64>,
     abort: bool,
 }
 
@@ -265,15 +274,14 @@ fn input_strategy() -> impl Strategy<Value = Input> {
     // Mostly a few commits into a process (such a crash costs the run its progress, so a long
     // sequence is applied in full), sometimes further; short or long sequences.
     let point = prop_oneof![3 => 0u64..4, 1 => 0u64..24];
-    let more = prop_oneof![
-        1 => prop::collection::vec(point.clone(), 0..=3),
-        1 => prop::collection::vec(point, (LONG as usize - 1)..MOST),
-    ];
-    (script, any::<u64>(), more, prop::bool::weighted(0.2)).prop_map(
-        |(script, pick, more, abort)| Input {
+    let more = prop::collection::vec(point.clone(), 0..=2);
+    let long = prop::collection::vec(point, (LONG as usize - 1)..MOST);
+    (script, any::<u64>(), more, long, prop::bool::weighted(0.2)).prop_map(
+        |(script, pick, more, long, abort)| Input {
             script,
             pick,
             more,
+            long,
             abort,
         },
     )
@@ -351,6 +359,12 @@ fn first_fault(input: &Input, i: u32, model: &FaultStore, thread: &ThreadId) -> 
     }
 }
 
+/// Whether case `i` gets a long crash sequence (one in eight; long sequences cost a store
+/// with ~7 ms requests a few seconds each).
+fn long_case(i: u32) -> bool {
+    i % 8 == 5
+}
+
 async fn one_case(
     store: Arc<dyn Store>,
     input: &Input,
@@ -365,7 +379,15 @@ async fn one_case(
     let model_thread = unique_thread("model");
     let want = essence(&drive(model.clone(), script, &model_thread, &run).await?);
     let mut faults: VecDeque<Fault> = std::iter::once(first_fault(input, i, &model, &model_thread))
-        .chain(input.more.iter().map(|&k| Fault::CrashAfter(k)))
+        .chain(
+            if long_case(i) {
+                &input.long
+            } else {
+                &input.more
+            }
+            .iter()
+            .map(|&k| Fault::CrashAfter(k)),
+        )
         .collect();
 
     let thread = unique_thread("resume");
@@ -502,20 +524,21 @@ async fn one_case(
             essence(&got)
         ))
     );
-    stored_as_acknowledged(&*store, &thread, &mirror)
+    let stored = stored_as_acknowledged(&*store, &thread, &mirror)
         .await
         .map_err(ctx)?;
-    terminal_resume_does_nothing(&store, script, &thread, &run, &want)
+    terminal_resume_keeps(&store, script, &thread, &run, &want, stored)
         .await
         .map_err(ctx)
 }
 
 /// Every key of the thread but the fences is what the accepted commits wrote, byte for byte.
+/// Returns those keys.
 async fn stored_as_acknowledged(
     store: &dyn Store,
     thread: &ThreadId,
     mirror: &Mirror,
-) -> CaseResult {
+) -> Result<std::collections::BTreeMap<String, Vec<u8>>, String> {
     let mut stored = dump(store, thread).await?;
     stored.retain(|k, _| !k.starts_with("run:"));
     let differ: Vec<&String> = stored
@@ -528,7 +551,7 @@ async fn stored_as_acknowledged(
         differ.is_empty(),
         "the store does not hold what it acknowledged; keys differing: {differ:?}"
     );
-    Ok(())
+    Ok(stored)
 }
 
 /// Resuming a finished run returns its result and changes nothing but the fence.
@@ -539,12 +562,26 @@ pub(crate) async fn terminal_resume_does_nothing(
     run: &RunId,
     want: &Value,
 ) -> CaseResult {
+    let mut before = dump(&**store, thread).await?;
+    before.remove(&afk_core::store::run_key(run));
+    terminal_resume_keeps(store, script, thread, run, want, before).await
+}
+
+/// [`terminal_resume_does_nothing`] given what the thread held before (without the run's
+/// fence).
+async fn terminal_resume_keeps(
+    store: &Arc<dyn Store>,
+    script: &Script,
+    thread: &ThreadId,
+    run: &RunId,
+    want: &Value,
+    before: std::collections::BTreeMap<String, Vec<u8>>,
+) -> CaseResult {
     let fence = afk_core::store::run_key(run);
     let without_fence = |mut m: std::collections::BTreeMap<String, Vec<u8>>| {
         m.remove(&fence);
         m
     };
-    let before = without_fence(dump(&**store, thread).await?);
     let calls = Calls::default();
     let rig = Rig::new(script, &calls, Duration::ZERO)?;
     let watch = wrap(store, None);
