@@ -337,3 +337,56 @@ async fn a_denial_through_delegation_reaches_the_child_and_the_parent_completes(
         "the child completed (its own call was denied)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_child_stops_the_parent_which_stays_resumable() {
+    let (thread, run, child_run) = ids();
+    // Crash right after the child's first commit, then corrupt the child's latest record.
+    let k = commit_writing(&format!("checkpoint:{child_run}:0:runtime_state")).await;
+    let inner = Arc::new(MemoryStore::new());
+    let crashing = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
+    crashing.crash_after_commits(k, CrashMode::Down);
+    let counter = InvocationCounter::new();
+    let first = runner(crashing, false)
+        .run_with_id(&parent(&counter, false), &thread, run.clone(), "go")
+        .result()
+        .await;
+    assert!(first.is_err(), "{first:?}");
+    let epoch = inner.claim(&thread, &child_run).await.unwrap();
+    inner
+        .commit(&afk_core::Commit {
+            thread: thread.clone(),
+            run: child_run.clone(),
+            epoch,
+            puts: Vec::new(),
+            latest: Some(b"{not a record".to_vec()),
+        })
+        .await
+        .unwrap();
+
+    let err = runner(inner.clone(), false)
+        .resume(&parent(&counter, false), &thread, &run)
+        .result()
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert!(err.message().contains(child_run.as_str()), "{err}");
+    assert!(err.message().contains("tool call d1"), "{err}");
+    assert!(
+        common::latest_terminal(&inner, &thread, run.as_str()).is_none(),
+        "the child's corruption does not end the parent"
+    );
+    let row = delegation_row(&inner, &thread, &run).expect("the delegation's intent");
+    assert_eq!(row["status"], "intent", "nothing recorded for d1: {row}");
+
+    // The operator removes the broken child; the parent's resume starts it again.
+    inner.delete_run(&thread, &child_run).await.unwrap();
+    let r = completed(
+        runner(inner.clone(), false)
+            .resume(&parent(&counter, false), &thread, &run)
+            .result()
+            .await,
+    );
+    assert_delegated_once(&r, &counter);
+}

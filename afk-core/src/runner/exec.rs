@@ -48,6 +48,8 @@ pub(crate) struct RunTask {
     /// Human decisions for paused child runs, by the delegating call id, for the current
     /// step (passed down to the child, see `subagent.rs`).
     pub child_decisions: super::resume::ChildDecisions,
+    /// The run stopped because a child run stopped without a final outcome.
+    pub stopped_by_child: bool,
     pub depth: u32,
     pub control: watch::Receiver<Signal>,
     pub events: broadcast::Sender<RunEvent>,
@@ -430,9 +432,19 @@ impl RunTask {
 
     /// After an error: record a terminal `failed`/`cancelled` record when the error ends the
     /// run for good (policy failures, budget, integrity conflicts, cancel). Errors that leave
-    /// the run resumable (store outages, fencing, uncertain effects, interrupts) write nothing.
+    /// the run resumable (store outages, fencing, uncertain effects, interrupts, any error of a
+    /// child run that stopped without a final outcome) write nothing.
     pub async fn on_error(&mut self, e: &Error) {
         let terminal_state = match e.kind() {
+            // A child run stopped without a final outcome: resumable once its cause is dealt
+            // with, even a `Corrupt` child (see `subagent.rs`).
+            _ if self.stopped_by_child => {
+                self.emit(RunEvent::Failed {
+                    kind: e.kind(),
+                    message: e.message().to_owned(),
+                });
+                return;
+            }
             ErrorKind::Cancelled if *self.control.borrow() == Signal::Cancel => "cancelled",
             ErrorKind::Tool | ErrorKind::Llm | ErrorKind::BudgetExceeded | ErrorKind::Corrupt => {
                 "failed"

@@ -432,6 +432,7 @@ pub(crate) async fn execute(
         st,
         decisions,
         child_decisions,
+        stopped_by_child: false,
         depth,
         control,
         events,

@@ -435,6 +435,8 @@ async fn execute(
         results.insert(i, res);
     }
     if let Some(e) = stopped {
+        // The child's error, not the parent's: the parent stays resumable whatever its kind.
+        task.stopped_by_child = true;
         return Err(e);
     }
     if let Some(request) = paused {
