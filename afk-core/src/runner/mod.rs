@@ -249,6 +249,11 @@ impl Runner {
 
     /// Resume a stored run (see the resume rules in `runner/resume.rs`). A terminal run returns
     /// its stored result; a paused run returns [`Outcome::Paused`] again.
+    ///
+    /// A run is resumable from its first commit on, after any number of crashes, and ends
+    /// with the result it would have had without them. `NotFound` means nothing of the run
+    /// was committed (a crash before its first commit): start it with
+    /// [`Runner::run_with_id`] under the same run id.
     pub fn resume(&self, agent: &Agent, thread: &ThreadId, run: &RunId) -> RunHandle {
         self.spawn(agent, thread, run.clone(), Start::Resume(None))
     }
