@@ -7,8 +7,10 @@ mod common;
 mod demo;
 mod fixtures;
 mod migrate;
+mod output;
 mod prune;
 mod runs;
+mod settle;
 mod show;
 mod timeline;
 mod verify;
@@ -26,6 +28,9 @@ struct Cli {
     /// rocksdb://./.afk-data (`demo`: rocksdb://./.afk-demo; `fixtures check`: memory://).
     #[arg(long, global = true, env = "AFK_STORE")]
     store: Option<String>,
+    /// Print one JSON document on stdout instead of text (errors too: `{"error": {...}}`).
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -48,6 +53,12 @@ enum Command {
     Prune(prune::Args),
     /// Work with the AFK golden fixtures.
     Fixtures(fixtures::Args),
+    /// Say what an uncertain tool call did (the run stopped with `EffectUncertain`), without
+    /// resuming: the application's next resume continues from it.
+    Settle(settle::SettleArgs),
+    /// Approve or deny the call a paused run waits for, without resuming: the application's
+    /// next resume applies it.
+    Decide(settle::DecideArgs),
 }
 
 /// Exit code for usage errors and unimplemented options (clap uses 2 as well).
@@ -62,6 +73,10 @@ pub fn main() -> ExitCode {
             .clone()
             .unwrap_or_else(|| common::DEFAULT_STORE.to_owned())
     };
+    let ctx = output::Ctx {
+        url: url(),
+        json: cli.json,
+    };
     match cli.command {
         Command::Demo(args) => demo::run(args, store),
         Command::Runs(args) => runs::run(args, &url()),
@@ -71,5 +86,7 @@ pub fn main() -> ExitCode {
         Command::Migrate(args) => migrate::run(args, &url()),
         Command::Prune(args) => prune::run(args, &url()),
         Command::Fixtures(args) => fixtures::run(args, store),
+        Command::Settle(args) => settle::settle(args, &ctx),
+        Command::Decide(args) => settle::decide(args, &ctx),
     }
 }
