@@ -12,6 +12,8 @@ mod prune;
 mod runs;
 mod settle;
 mod show;
+mod status;
+mod threads;
 mod timeline;
 mod verify;
 
@@ -39,6 +41,8 @@ struct Cli {
 enum Command {
     /// Run a scripted durable agent, crash it part way, resume it, and explain each step.
     Demo(demo::Args),
+    /// The threads of the store, newest activity first, with their runs' states.
+    Threads(threads::Args),
     /// List the runs of a thread with their latest phase, step and state.
     Runs(runs::Args),
     /// Show a run's latest record and snapshot summary.
@@ -79,12 +83,13 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Demo(args) => demo::run(args, store),
-        Command::Runs(args) => runs::run(args, &url()),
-        Command::Show(args) => show::run(args, &url()),
-        Command::Timeline(args) => timeline::run(args, &url()),
-        Command::Verify(args) => verify::run(args, &url()),
-        Command::Migrate(args) => migrate::run(args, &url()),
-        Command::Prune(args) => prune::run(args, &url()),
+        Command::Threads(args) => threads::run(args, &ctx),
+        Command::Runs(args) => runs::run(args, &ctx),
+        Command::Show(args) => show::run(args, &ctx),
+        Command::Timeline(args) => timeline::run(args, &ctx),
+        Command::Verify(args) => verify::run(args, &ctx),
+        Command::Migrate(args) => migrate::run(args, &ctx),
+        Command::Prune(args) => prune::run(args, &ctx),
         Command::Fixtures(args) => fixtures::run(args, store),
         Command::Settle(args) => settle::settle(args, &ctx),
         Command::Decide(args) => settle::decide(args, &ctx),

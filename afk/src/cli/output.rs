@@ -101,7 +101,13 @@ impl Ctx {
     /// Print `e` (naming the store, the key and what to do) and return exit code 1.
     pub fn fail(&self, cmd: &str, e: &Error) -> ExitCode {
         let store = self.store_name();
-        let mut text = format!("afk {cmd}: {e}\n  store: {store}\n");
+        let mut text = format!("afk {cmd}: {}: {}", e.kind(), e.message());
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            text.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        text.push_str(&format!("\n  store: {store}\n"));
         if let Some(key) = e.key() {
             text.push_str(&format!("  key:   {key}\n"));
         }
@@ -243,3 +249,46 @@ mod tests {
         assert!(!text.contains("hunter2"), "{text}");
     }
 }
+
+/// A timestamp in ms since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC).
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+    let rem = secs % 86_400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod time_tests {
+    #[test]
+    fn utc_formats_known_instants() {
+        assert_eq!(super::utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::utc(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(super::utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+}
+
+/// `writeln!` into a `String` (which cannot fail).
+macro_rules! wl {
+    ($o:expr, $($t:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($o, $($t)*);
+    }};
+}
+pub(crate) use wl;
