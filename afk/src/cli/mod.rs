@@ -15,6 +15,7 @@ mod show;
 mod status;
 mod threads;
 mod timeline;
+mod transfer;
 mod verify;
 
 use std::process::ExitCode;
@@ -60,6 +61,10 @@ enum Command {
     /// Say what an uncertain tool call did (the run stopped with `EffectUncertain`), without
     /// resuming: the application's next resume continues from it.
     Settle(settle::SettleArgs),
+    /// Write a run or a thread as JSON Lines (records, effect rows, transcript log; no fence).
+    Export(transfer::ExportArgs),
+    /// Read an export into the store, each run under a fresh claim, then verify it.
+    Import(transfer::ImportArgs),
     /// Approve or deny the call a paused run waits for, without resuming: the application's
     /// next resume applies it.
     Decide(settle::DecideArgs),
@@ -93,5 +98,7 @@ pub fn main() -> ExitCode {
         Command::Fixtures(args) => fixtures::run(args, store),
         Command::Settle(args) => settle::settle(args, &ctx),
         Command::Decide(args) => settle::decide(args, &ctx),
+        Command::Export(args) => transfer::export(args, &ctx),
+        Command::Import(args) => transfer::import(args, &ctx),
     }
 }

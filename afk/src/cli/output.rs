@@ -63,6 +63,16 @@ impl Ctx {
         F: FnOnce(Arc<dyn Store>) -> Fut,
         Fut: std::future::Future<Output = Result<Report>>,
     {
+        self.run_to(cmd, true, body)
+    }
+
+    /// [`Ctx::run`], printing the report on stderr unless `on_stdout` (for a command whose
+    /// stdout carries data, like `export` without `--out`).
+    pub fn run_to<F, Fut>(&self, cmd: &str, on_stdout: bool, body: F) -> ExitCode
+    where
+        F: FnOnce(Arc<dyn Store>) -> Fut,
+        Fut: std::future::Future<Output = Result<Report>>,
+    {
         let rt = match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -80,13 +90,17 @@ impl Ctx {
         });
         match res {
             Ok(report) => {
-                if self.json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&report.json).unwrap_or_default()
-                    );
+                let text = if self.json {
+                    let mut t = serde_json::to_string_pretty(&report.json).unwrap_or_default();
+                    t.push('\n');
+                    t
                 } else {
-                    print!("{}", report.human);
+                    report.human
+                };
+                if on_stdout {
+                    print!("{text}");
+                } else {
+                    eprint!("{text}");
                 }
                 if report.failed {
                     ExitCode::FAILURE
