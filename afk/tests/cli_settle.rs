@@ -255,3 +255,61 @@ fn settle_needs_exactly_one_answer() {
     let bad = settle(dir.path(), &url, "t", "r", &["--ran", "{not json"]);
     assert_eq!(bad.code, Some(2), "{}", bad.stderr);
 }
+
+/// The README walk-through, end to end through the binary: the demo leaves the charge
+/// uncertain, `afk settle --ran` records it, the demo application's plain resume completes
+/// without charging again.
+#[test]
+fn the_operator_walk_through_settles_the_demo_charge() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = common::rocks(&dir.path().join("db"));
+    let stuck = afk(dir.path(), &url, &["demo", "--crash-after", "10"]);
+    assert_eq!(stuck.code, Some(0), "{}", stuck.stdout);
+    let threads = afk(dir.path(), &url, &["threads", "--json"]);
+    let doc: Value = serde_json::from_str(&threads.stdout).unwrap();
+    assert_eq!(doc["threads"][0]["uncertain"], json!(1), "{doc}");
+    let show = afk(
+        dir.path(),
+        &url,
+        &["show", "--thread", "afk-demo", "--run", "demo-order-42"],
+    );
+    assert!(
+        show.stdout.contains("--call call_charge"),
+        "{}",
+        show.stdout
+    );
+    let settle = afk(
+        dir.path(),
+        &url,
+        &[
+            "settle",
+            "--thread",
+            "afk-demo",
+            "--run",
+            "demo-order-42",
+            "--call",
+            "call_charge",
+            "--ran",
+            r#"{"charge_id": "ch_123"}"#,
+        ],
+    );
+    assert_eq!(settle.code, Some(0), "{}", settle.stderr);
+    let resumed = afk(dir.path(), &url, &["demo", "--resume"]);
+    assert_eq!(
+        resumed.code,
+        Some(0),
+        "{}{}",
+        resumed.stdout,
+        resumed.stderr
+    );
+    let executions = common::line(&resumed.stdout, "tool executions:");
+    assert!(!executions.contains("call_charge"), "{executions}");
+    assert!(common::line(&resumed.stdout, "run demo-order-42:").contains("completed"));
+    let runs = afk(
+        dir.path(),
+        &url,
+        &["runs", "--thread", "afk-demo", "--json"],
+    );
+    let doc: Value = serde_json::from_str(&runs.stdout).unwrap();
+    assert_eq!(doc["runs"][0]["state"], json!("completed"), "{doc}");
+}

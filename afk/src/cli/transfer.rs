@@ -67,7 +67,7 @@ fn value_json(bytes: &[u8]) -> (&'static str, Value) {
 pub fn export(args: ExportArgs, ctx: &Ctx) -> ExitCode {
     let progress = ctx.progress();
     let to_stdout = args.out.is_none();
-    let code = ctx.run_to("export", !to_stdout, |store| async move {
+    ctx.run_to("export", !to_stdout, |store| async move {
         let (thread, run) = ids(&args.thread, args.run.as_deref())?;
         let runs = match run {
             Some(r) => vec![r],
@@ -128,8 +128,7 @@ pub fn export(args: ExportArgs, ctx: &Ctx) -> ExitCode {
             runs.len()
         );
         Ok(Report::ok(doc, human))
-    });
-    code
+    })
 }
 
 /// One parsed export file: the thread and, per run, its keys and bytes.
