@@ -1,7 +1,15 @@
 //! Command-line parsing and dispatch. Add a subcommand: a module with an `Args` struct (clap
-//! derive) and a `run(args, store) -> ExitCode`, plus one variant in [`Command`].
+//! derive) and a `run(args, &Ctx) -> ExitCode` that builds a [`output::Report`] (its `--json`
+//! document and its text) inside [`output::Ctx::run`], plus one variant in [`Command`].
 //!
-//! Exit codes: 0 success; 1 a failure (an error, a failed check, `verify` problems); 2 usage.
+//! Exit codes: 0 success; 1 a failure (an error, a failed check, `verify` problems, an import
+//! that does not verify); 2 usage (clap).
+//!
+//! `--json` (global): every store command prints one JSON document on stdout; its fields are
+//! listed in the module docs of each command and only ever gain fields. An error is
+//! `{"error": {"command", "store", "kind", "message", "key", "retryable", "hint"}}` (see
+//! [`output`]). Errors always name the store (passwords redacted), the key when there is one,
+//! and what to do. `demo` and `fixtures` print text only.
 
 mod common;
 mod demo;
