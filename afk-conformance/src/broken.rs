@@ -81,6 +81,14 @@ impl<S: Store> Store for BrokenStore<S> {
         self.inner.delete_run(thread, run).await
     }
 
+    async fn list_threads(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk_core::store::ThreadPage> {
+        self.inner.list_threads(cursor, limit).await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         let epoch = self.inner.claim(thread, run).await?;
         let mut newest = self.newest();

@@ -55,6 +55,10 @@ macro_rules! __with_cases {
                 invalid_keys_are_rejected,
                 invalid_commit_keys_are_rejected,
             }
+            threads {
+                threads_holding_keys_are_listed_once,
+                emptied_threads_hold_nothing,
+            }
             model {
                 model_based,
             }

@@ -16,6 +16,6 @@ pub use error::{Error, ErrorKind, Result};
 pub use ids::{RunId, ThreadId};
 pub use store::{
     Capabilities, Commit, Epoch, FaultStore, ListPage, MemoryStore, RandomSource, RetryPolicy,
-    RetryStore, Store,
+    RetryStore, Store, ThreadPage,
 };
 pub use writer::{CheckpointConfig, Ticket, Writer, WriterStats};

@@ -5,6 +5,7 @@ mod conn;
 mod error;
 mod scripts;
 mod store;
+mod threads;
 mod tls;
 
 pub use config::{

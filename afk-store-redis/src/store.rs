@@ -206,7 +206,17 @@ impl Store for RedisStore {
         c.batch_commit = true;
         c.durable = false;
         c.multi_process = true;
+        c.list_threads = true;
         c
+    }
+
+    /// The thread index `{<prefix>}#threads` (see `threads.rs`); sorted by id.
+    async fn list_threads(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk_core::store::ThreadPage> {
+        crate::threads::list_threads(&self.client, &self.cfg, cursor, limit).await
     }
 
     async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
@@ -308,6 +318,7 @@ impl Store for RedisStore {
     }
 
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        crate::threads::remember(&self.client, &self.cfg, thread).await?;
         let kp = kp(&self.cfg, thread);
         let keys = [index_key(&self.cfg, thread), phys(&kp, &run_key(run))];
         let args = [

@@ -5,6 +5,7 @@ mod error;
 mod layout;
 mod ops;
 mod store;
+mod threads;
 
 pub use config::{Compression, RocksDbConfig, SCHEME};
 pub use store::RocksDbStore;

@@ -106,7 +106,19 @@ impl Store for RocksDbStore {
         c.durable = self.config.sync;
         c.multi_process = false;
         c.batch_commit = true;
+        c.list_threads = true;
         c
+    }
+
+    /// One seek per thread (see `threads.rs`); sorted by id, the cursor is the last id.
+    async fn list_threads(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk_core::store::ThreadPage> {
+        let cursor = cursor.map(str::to_owned);
+        self.blocking(move |db| crate::threads::list_threads(db, cursor.as_deref(), limit))
+            .await
     }
 
     async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {

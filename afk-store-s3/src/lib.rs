@@ -8,6 +8,7 @@ mod open;
 mod ops;
 mod store;
 mod swap;
+mod threads;
 
 pub use config::{
     DEFAULT_ATTEMPT_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS,

@@ -178,7 +178,22 @@ impl Store for S3Store {
         caps.max_value_size = Some(MAX_VALUE_SIZE);
         caps.durable = true;
         caps.multi_process = self.conditional;
+        caps.list_threads = true;
         caps
+    }
+
+    /// One `ListObjectsV2` with the delimiter `/` per page (see `threads.rs`).
+    async fn list_threads(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk_core::store::ThreadPage> {
+        let root = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        };
+        crate::threads::list_threads(&self.ops, &root, cursor, limit).await
     }
 
     async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {

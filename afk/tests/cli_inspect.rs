@@ -36,10 +36,19 @@ fn inspect_a_demo_run() {
 
     let runs = afk_in(dir.path(), &[&["runs"][..], &s[..]].concat());
     assert_eq!(runs.code, Some(0), "{}", runs.stderr);
-    assert_eq!(runs.stdout.lines().count(), 1, "{}", runs.stdout);
-    assert!(
+    assert_eq!(runs.stdout.lines().count(), 2, "{}", runs.stdout);
+    let row: Vec<&str> = runs
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[..5],
+        [RUN, "completed", "3", "run_terminal", "v2"],
+        "{}",
         runs.stdout
-            .starts_with(&format!("{RUN}  step 3  run_terminal  completed  v2"))
     );
 
     let show = afk_in(
@@ -101,8 +110,16 @@ fn inspect_a_fixture_loaded_into_rocksdb() {
     assert_eq!(load.code, Some(0), "{}", load.stderr);
     let s = ["--store", store.as_str(), "--thread", "fx"];
     let runs = afk_in(dir.path(), &[&["runs"][..], &s[..]].concat());
-    assert!(
-        runs.stdout.starts_with("run_scenario_b  step 2  "),
+    let row: Vec<&str> = runs
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[..3],
+        ["run_scenario_b", "in_progress", "2"],
         "{}",
         runs.stdout
     );

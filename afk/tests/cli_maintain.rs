@@ -204,66 +204,74 @@ fn prune_deletes_what_it_says_and_nothing_else() {
         ("run_scenario_b", "run_scenario_a")
     };
     let runs = |t: &str| afk_in(dir.path(), &["runs", "--store", &s, "--thread", t]).stdout;
-    assert_eq!(runs("p").lines().count(), 2);
+    assert_eq!(runs("p").lines().count(), 3, "a header and two runs");
 
-    let dry = afk_in(
-        dir.path(),
-        &[
-            "prune",
-            "--store",
-            &s,
-            "--thread",
-            "p",
-            "--keep-last",
-            "1",
-            "--dry-run",
-        ],
+    // Both runs crashed part way (uncertain or in progress): nothing without --force.
+    let prune = |args: &[&str]| {
+        let mut all = vec!["prune", "--store", &s, "--thread", "p"];
+        all.extend_from_slice(args);
+        afk_in(dir.path(), &all)
+    };
+    let unforced = prune(&["--keep-last", "1"]);
+    assert_eq!(unforced.code, Some(0), "{}", unforced.stderr);
+    assert!(
+        unforced.stdout.contains(&format!("skipped {older}")),
+        "{}",
+        unforced.stdout
     );
+    assert!(
+        !unforced.stdout.contains("deleted run_"),
+        "{}",
+        unforced.stdout
+    );
+    let refused = prune(&["--run", older]);
+    assert_eq!(refused.code, Some(1), "{}", refused.stdout);
+    assert!(refused.stderr.contains("--force"), "{}", refused.stderr);
+    assert_eq!(
+        runs("p").lines().count(),
+        3,
+        "nothing deleted without --force"
+    );
+
+    let dry = prune(&["--keep-last", "1", "--dry-run", "--force"]);
     assert!(
         dry.stdout.contains(&format!("would delete {older}")),
         "{}",
         dry.stdout
     );
-    assert_eq!(runs("p").lines().count(), 2, "dry run deletes nothing");
+    assert_eq!(runs("p").lines().count(), 3, "dry run deletes nothing");
 
-    let out = afk_in(
-        dir.path(),
-        &["prune", "--store", &s, "--thread", "p", "--keep-last", "1"],
-    );
+    let out = prune(&["--keep-last", "1", "--force", "--json"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(
-        out.stdout.contains(&format!("kept {newer}")),
-        "{}",
-        out.stdout
-    );
-    let deleted = numbers(line(&out.stdout, &format!("deleted {older}")));
+    let doc: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(doc["kept"][0]["run"], json!(newer), "{doc}");
+    assert_eq!(doc["deleted"][0]["run"], json!(older), "{doc}");
     let f = fixture(if older == "run_scenario_a" { a } else { b });
     // Every loaded key plus the fence.
     assert_eq!(
-        *deleted.last().unwrap(),
-        f["state"].as_object().unwrap().len() as u64 + 1
+        doc["deleted"][0]["keys"],
+        json!(f["state"].as_object().unwrap().len() as u64 + 1)
     );
-    assert!(runs("p").starts_with(newer), "{}", runs("p"));
-    assert_eq!(runs("p").lines().count(), 1);
+    let left = runs("p");
+    assert!(left.lines().nth(1).unwrap().starts_with(newer), "{left}");
+    assert_eq!(left.lines().count(), 2);
     assert!(
-        runs("other").starts_with("run_scenario_a"),
+        runs("other")
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("run_scenario_a"),
         "other threads untouched"
     );
 
-    let out = afk_in(
-        dir.path(),
-        &["prune", "--store", &s, "--thread", "p", "--run", newer],
-    );
+    let out = prune(&["--run", newer, "--force"]);
     assert!(
         out.stdout.contains(&format!("deleted {newer}")),
         "{}",
         out.stdout
     );
     assert!(runs("p").contains("no runs"), "{}", runs("p"));
-    let missing = afk_in(
-        dir.path(),
-        &["prune", "--store", &s, "--thread", "p", "--run", newer],
-    );
+    let missing = prune(&["--run", newer, "--force"]);
     assert_eq!(missing.code, Some(1));
     let verify = afk_in(dir.path(), &["verify", "--store", &s, "--thread", "other"]);
     assert_eq!(verify.code, Some(0), "{}", verify.stdout);

@@ -20,4 +20,5 @@ pub mod large;
 pub mod list;
 pub mod model;
 pub mod resume;
+pub mod threads;
 pub mod values;

@@ -16,6 +16,7 @@ mod clock;
 mod exec;
 pub mod fixture_check;
 mod llm;
+mod operator;
 mod persist;
 mod resume;
 pub mod scripted;
@@ -33,6 +34,7 @@ use tracing::Instrument;
 pub use agent::{Agent, FailurePolicies, FailurePolicy, GateDecision, Limits, ToolGate};
 pub use clock::{Clock, IdGen, ManualClock, RandomIds, SequentialIds, SystemClock};
 pub use llm::{LlmClient, LlmRequest};
+pub use operator::Recorded;
 pub use settle::Settlement;
 pub use subagent::child_run_id;
 pub use tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
@@ -398,20 +400,13 @@ pub(crate) async fn execute(
         None => match resume::load(&mut ckpt, decision, only_for.as_deref()).await? {
             resume::Loaded::Terminal(r) => {
                 if let Some((id, _)) = settlement {
-                    return Err(Error::conflict(format!(
-                        "run {} is terminal; tool call {id} is not pending and cannot be settled",
-                        ckpt.run
-                    )));
+                    return Err(settle::terminal_refusal(&ckpt.run, &id));
                 }
                 return Ok(Outcome::Completed(r));
             }
             resume::Loaded::Paused(request) => {
                 if let Some((id, _)) = settlement {
-                    return Err(Error::conflict(format!(
-                        "run {} is paused for approval; decide with resume_with_decision, \
-                         tool call {id} cannot be settled",
-                        ckpt.run
-                    )));
+                    return Err(settle::paused_refusal(&ckpt.run, &id));
                 }
                 return Ok(Outcome::Paused { request });
             }

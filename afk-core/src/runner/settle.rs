@@ -18,6 +18,7 @@ use super::tool::ToolContext;
 use super::tools::call_id;
 use crate::error::{Error, ErrorKind, Result};
 use crate::hash::{input_hash, output_hash};
+use crate::ids::RunId;
 use crate::keys;
 use crate::schema::{EffectRow, EffectStatus, Extra};
 
@@ -99,6 +100,35 @@ pub(crate) async fn apply(
     id: &str,
     settlement: &Settlement,
 ) -> Result<()> {
+    if let Some(row) = check(ckpt, state, id, settlement).await? {
+        write(ckpt, state.step, id, settlement, &row).await?;
+    }
+    Ok(())
+}
+
+/// The refusal of a settlement for a terminal run.
+pub(crate) fn terminal_refusal(run: &RunId, id: &str) -> Error {
+    Error::conflict(format!(
+        "run {run} is terminal; tool call {id} is not pending and cannot be settled"
+    ))
+}
+
+/// The refusal of a settlement for a run paused for approval.
+pub(crate) fn paused_refusal(run: &RunId, id: &str) -> Error {
+    Error::conflict(format!(
+        "run {run} is paused for approval; decide with resume_with_decision, \
+         tool call {id} cannot be settled"
+    ))
+}
+
+/// The checks of [`apply`], without writing: `Some(row)` is the lone intent row to settle,
+/// `None` means this very settlement is already stored.
+pub(crate) async fn check(
+    ckpt: &Checkpointer,
+    state: &RunState,
+    id: &str,
+    settlement: &Settlement,
+) -> Result<Option<EffectRow>> {
     let step = state.step;
     let run = ckpt.run.clone();
     let Some(resp) = &state.pending_llm_response else {
@@ -133,7 +163,7 @@ pub(crate) async fn apply(
         // An AFK v1 row (a result, never an intent) carries no hash.
         map.insert("input_hash".to_owned(), Value::String(hash.clone()));
     }
-    let row: EffectRow = serde_json::from_value(value)
+    let mut row: EffectRow = serde_json::from_value(value)
         .map_err(|e| Error::corrupt_record(&key, format!("effect row is invalid: {e}")))?;
     if row.input_hash != hash {
         return Err(Error::corrupt_record(
@@ -143,7 +173,7 @@ pub(crate) async fn apply(
     }
     if row.status() == EffectStatus::Done {
         if settlement.matches(&row) {
-            return Ok(()); // the same settlement again: nothing to write
+            return Ok(None); // the same settlement again: nothing to write
         }
         return Err(Error::new(
             ErrorKind::Conflict,
@@ -154,6 +184,20 @@ pub(crate) async fn apply(
         )
         .with_key(key));
     }
+    row.tool_name = Some(call.tool_name.clone());
+    Ok(Some(row))
+}
+
+/// Write `settlement` over the lone intent `row` of call `id` (checked by [`check`]) and wait
+/// until it is durable.
+pub(crate) async fn write(
+    ckpt: &mut Checkpointer,
+    step: u64,
+    id: &str,
+    settlement: &Settlement,
+    row: &EffectRow,
+) -> Result<()> {
+    let run = ckpt.run.clone();
     let mut extra = Extra::new();
     extra.insert(SETTLED.to_owned(), Value::String("human".to_owned()));
     extra.insert(
@@ -169,7 +213,7 @@ pub(crate) async fn apply(
         }
     };
     let settled = EffectRow {
-        input_hash: hash,
+        input_hash: row.input_hash.clone(),
         output_hash: Some(output_hash(&output)),
         output,
         success,
@@ -178,7 +222,7 @@ pub(crate) async fn apply(
             .idempotency_key
             .clone()
             .or_else(|| Some(ToolContext::idempotency_key_for(run.as_str(), step, id))),
-        tool_name: Some(call.tool_name.clone()),
+        tool_name: row.tool_name.clone(),
         started_at_ms: row.started_at_ms,
         extra,
     };

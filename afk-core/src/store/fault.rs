@@ -305,6 +305,15 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         self.inner.delete_run(thread, run).await
     }
 
+    async fn list_threads(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::store::ThreadPage> {
+        self.enter(Op::List).await?;
+        self.inner.list_threads(cursor, limit).await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         self.enter(Op::Claim).await?;
         let _order = self.apply_lock.lock().await;

@@ -108,7 +108,34 @@ fn belongs_to(key: &str, run: &str) -> bool {
 #[async_trait]
 impl Store for MemoryStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new("memory")
+        let mut c = Capabilities::new("memory");
+        c.list_threads = true;
+        c
+    }
+
+    /// Threads holding a key, sorted by id; the cursor is the last id of the previous page.
+    async fn list_threads(&self, cursor: Option<&str>, limit: usize) -> Result<super::ThreadPage> {
+        let limit = super::thread_list_limit(limit);
+        if let Some(c) = cursor {
+            ThreadId::new(c)
+                .map_err(|e| Error::invalid_input(format!("bad thread cursor: {e}")))?;
+        }
+        let mut ids: Vec<ThreadId> = self
+            .lock()
+            .iter()
+            .filter(|(t, keys)| !keys.is_empty() && cursor.is_none_or(|c| t.as_str() > c))
+            .map(|(t, _)| t.clone())
+            .collect();
+        ids.sort();
+        let more = ids.len() > limit;
+        ids.truncate(limit);
+        let next_cursor = more
+            .then(|| ids.last().map(|t| t.as_str().to_owned()))
+            .flatten();
+        Ok(super::ThreadPage {
+            threads: ids,
+            next_cursor,
+        })
     }
 
     async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {

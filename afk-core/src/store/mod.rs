@@ -24,11 +24,13 @@ use crate::ids::{RunId, ThreadId};
 pub mod fault;
 pub mod memory;
 pub mod retry;
+mod threads;
 mod validate;
 
 pub use fault::{CrashMode, FaultEvent, FaultStore, Op};
 pub use memory::MemoryStore;
 pub use retry::{RandomSource, RetryPolicy, RetryStore};
+pub use threads::{ThreadPage, list_all_threads, thread_list_limit, threads_unsupported};
 pub use validate::{validate_commit, validate_list};
 
 /// A fencing epoch. Epoch 0 means "never claimed"; [`Store::claim`] returns 1, 2, ….
@@ -120,6 +122,8 @@ pub struct Capabilities {
     pub durable: bool,
     /// Whether several processes may open the same store at once.
     pub multi_process: bool,
+    /// Whether [`Store::list_threads`] enumerates the store's threads.
+    pub list_threads: bool,
 }
 
 impl Capabilities {
@@ -133,6 +137,7 @@ impl Capabilities {
             batch_commit: false,
             durable: false,
             multi_process: false,
+            list_threads: false,
         }
     }
 }
@@ -218,6 +223,24 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// over [`Capabilities::max_value_size`] or more keys than
     /// [`Capabilities::max_commit_keys`]; `Unavailable`. On every error nothing is written.
     async fn commit(&self, commit: &Commit) -> Result<()>;
+
+    /// List the threads of the store: every thread that holds at least one key (a claimed run's
+    /// fence counts) is in exactly one page of a complete listing, in an order of the store's
+    /// choosing. At most `limit` per page (clamped to `1..=`[`MAX_LIST_LIMIT`]); pass the
+    /// returned `next_cursor` to continue (opaque). A page may hold fewer than `limit`
+    /// threads, or none, and still have a `next_cursor`.
+    ///
+    /// A thread whose keys were all deleted may still be listed by stores that keep an index
+    /// of threads (callers find it empty). Threads created while a listing runs may or may not
+    /// appear. Stores answer without reading every key where they can (an index, a listing by
+    /// folder, a seek per thread).
+    ///
+    /// Errors: `Unsupported` unless [`Capabilities::list_threads`] (the default);
+    /// `InvalidInput` for a cursor the store did not hand out; `Unavailable`.
+    async fn list_threads(&self, cursor: Option<&str>, limit: usize) -> Result<ThreadPage> {
+        let _ = (cursor, limit);
+        Err(threads_unsupported(self.capabilities().name))
+    }
 
     /// Apply several commits, in order, as one batch where the backend can (pipelines, write
     /// batches). Each commit is still atomic and fenced on its own; the answer has one result

@@ -263,6 +263,17 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
         .await
     }
 
+    async fn list_threads(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::store::ThreadPage> {
+        with_retry(&self.policy, &self.rng, || {
+            self.inner.list_threads(cursor, limit)
+        })
+        .await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         with_retry(&self.policy, &self.rng, || self.inner.claim(thread, run)).await
     }

@@ -14,7 +14,7 @@ use afk_core::{Error, Result, RunId, Store, ThreadId};
 pub const DEFAULT_STORE: &str = "rocksdb://./.afk-data";
 
 /// Run `body` on a fresh multi-thread runtime with the store `url` opened; print errors as
-/// `afk <cmd>: <error>` and exit 1.
+/// `afk <cmd>: <error>` (with the store, the key and what to do) and exit 1.
 pub fn with_store<F, Fut>(cmd: &str, url: &str, body: F) -> ExitCode
 where
     F: FnOnce(Arc<dyn Store>) -> Fut,
@@ -36,10 +36,11 @@ where
     });
     match res {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("afk {cmd}: {e}");
-            ExitCode::FAILURE
+        Err(e) => super::output::Ctx {
+            url: url.to_owned(),
+            json: false,
         }
+        .fail(cmd, &e),
     }
 }
 

@@ -8,6 +8,9 @@
 //! messages and records inline in v2 form (resume reads both). Everything is written under a fresh claim (a process still
 //! working on the run is fenced off), log entries before the records that reference them, the
 //! latest pointer last. A run with no v1 record is left alone, so running it twice is a no-op.
+//!
+//! JSON: `{"thread", "dry_run", "runs": [{"run", "ok", "line"}], "failed"}` (`line` is the
+//! text line of the run).
 
 use std::process::ExitCode;
 
@@ -21,7 +24,8 @@ use afk_core::schema::{
 use afk_core::store::latest_key;
 use afk_core::{Commit, Error, Result, RunId, Store, ThreadId};
 
-use super::common::{ids, list_all, runs_of, with_store};
+use super::common::{ids, list_all, runs_of};
+use super::output::{Ctx, Report, wl};
 
 /// `afk migrate`
 #[derive(Debug, clap::Args)]
@@ -39,28 +43,35 @@ pub struct Args {
 
 /// One line per run; exit 0, or 1 when a run could not be migrated (a record that does not
 /// normalize: nothing of that run is written).
-pub fn run(args: Args, url: &str) -> ExitCode {
-    with_store("migrate", url, |store| async move {
+pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
+    let progress = ctx.progress();
+    ctx.run("migrate", |store| async move {
         let (thread, run) = ids(&args.thread, args.run.as_deref())?;
         let runs = match run {
             Some(r) => vec![r],
             None => runs_of(store.as_ref(), &thread).await?,
         };
         let mut failed = 0;
-        for run in &runs {
-            match migrate_run(store.as_ref(), &thread, run, args.dry_run).await {
-                Ok(line) => println!("{line}"),
+        let mut o = String::new();
+        let mut docs = Vec::new();
+        for (i, run) in runs.iter().enumerate() {
+            progress.tick("migrating runs", i, Some(runs.len()));
+            let (ok, line) = match migrate_run(store.as_ref(), &thread, run, args.dry_run).await {
+                Ok(line) => (true, line),
                 Err(e) => {
                     failed += 1;
-                    println!("FAIL {run}: {e}");
+                    (false, format!("FAIL {run}: {e}"))
                 }
-            }
+            };
+            wl!(o, "{line}");
+            docs.push(serde_json::json!({"run": run.as_str(), "ok": ok, "line": line}));
         }
-        Ok(if failed == 0 {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        })
+        progress.done();
+        let doc = serde_json::json!({"thread": thread.as_str(), "dry_run": args.dry_run,
+            "runs": docs, "failed": failed});
+        let mut report = Report::ok(doc, o);
+        report.failed = failed > 0;
+        Ok(report)
     })
 }
 

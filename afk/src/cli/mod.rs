@@ -1,16 +1,29 @@
 //! Command-line parsing and dispatch. Add a subcommand: a module with an `Args` struct (clap
-//! derive) and a `run(args, store) -> ExitCode`, plus one variant in [`Command`].
+//! derive) and a `run(args, &Ctx) -> ExitCode` that builds a [`output::Report`] (its `--json`
+//! document and its text) inside [`output::Ctx::run`], plus one variant in [`Command`].
 //!
-//! Exit codes: 0 success; 1 a failure (an error, a failed check, `verify` problems); 2 usage.
+//! Exit codes: 0 success; 1 a failure (an error, a failed check, `verify` problems, an import
+//! that does not verify); 2 usage (clap).
+//!
+//! `--json` (global): every store command prints one JSON document on stdout; its fields are
+//! listed in the module docs of each command and only ever gain fields. An error is
+//! `{"error": {"command", "store", "kind", "message", "key", "retryable", "hint"}}` (see
+//! [`output`]). Errors always name the store (passwords redacted), the key when there is one,
+//! and what to do. `demo` and `fixtures` print text only.
 
 mod common;
 mod demo;
 mod fixtures;
 mod migrate;
+mod output;
 mod prune;
 mod runs;
+mod settle;
 mod show;
+mod status;
+mod threads;
 mod timeline;
+mod transfer;
 mod verify;
 
 use std::process::ExitCode;
@@ -26,6 +39,9 @@ struct Cli {
     /// rocksdb://./.afk-data (`demo`: rocksdb://./.afk-demo; `fixtures check`: memory://).
     #[arg(long, global = true, env = "AFK_STORE")]
     store: Option<String>,
+    /// Print one JSON document on stdout instead of text (errors too: `{"error": {...}}`).
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -34,6 +50,8 @@ struct Cli {
 enum Command {
     /// Run a scripted durable agent, crash it part way, resume it, and explain each step.
     Demo(demo::Args),
+    /// The threads of the store, newest activity first, with their runs' states.
+    Threads(threads::Args),
     /// List the runs of a thread with their latest phase, step and state.
     Runs(runs::Args),
     /// Show a run's latest record and snapshot summary.
@@ -48,6 +66,16 @@ enum Command {
     Prune(prune::Args),
     /// Work with the AFK golden fixtures.
     Fixtures(fixtures::Args),
+    /// Say what an uncertain tool call did (the run stopped with `EffectUncertain`), without
+    /// resuming: the application's next resume continues from it.
+    Settle(settle::SettleArgs),
+    /// Write a run or a thread as JSON Lines (records, effect rows, transcript log; no fence).
+    Export(transfer::ExportArgs),
+    /// Read an export into the store, each run under a fresh claim, then verify it.
+    Import(transfer::ImportArgs),
+    /// Approve or deny the call a paused run waits for, without resuming: the application's
+    /// next resume applies it.
+    Decide(settle::DecideArgs),
 }
 
 /// Exit code for usage errors and unimplemented options (clap uses 2 as well).
@@ -62,14 +90,23 @@ pub fn main() -> ExitCode {
             .clone()
             .unwrap_or_else(|| common::DEFAULT_STORE.to_owned())
     };
+    let ctx = output::Ctx {
+        url: url(),
+        json: cli.json,
+    };
     match cli.command {
         Command::Demo(args) => demo::run(args, store),
-        Command::Runs(args) => runs::run(args, &url()),
-        Command::Show(args) => show::run(args, &url()),
-        Command::Timeline(args) => timeline::run(args, &url()),
-        Command::Verify(args) => verify::run(args, &url()),
-        Command::Migrate(args) => migrate::run(args, &url()),
-        Command::Prune(args) => prune::run(args, &url()),
+        Command::Threads(args) => threads::run(args, &ctx),
+        Command::Runs(args) => runs::run(args, &ctx),
+        Command::Show(args) => show::run(args, &ctx),
+        Command::Timeline(args) => timeline::run(args, &ctx),
+        Command::Verify(args) => verify::run(args, &ctx),
+        Command::Migrate(args) => migrate::run(args, &ctx),
+        Command::Prune(args) => prune::run(args, &ctx),
         Command::Fixtures(args) => fixtures::run(args, store),
+        Command::Settle(args) => settle::settle(args, &ctx),
+        Command::Decide(args) => settle::decide(args, &ctx),
+        Command::Export(args) => transfer::export(args, &ctx),
+        Command::Import(args) => transfer::import(args, &ctx),
     }
 }

@@ -1,10 +1,17 @@
-//! `afk runs --thread T`: the runs of a thread with their latest phase, step and state.
+//! `afk runs --thread T`: the runs of a thread with their latest phase, step and state, as a
+//! table.
+//!
+//! JSON: `{"thread", "runs": [{"run", "state", "step", "phase", "schema_version",
+//! "timestamp_ms", "uncertain_effects", "error"?}]}`, sorted by run id (states: see
+//! `status.rs`).
 
 use std::process::ExitCode;
 
 use afk_core::schema::{CheckpointRecord, PhasePayload};
 
-use super::common::{ids, latest, runs_of, with_store};
+use super::common::{ids, runs_of};
+use super::output::{Ctx, Report, table, utc};
+use super::status::{call_of, run_status};
 
 /// `afk runs`
 #[derive(Debug, clap::Args)]
@@ -29,29 +36,60 @@ pub fn state_of(rec: &CheckpointRecord) -> String {
     }
 }
 
-/// Print one line per run (`<run>  step <s>  <phase>  <state>  <version>  ts <ms>`), sorted by
-/// run id. A run without a pointer or with an unreadable one says so on its line.
-pub fn run(args: Args, url: &str) -> ExitCode {
-    with_store("runs", url, |store| async move {
+/// One row per run (`RUN  STATE  STEP  PHASE  VERSION  LAST_ACTIVITY  NOTE`), sorted by run
+/// id. A run without a pointer or with an unreadable one says so in its row.
+pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
+    ctx.run("runs", |store| async move {
         let (thread, _) = ids(&args.thread, None)?;
-        let runs = runs_of(store.as_ref(), &thread).await?;
-        if runs.is_empty() {
-            println!("no runs in thread {thread}");
+        let mut all = Vec::new();
+        for run in runs_of(store.as_ref(), &thread).await? {
+            all.push(run_status(store.as_ref(), &thread, &run).await?);
         }
-        for run in runs {
-            match latest(store.as_ref(), &thread, &run).await {
-                Ok(Some(rec)) => println!(
-                    "{run}  step {}  {}  {}  {}  ts {}",
-                    rec.step,
-                    rec.phase,
-                    state_of(&rec),
-                    rec.schema_version,
-                    rec.timestamp_ms
-                ),
-                Ok(None) => println!("{run}  no latest pointer (claimed, nothing saved)"),
-                Err(e) => println!("{run}  unreadable latest pointer: {e}"),
-            }
-        }
-        Ok(ExitCode::SUCCESS)
+        let human = if all.is_empty() {
+            format!("no runs in thread {thread}\n")
+        } else {
+            let rows: Vec<Vec<String>> = all
+                .iter()
+                .map(|s| {
+                    let note = match s.state.as_str() {
+                        "claimed" => "claimed, nothing saved".to_owned(),
+                        "unreadable" => s.error.clone().unwrap_or_default(),
+                        "uncertain" => format!(
+                            "no result for call(s) {}",
+                            s.uncertain_effects
+                                .iter()
+                                .map(|k| call_of(k))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        _ => String::new(),
+                    };
+                    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+                    vec![
+                        s.run.clone(),
+                        s.state.clone(),
+                        s.step.map_or_else(|| "-".to_owned(), |n| n.to_string()),
+                        opt(&s.phase),
+                        opt(&s.schema_version),
+                        s.timestamp_ms.map_or_else(|| "-".to_owned(), utc),
+                        note,
+                    ]
+                })
+                .collect();
+            table(
+                &[
+                    "RUN",
+                    "STATE",
+                    "STEP",
+                    "PHASE",
+                    "VERSION",
+                    "LAST_ACTIVITY",
+                    "NOTE",
+                ],
+                &rows,
+            )
+        };
+        let doc = serde_json::json!({"thread": thread.as_str(), "runs": all});
+        Ok(Report::ok(doc, human))
     })
 }

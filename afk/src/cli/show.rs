@@ -1,6 +1,10 @@
-//! `afk show --thread T --run R [--json]`: the normalized latest record and a summary of the
-//! run's newest snapshot. The summary's tool records are the snapshot's inline ones (v1) and
-//! those of the transcript log it references (v2); `--json` prints the records as stored.
+//! `afk show --thread T --run R`: the normalized latest record and a summary of the run's
+//! newest snapshot, and what the operator can do next (`afk settle` for an uncertain call,
+//! `afk decide` for a pause). The summary's tool records are the snapshot's inline ones (v1)
+//! and those of the transcript log it references (v2).
+//!
+//! JSON: `{"thread", "run", "state", "uncertain_calls", "latest": <record>, "snapshot":
+//! <record or null>}`, the records as stored (normalized).
 
 use std::process::ExitCode;
 
@@ -8,8 +12,10 @@ use afk_core::schema::{CheckpointRecord, PhasePayload, StepRecords};
 use afk_core::{Error, Result};
 use serde_json::json;
 
-use super::common::{ids, latest, newest_snapshot, snapshot_records, with_store};
+use super::common::{ids, latest, newest_snapshot, snapshot_records};
+use super::output::{Ctx, Report, wl};
 use super::runs::state_of;
+use super::status::{call_of, run_status};
 
 /// `afk show`
 #[derive(Debug, clap::Args)]
@@ -20,9 +26,6 @@ pub struct Args {
     /// The run to show.
     #[arg(long)]
     run: String,
-    /// Print `{"latest": <record>, "snapshot": <record or null>}` as JSON instead of text.
-    #[arg(long)]
-    json: bool,
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> Result<serde_json::Value> {
@@ -30,54 +33,77 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<serde_json::Value> {
 }
 
 /// Exit 0 after printing; 1 when the run has no latest pointer or it does not normalize.
-pub fn run(args: Args, url: &str) -> ExitCode {
-    with_store("show", url, |store| async move {
+pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
+    ctx.run("show", |store| async move {
         let (thread, run) = ids(&args.thread, Some(&args.run))?;
         let run = run.ok_or_else(|| Error::invalid_input("--run is required"))?;
         let Some(rec) = latest(store.as_ref(), &thread, &run).await? else {
             return Err(Error::not_found(format!(
                 "run {run} in thread {thread} has no latest pointer"
-            )));
+            ))
+            .with_key(afk_core::store::latest_key(&run)));
         };
         let snap = newest_snapshot(store.as_ref(), &thread, &run, Some(&rec)).await?;
-        if args.json {
-            let out = json!({"latest": to_json(&rec)?, "snapshot": snap.as_ref().map(to_json).transpose()?});
-            let text = serde_json::to_string_pretty(&out)
-                .map_err(|e| Error::unexpected("cannot encode JSON").with_source(e))?;
-            println!("{text}");
-            return Ok(ExitCode::SUCCESS);
-        }
-        print_latest(&rec);
+        let status = run_status(store.as_ref(), &thread, &run).await?;
+        let calls: Vec<&str> = status
+            .uncertain_effects
+            .iter()
+            .map(|k| call_of(k))
+            .collect();
+        let doc = json!({"thread": thread.as_str(), "run": run.as_str(), "state": status.state,
+            "uncertain_calls": calls, "latest": to_json(&rec)?,
+            "snapshot": snap.as_ref().map(to_json).transpose()?});
+        let mut o = String::new();
+        print_latest(&mut o, &rec);
         match snap.as_ref().and_then(|r| r.snapshot().map(|s| (r, s))) {
             Some((r, s)) => {
                 let records = snapshot_records(store.as_ref(), &thread, &run, s).await?;
-                print_snapshot(r, &records);
+                print_snapshot(&mut o, r, &records);
             }
-            None => println!("snapshot: none (no runtime_state record)"),
+            None => wl!(o, "snapshot: none (no runtime_state record)"),
         }
-        Ok(ExitCode::SUCCESS)
+        for call in &calls {
+            wl!(
+                o,
+                "uncertain: call {call} has an intent and no result. If its tool is at-most-once, \
+                 resume stops with EffectUncertain; find out what happened, then\n  afk settle \
+                 --thread {thread} --run {run} --call {call} (--ran JSON | --did-not-run | \
+                 --failed MSG)"
+            );
+        }
+        if status.state == "paused" {
+            wl!(
+                o,
+                "next:     afk decide --thread {thread} --run {run} (--approve | --deny MSG)"
+            );
+        }
+        Ok(Report::ok(doc, o))
     })
 }
 
-fn print_latest(rec: &CheckpointRecord) {
-    println!("run:      {} (thread {})", rec.run_id, rec.thread_id);
-    println!(
+fn print_latest(o: &mut String, rec: &CheckpointRecord) {
+    wl!(o, "run:      {} (thread {})", rec.run_id, rec.thread_id);
+    wl!(
+        o,
         "latest:   step {} {} ({}), ts {}",
-        rec.step, rec.phase, rec.schema_version, rec.timestamp_ms
+        rec.step,
+        rec.phase,
+        rec.schema_version,
+        rec.timestamp_ms
     );
-    println!("state:    {}", state_of(rec));
+    wl!(o, "state:    {}", state_of(rec));
     match &rec.payload {
         PhasePayload::RunTerminal(p) => {
             if let Some(r) = &p.terminal_result {
-                println!("result:   {} - {:?}", r.state, r.final_text);
+                wl!(o, "result:   {} - {:?}", r.state, r.final_text);
             }
             if let Some(m) = &p.message {
-                println!("message:  {m}");
+                wl!(o, "message:  {m}");
             }
         }
         PhasePayload::Paused(p) => {
             if let Some(r) = &p.request {
-                println!("waiting:  {:?} for call {:?}", r.reason, r.tool_call_id);
+                wl!(o, "waiting:  {:?} for call {:?}", r.reason, r.tool_call_id);
             }
         }
         _ => {}
@@ -85,45 +111,61 @@ fn print_latest(rec: &CheckpointRecord) {
 }
 
 /// The snapshot summary; `records` are its execution records (inline and from the log).
-fn print_snapshot(rec: &CheckpointRecord, records: &StepRecords) {
+fn print_snapshot(o: &mut String, rec: &CheckpointRecord, records: &StepRecords) {
     let Some(s) = rec.snapshot() else { return };
-    println!(
+    wl!(
+        o,
         "snapshot: step {} ({}), state {:?}",
-        rec.step, rec.schema_version, s.state
+        rec.step,
+        rec.schema_version,
+        s.state
     );
-    println!(
+    wl!(
+        o,
         "counters: {} model calls, {} tool calls, {} effects replayed",
-        s.llm_calls, s.tool_calls, s.replayed_effect_count
+        s.llm_calls,
+        s.tool_calls,
+        s.replayed_effect_count
     );
-    println!(
+    wl!(
+        o,
         "usage:    {} in + {} out = {} tokens, cost ${:.4}",
-        s.usage.input_tokens, s.usage.output_tokens, s.usage.total_tokens, s.total_cost_usd
+        s.usage.input_tokens,
+        s.usage.output_tokens,
+        s.usage.total_tokens,
+        s.total_cost_usd
     );
     match (&s.transcript, &s.messages) {
-        (Some(t), _) => println!(
+        (Some(t), _) => wl!(
+            o,
             "transcript: {} messages in {} log entries (digest {})",
             t.message_count,
             t.len,
             t.digest.get(..12).unwrap_or(&t.digest)
         ),
-        (None, Some(m)) => println!("transcript: {} messages inline (v1)", m.len()),
-        (None, None) => println!("transcript: empty"),
+        (None, Some(m)) => wl!(o, "transcript: {} messages inline (v1)", m.len()),
+        (None, None) => wl!(o, "transcript: empty"),
     }
-    println!("tool records: {}", records.tool_executions.len());
+    wl!(o, "tool records: {}", records.tool_executions.len());
     for t in &records.tool_executions {
-        println!(
+        wl!(
+            o,
             "  {} ({}): {}",
             t.tool_name,
             t.tool_call_id.as_deref().unwrap_or("-"),
             if t.success { "ok" } else { "failed" }
         );
     }
-    println!("final text: {:?}", s.final_text);
+    wl!(o, "final text: {:?}", s.final_text);
     match &s.pending_llm_response {
         Some(r) if r.tool_calls.is_empty() => {
-            println!("pending response: the model's final answer, not yet the run's result")
+            wl!(
+                o,
+                "pending response: the model's final answer, not yet the run's result"
+            )
         }
-        Some(r) => println!(
+        Some(r) => wl!(
+            o,
             "pending response: {} tool call(s) not done yet: {}",
             r.tool_calls.len(),
             r.tool_calls
@@ -132,6 +174,6 @@ fn print_snapshot(rec: &CheckpointRecord, records: &StepRecords) {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        None => println!("pending response: none"),
+        None => wl!(o, "pending response: none"),
     }
 }

@@ -1,14 +1,19 @@
 //! `afk timeline --thread T --run R`: every checkpoint record, effect row and transcript-log
 //! entry of a run, in step/phase order, one line each.
+//!
+//! JSON: `{"thread", "run", "entries": [{"key", "kind" ("checkpoint" | "effect" |
+//! "messages" | "other"), "step", "text", "value"}]}`; `value` is the stored JSON as stored
+//! (null when it is not JSON), `step` is null for transcript entries.
 
 use std::process::ExitCode;
 
 use afk_core::keys::{ParsedKey, parse_key};
 use afk_core::normalize::{normalize_effect_row, normalize_record, normalize_transcript_entry};
 use afk_core::schema::{EffectStatus, Phase, PhasePayload};
-use afk_core::{Error, Result, Store, ThreadId};
+use afk_core::{Error, ThreadId};
 
-use super::common::{ids, keys_of_run, with_store};
+use super::common::{ids, keys_of_run};
+use super::output::{Ctx, Report, wl};
 
 /// `afk timeline`
 #[derive(Debug, clap::Args)]
@@ -39,8 +44,8 @@ fn rank(key: &ParsedKey) -> (u64, u8) {
 }
 
 /// Print the run's timeline. Exit 0; 1 when the run has no keys.
-pub fn run(args: Args, url: &str) -> ExitCode {
-    with_store("timeline", url, |store| async move {
+pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
+    ctx.run("timeline", |store| async move {
         let (thread, run) = ids(&args.thread, Some(&args.run))?;
         let run = run.ok_or_else(|| Error::invalid_input("--run is required"))?;
         let mut keys: Vec<(ParsedKey, String)> = keys_of_run(store.as_ref(), &thread, &run)
@@ -55,24 +60,36 @@ pub fn run(args: Args, url: &str) -> ExitCode {
             )));
         }
         keys.sort_by_key(|(p, k)| (rank(p), k.clone()));
+        let mut o = String::new();
+        let mut entries = Vec::new();
         for (parsed, key) in &keys {
-            println!("{}", line(store.as_ref(), &thread, parsed, key).await?);
+            let bytes = store.get(&thread, key).await?;
+            let text = line(&thread, parsed, key, bytes.as_deref());
+            wl!(o, "{text}");
+            let (kind, step) = match parsed {
+                ParsedKey::Checkpoint { step, .. } => ("checkpoint", Some(*step)),
+                ParsedKey::Effect { step, .. } => ("effect", Some(*step)),
+                ParsedKey::Messages { .. } => ("messages", None),
+                _ => ("other", None),
+            };
+            let value = bytes
+                .as_deref()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok());
+            entries.push(serde_json::json!({"key": key, "kind": kind, "step": step,
+                "text": text, "value": value}));
         }
-        Ok(ExitCode::SUCCESS)
+        let doc = serde_json::json!({"thread": thread.as_str(), "run": run.as_str(),
+            "entries": entries});
+        Ok(Report::ok(doc, o))
     })
 }
 
-async fn line(
-    store: &dyn Store,
-    thread: &ThreadId,
-    parsed: &ParsedKey,
-    key: &str,
-) -> Result<String> {
-    let Some(bytes) = store.get(thread, key).await? else {
-        return Ok(format!("{key}: vanished while listing"));
+fn line(thread: &ThreadId, parsed: &ParsedKey, key: &str, bytes: Option<&[u8]>) -> String {
+    let Some(bytes) = bytes else {
+        return format!("{key}: vanished while listing");
     };
-    Ok(match parsed {
-        ParsedKey::Checkpoint { step, .. } => match normalize_record(&bytes, thread, key) {
+    match parsed {
+        ParsedKey::Checkpoint { step, .. } => match normalize_record(bytes, thread, key) {
             Ok(rec) => format!(
                 "step {step:>3}  {:<19} ts {}  {}",
                 rec.phase.as_str(),
@@ -81,7 +98,7 @@ async fn line(
             ),
             Err(e) => format!("step {step:>3}  {key}  CORRUPT: {e}"),
         },
-        ParsedKey::Effect { step, call_id, .. } => match normalize_effect_row(&bytes, key) {
+        ParsedKey::Effect { step, call_id, .. } => match normalize_effect_row(bytes, key) {
             Ok(row) => format!(
                 "step {step:>3}  effect {call_id}  {}  {}  input_hash {}",
                 row.tool_name.as_deref().unwrap_or("-"),
@@ -94,7 +111,7 @@ async fn line(
             ),
             Err(e) => format!("step {step:>3}  {key}  CORRUPT: {e}"),
         },
-        ParsedKey::Messages { index, .. } => match normalize_transcript_entry(&bytes, key) {
+        ParsedKey::Messages { index, .. } => match normalize_transcript_entry(bytes, key) {
             Ok(e) => format!(
                 "log {index:>4}  transcript entry of step {}: {} message(s){}",
                 e.step,
@@ -107,7 +124,7 @@ async fn line(
             Err(e) => format!("log {index:>4}  CORRUPT: {e}"),
         },
         _ => format!("other    {key}"),
-    })
+    }
 }
 
 fn detail(p: &PhasePayload) -> String {

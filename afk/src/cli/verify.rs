@@ -1,65 +1,119 @@
-//! `afk verify --thread T [--run R]`: check a run's stored invariants.
+//! `afk verify --thread T [--run R]` / `afk verify --all`: check runs' stored invariants.
 //!
 //! A printer over [`afk_core::verify`]: per run, `PROBLEM` lines for broken invariants,
 //! `uncertain` lines for intent rows without a result, `note` lines for other remarks, and
-//! `ok` when no problem was found; then a closing count.
+//! `ok` when no problem was found; then a closing count. `--all` checks every run of every
+//! thread of the store (stores that can list their threads).
+//!
+//! JSON: `{"runs": [{"thread", "run", "ok", "problems": [{"kind", "key", "message"}],
+//! "uncertain": [{"key", "message"}], "notes": [{"key", "message"}]}], "checked", "problems",
+//! "uncertain"}`.
 
 use std::process::ExitCode;
 
+use afk_core::store::list_all_threads;
 use afk_core::verify::{NoteKind, verify_run};
+use afk_core::{Error, ThreadId};
+use serde_json::json;
 
-use super::common::{ids, runs_of, with_store};
+use super::common::{ids, runs_of};
+use super::output::{Ctx, Report, wl};
 
 /// `afk verify`
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["thread", "all"])))]
 pub struct Args {
     /// The thread to check.
     #[arg(long)]
-    thread: String,
+    thread: Option<String>,
     /// Only this run (default: every run of the thread).
-    #[arg(long)]
+    #[arg(long, requires = "thread")]
     run: Option<String>,
+    /// Every run of every thread of the store.
+    #[arg(long)]
+    all: bool,
 }
 
 /// Prints `PROBLEM`, `uncertain`, `note` and `ok` lines and a closing count; exit 0 when no
 /// problem was found, 1 otherwise.
-pub fn run(args: Args, url: &str) -> ExitCode {
-    with_store("verify", url, |store| async move {
-        let (thread, run) = ids(&args.thread, args.run.as_deref())?;
-        let runs = match run {
-            Some(r) => vec![r],
-            None => runs_of(store.as_ref(), &thread).await?,
-        };
+pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
+    let progress = ctx.progress();
+    ctx.run("verify", |store| async move {
+        let mut targets: Vec<(ThreadId, afk_core::RunId)> = Vec::new();
+        match &args.thread {
+            Some(t) => {
+                let (thread, run) = ids(t, args.run.as_deref())?;
+                let runs = match run {
+                    Some(r) => vec![r],
+                    None => runs_of(store.as_ref(), &thread).await?,
+                };
+                targets.extend(runs.into_iter().map(|r| (thread.clone(), r)));
+            }
+            None if args.all => {
+                for thread in list_all_threads(store.as_ref()).await? {
+                    for r in runs_of(store.as_ref(), &thread).await? {
+                        targets.push((thread.clone(), r));
+                    }
+                }
+            }
+            None => return Err(Error::invalid_input("say --thread T or --all")),
+        }
         let (mut problems, mut uncertain) = (0, 0);
-        for run in &runs {
-            let report = verify_run(store.as_ref(), &thread, run).await?;
+        let mut o = String::new();
+        let mut docs = Vec::new();
+        let show_thread = args.all;
+        for (i, (thread, run)) in targets.iter().enumerate() {
+            progress.tick("verifying runs", i, Some(targets.len()));
+            let report = verify_run(store.as_ref(), thread, run).await?;
+            let name = if show_thread {
+                format!("{thread}/{run}")
+            } else {
+                run.to_string()
+            };
             for p in &report.problems {
-                println!("PROBLEM {run}: {p}");
+                wl!(o, "PROBLEM {name}: {p}");
             }
             for u in report.uncertain() {
-                println!("uncertain {run}: {u}");
+                wl!(o, "uncertain {name}: {u}");
             }
-            for n in report
+            let others: Vec<_> = report
                 .notes
                 .iter()
                 .filter(|n| n.kind != NoteKind::UncertainEffect)
-            {
-                println!("note {run}: {n}");
+                .collect();
+            for n in &others {
+                wl!(o, "note {name}: {n}");
             }
             if report.is_clean() {
-                println!("ok {run}");
+                wl!(o, "ok {name}");
             }
             problems += report.problems.len();
             uncertain += report.uncertain().count();
+            docs.push(json!({
+                "thread": thread.as_str(),
+                "run": run.as_str(),
+                "ok": report.is_clean(),
+                "problems": report.problems.iter().map(|p| json!({
+                    "kind": format!("{:?}", p.kind), "key": p.key, "message": p.message,
+                })).collect::<Vec<_>>(),
+                "uncertain": report.uncertain().map(|n| json!({
+                    "key": n.key, "message": n.message,
+                })).collect::<Vec<_>>(),
+                "notes": others.iter().map(|n| json!({
+                    "key": n.key, "message": n.message,
+                })).collect::<Vec<_>>(),
+            }));
         }
-        println!(
+        progress.done();
+        wl!(
+            o,
             "{} run(s) checked, {problems} problem(s), {uncertain} uncertain effect(s)",
-            runs.len()
+            targets.len()
         );
-        Ok(if problems == 0 {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        })
+        let doc = json!({"runs": docs, "checked": targets.len(), "problems": problems,
+            "uncertain": uncertain});
+        let mut report = Report::ok(doc, o);
+        report.failed = problems > 0;
+        Ok(report)
     })
 }

@@ -139,7 +139,40 @@ impl Store for LogStore {
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::new("log-file");
         caps.durable = true;
+        caps.list_threads = true;
         caps
+    }
+
+    /// The threads in memory (a thread with no keys left is dropped by `apply`), sorted by id;
+    /// the cursor is the last id of the previous page.
+    async fn list_threads(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk_core::store::ThreadPage> {
+        let limit = afk_core::store::thread_list_limit(limit);
+        let inner = self.lock();
+        let mut ids: Vec<&String> = inner
+            .threads
+            .keys()
+            .filter(|t| cursor.is_none_or(|c| t.as_str() > c))
+            .collect();
+        ids.sort();
+        let more = ids.len() > limit;
+        let threads = ids
+            .into_iter()
+            .take(limit)
+            .map(|t| ThreadId::new(t.as_str()))
+            .collect::<Result<Vec<_>>>()?;
+        let next_cursor = if more {
+            threads.last().map(|t| t.as_str().to_owned())
+        } else {
+            None
+        };
+        Ok(afk_core::store::ThreadPage {
+            threads,
+            next_cursor,
+        })
     }
 
     async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {

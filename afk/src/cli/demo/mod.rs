@@ -27,14 +27,58 @@ pub struct Args {
     /// of the parallel tool batch are saved, before the batch is marked done).
     #[arg(long)]
     crash_after: Option<u64>,
+    /// Start nothing new: resume the demo's stored run once, as the demo application would
+    /// after `afk settle` or `afk decide`, and say what that executed.
+    #[arg(long, conflicts_with = "crash_after")]
+    resume: bool,
 }
 
 /// Run the demo on `store` (default [`DEMO_STORE`]). Wipes the demo's own thread first.
 pub fn run(args: Args, store: Option<String>) -> ExitCode {
     let url = store.unwrap_or_else(|| DEMO_STORE.to_owned());
+    if args.resume {
+        println!("AFK demo: the application resumes its stored run.");
+        println!("store: {}", afk::redact_url(&url));
+        return with_store("demo", &url, resume_only);
+    }
     println!("AFK demo: a durable agent run that crashes part way and is resumed.");
     println!("store: {}", afk::redact_url(&url));
     with_store("demo", &url, |store| demo(store, args.crash_after))
+}
+
+/// One plain resume of the demo run, with a fresh agent, as its application would do it.
+async fn resume_only(store: Arc<dyn Store>) -> Result<ExitCode> {
+    let thread = ThreadId::new(THREAD)?;
+    let run = RunId::new(RUN)?;
+    let counter = InvocationCounter::new();
+    let rig = rig(&counter)?;
+    let out = runner(store)
+        .resume(&rig.agent, &thread, &run)
+        .result()
+        .await;
+    let executed: Vec<String> = counter
+        .snapshot()
+        .into_iter()
+        .map(|(call, n)| format!("{call} x{n}"))
+        .collect();
+    println!(
+        "model calls: {}; tool executions: {}",
+        rig.llm.calls(),
+        if executed.is_empty() {
+            "none".to_owned()
+        } else {
+            executed.join(", ")
+        }
+    );
+    match out? {
+        Outcome::Completed(r) => {
+            println!("run {run}: {} - {:?}", r.state, r.final_text);
+        }
+        Outcome::Paused { request } => {
+            println!("run {run}: paused again, waiting for {:?}", request.reason);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The uncrashed reference run, on a throw-away in-memory store.

@@ -1,0 +1,107 @@
+//! `afk threads`: the threads of a store, newest activity first, with how many runs each holds
+//! and how many of them need a look (paused, uncertain, failed, in progress).
+
+use std::process::ExitCode;
+
+use afk_core::store::list_all_threads;
+use serde_json::json;
+
+use super::common::runs_of;
+use super::output::{Ctx, Report, table, utc};
+use super::status::run_status;
+
+/// `afk threads`
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Show at most this many threads (the newest).
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+#[derive(Debug, Default, serde::Serialize)]
+struct Row {
+    thread: String,
+    runs: usize,
+    paused: usize,
+    uncertain: usize,
+    failed: usize,
+    in_progress: usize,
+    last_activity_ms: Option<u64>,
+}
+
+/// JSON: `{"store", "threads": [{"thread", "runs", "paused", "uncertain", "failed",
+/// "in_progress", "last_activity_ms"}]}`, newest activity first; threads without runs left
+/// out. Exit 1 when the store cannot list its threads.
+pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
+    let progress = ctx.progress();
+    let store_name = ctx.store_name();
+    ctx.run("threads", |store| async move {
+        let threads = list_all_threads(store.as_ref()).await?;
+        let mut rows = Vec::new();
+        for (i, thread) in threads.iter().enumerate() {
+            progress.tick("reading threads", i, Some(threads.len()));
+            let mut row = Row {
+                thread: thread.to_string(),
+                ..Row::default()
+            };
+            for run in runs_of(store.as_ref(), thread).await? {
+                let st = run_status(store.as_ref(), thread, &run).await?;
+                row.runs += 1;
+                match st.state.as_str() {
+                    "paused" => row.paused += 1,
+                    "uncertain" => row.uncertain += 1,
+                    "failed" | "unreadable" => row.failed += 1,
+                    "in_progress" | "claimed" => row.in_progress += 1,
+                    _ => {}
+                }
+                row.last_activity_ms = row.last_activity_ms.max(st.timestamp_ms);
+            }
+            if row.runs > 0 {
+                rows.push(row);
+            }
+        }
+        progress.done();
+        rows.sort_by(|a, b| {
+            b.last_activity_ms
+                .cmp(&a.last_activity_ms)
+                .then_with(|| a.thread.cmp(&b.thread))
+        });
+        if let Some(n) = args.limit {
+            rows.truncate(n);
+        }
+        let human = if rows.is_empty() {
+            format!("no threads in {store_name}\n")
+        } else {
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.thread.clone(),
+                        r.runs.to_string(),
+                        r.paused.to_string(),
+                        r.uncertain.to_string(),
+                        r.failed.to_string(),
+                        r.in_progress.to_string(),
+                        r.last_activity_ms.map_or_else(|| "-".to_owned(), utc),
+                    ]
+                })
+                .collect();
+            table(
+                &[
+                    "THREAD",
+                    "RUNS",
+                    "PAUSED",
+                    "UNCERTAIN",
+                    "FAILED",
+                    "IN_PROGRESS",
+                    "LAST_ACTIVITY",
+                ],
+                &cells,
+            )
+        };
+        Ok(Report::ok(
+            json!({"store": store_name, "threads": rows}),
+            human,
+        ))
+    })
+}

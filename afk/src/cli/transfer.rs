@@ -1,0 +1,305 @@
+//! `afk export` and `afk import`: a run or a thread as JSON Lines, between any two stores.
+//!
+//! The file holds one JSON object per line:
+//! * `{"type": "header", "format": "afk-export", "version": 1, "thread", "runs": [...]}`;
+//! * per key of each run, sorted by run then key: `{"type": "key", "run", "key", "value"}`,
+//!   `value` being the stored bytes as a string (every record, effect row and transcript entry
+//!   is UTF-8 JSON), or `"value_hex"` for bytes that are not UTF-8. The latest pointer is
+//!   included; the fence `run:<run>` is not (an import claims the run afresh);
+//! * `{"type": "end", "keys": n}`, so a truncated file is refused.
+//!
+//! Import writes each run under a fresh claim of the target store: every key but the latest
+//! pointer first (commits of at most 100 keys, or the store's `max_commit_keys`), the pointer
+//! last, so no reader of the target ever sees a pointer to a missing record. A run that already
+//! has keys in the target is refused (nothing written). Then every imported key is read back
+//! and compared byte for byte, and the run is checked with `afk_core::verify`; any difference
+//! or problem fails the import (exit 1).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+
+use afk_core::store::latest_key;
+use afk_core::verify::verify_run;
+use afk_core::{Commit, Error, Result, RunId, Store, ThreadId};
+use serde_json::{Value, json};
+
+use super::common::{ids, keys_of_run, runs_of};
+use super::output::{Ctx, Report, wl};
+
+/// `afk export`
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// The thread to export.
+    #[arg(long)]
+    thread: String,
+    /// Only this run (default: every run of the thread).
+    #[arg(long)]
+    run: Option<String>,
+    /// Write to this file (default: stdout, and the summary goes to stderr).
+    #[arg(long, value_name = "FILE")]
+    out: Option<std::path::PathBuf>,
+}
+
+/// `afk import`
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// The export file (`-` reads stdin).
+    #[arg(value_name = "FILE")]
+    file: std::path::PathBuf,
+}
+
+fn io_err(what: &str, e: std::io::Error) -> Error {
+    Error::unavailable(format!("{what}: {e}")).with_retryable(false)
+}
+
+fn value_json(bytes: &[u8]) -> (&'static str, Value) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => ("value", Value::String(s.to_owned())),
+        Err(_) => (
+            "value_hex",
+            Value::String(bytes.iter().map(|b| format!("{b:02x}")).collect()),
+        ),
+    }
+}
+
+/// Export. JSON summary: `{"thread", "runs", "keys", "bytes", "out"}`.
+pub fn export(args: ExportArgs, ctx: &Ctx) -> ExitCode {
+    let progress = ctx.progress();
+    let to_stdout = args.out.is_none();
+    ctx.run_to("export", !to_stdout, |store| async move {
+        let (thread, run) = ids(&args.thread, args.run.as_deref())?;
+        let runs = match run {
+            Some(r) => vec![r],
+            None => runs_of(store.as_ref(), &thread).await?,
+        };
+        let mut lines = Vec::new();
+        let header = json!({"type": "header", "format": "afk-export", "version": 1,
+            "thread": thread.as_str(), "runs": runs.iter().map(RunId::as_str).collect::<Vec<_>>()});
+        lines.push(header.to_string());
+        let (mut keys_n, mut bytes_n) = (0usize, 0usize);
+        for (i, run) in runs.iter().enumerate() {
+            progress.tick("exporting runs", i, Some(runs.len()));
+            let fence = afk_core::store::run_key(run);
+            let mut keys: Vec<String> = keys_of_run(store.as_ref(), &thread, run)
+                .await?
+                .into_iter()
+                .filter(|k| *k != fence)
+                .collect();
+            if keys.is_empty() {
+                return Err(Error::not_found(format!(
+                    "run {run} has no records in thread {thread}"
+                )));
+            }
+            keys.sort();
+            for chunk in keys.chunks(afk_core::store::MAX_LIST_LIMIT) {
+                let values = store.get_many(&thread, chunk).await?;
+                for (key, v) in chunk.iter().zip(values) {
+                    let Some(bytes) = v else { continue }; // deleted meanwhile
+                    let (field, value) = value_json(&bytes);
+                    let mut line = json!({"type": "key", "run": run.as_str(), "key": key});
+                    line[field] = value;
+                    lines.push(line.to_string());
+                    keys_n += 1;
+                    bytes_n += bytes.len();
+                }
+            }
+        }
+        progress.done();
+        lines.push(json!({"type": "end", "keys": keys_n}).to_string());
+        let mut text = lines.join("\n");
+        text.push('\n');
+        match &args.out {
+            Some(path) => std::fs::write(path, text)
+                .map_err(|e| io_err(&format!("cannot write {}", path.display()), e))?,
+            None => std::io::stdout()
+                .lock()
+                .write_all(text.as_bytes())
+                .map_err(|e| io_err("cannot write to stdout", e))?,
+        }
+        let out = args
+            .out
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |p| p.display().to_string());
+        let doc = json!({"thread": thread.as_str(), "runs": runs.len(), "keys": keys_n,
+            "bytes": bytes_n, "out": out});
+        let human = format!(
+            "exported {} run(s) of thread {thread}: {keys_n} keys, {bytes_n} bytes to {out}\n",
+            runs.len()
+        );
+        Ok(Report::ok(doc, human))
+    })
+}
+
+/// One parsed export file: the thread and, per run, its keys and bytes.
+struct Parsed {
+    thread: ThreadId,
+    runs: BTreeMap<RunId, Vec<(String, Vec<u8>)>>,
+}
+
+fn parse(text: &str) -> Result<Parsed> {
+    let bad = |n: usize, why: String| Error::invalid_input(format!("export line {n}: {why}"));
+    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
+    let (n, first) = lines
+        .next()
+        .ok_or_else(|| Error::invalid_input("the export file is empty"))?;
+    let header: Value = serde_json::from_str(first).map_err(|e| bad(n, e.to_string()))?;
+    if header["type"] != "header" || header["format"] != "afk-export" || header["version"] != 1 {
+        return Err(bad(n, "not an afk-export version 1 header".into()));
+    }
+    let thread = ThreadId::new(header["thread"].as_str().unwrap_or_default())?;
+    let mut runs: BTreeMap<RunId, Vec<(String, Vec<u8>)>> = BTreeMap::new();
+    for r in header["runs"].as_array().into_iter().flatten() {
+        runs.insert(RunId::new(r.as_str().unwrap_or_default())?, Vec::new());
+    }
+    let mut count = 0usize;
+    for (n, line) in lines {
+        let v: Value = serde_json::from_str(line).map_err(|e| bad(n, e.to_string()))?;
+        match v["type"].as_str() {
+            Some("key") => {
+                let run = RunId::new(v["run"].as_str().unwrap_or_default())?;
+                let key = v["key"].as_str().unwrap_or_default().to_owned();
+                afk_core::ids::validate_key(&key)?;
+                if afk_core::store::run_of_key(&key) != Some(run.as_str()) {
+                    return Err(bad(n, format!("key {key:?} does not belong to run {run}")));
+                }
+                let bytes = match (v["value"].as_str(), v["value_hex"].as_str()) {
+                    (Some(s), _) => s.as_bytes().to_vec(),
+                    (None, Some(h)) => hex(h).ok_or_else(|| bad(n, "bad value_hex".into()))?,
+                    _ => return Err(bad(n, "a key line without a value".into())),
+                };
+                runs.get_mut(&run)
+                    .ok_or_else(|| bad(n, format!("run {run} is not in the header")))?
+                    .push((key, bytes));
+                count += 1;
+            }
+            Some("end") => {
+                if v["keys"].as_u64() != Some(count as u64) {
+                    return Err(bad(n, format!("the file ends after {count} keys")));
+                }
+                return Ok(Parsed { thread, runs });
+            }
+            _ => return Err(bad(n, "unknown line type".into())),
+        }
+    }
+    Err(Error::invalid_input(
+        "the export file has no end line: it is truncated; export again",
+    ))
+}
+
+fn hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Write one run under a fresh claim, the pointer last.
+async fn import_run(
+    store: &dyn Store,
+    thread: &ThreadId,
+    run: &RunId,
+    keys: &[(String, Vec<u8>)],
+) -> Result<()> {
+    let lk = latest_key(run);
+    if !keys_of_run(store, thread, run).await?.is_empty() {
+        return Err(Error::conflict(format!(
+            "run {run} already has keys in thread {thread} of the target store; nothing \
+             imported (delete it first with `afk prune --thread {thread} --run {run} --force`)"
+        ))
+        .with_key(lk));
+    }
+    let epoch = store.claim(thread, run).await?;
+    let per = store
+        .capabilities()
+        .max_commit_keys
+        .unwrap_or(100)
+        .clamp(1, 100);
+    let latest = keys.iter().find(|(k, _)| *k == lk).map(|(_, v)| v.clone());
+    let puts: Vec<(String, Vec<u8>)> = keys.iter().filter(|(k, _)| *k != lk).cloned().collect();
+    let commit = |puts: Vec<(String, Vec<u8>)>, latest: Option<Vec<u8>>| Commit {
+        thread: thread.clone(),
+        run: run.clone(),
+        epoch,
+        puts,
+        latest,
+    };
+    for chunk in puts.chunks(per) {
+        store.commit(&commit(chunk.to_vec(), None)).await?;
+    }
+    if latest.is_some() {
+        store.commit(&commit(Vec::new(), latest)).await?;
+    }
+    Ok(())
+}
+
+/// Read every imported key back and compare; then verify the run.
+async fn check_run(
+    store: &dyn Store,
+    thread: &ThreadId,
+    run: &RunId,
+    keys: &[(String, Vec<u8>)],
+) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    for chunk in keys.chunks(afk_core::store::MAX_LIST_LIMIT) {
+        let names: Vec<String> = chunk.iter().map(|(k, _)| k.clone()).collect();
+        for ((key, want), got) in chunk.iter().zip(store.get_many(thread, &names).await?) {
+            if got.as_deref() != Some(want.as_slice()) {
+                problems.push(format!("{key}: read back differs from the export"));
+            }
+        }
+    }
+    let report = verify_run(store, thread, run).await?;
+    problems.extend(report.problems.iter().map(|p| p.message.clone()));
+    Ok(problems)
+}
+
+/// Import. JSON summary: `{"thread", "runs": [{"run", "keys", "problems"}], "keys", "ok"}`.
+pub fn import(args: ImportArgs, ctx: &Ctx) -> ExitCode {
+    let progress = ctx.progress();
+    ctx.run("import", |store| async move {
+        let text = if args.file.as_os_str() == "-" {
+            let mut s = String::new();
+            for line in std::io::stdin().lock().lines() {
+                s.push_str(&line.map_err(|e| io_err("cannot read stdin", e))?);
+                s.push('\n');
+            }
+            s
+        } else {
+            std::fs::read_to_string(&args.file)
+                .map_err(|e| io_err(&format!("cannot read {}", args.file.display()), e))?
+        };
+        let parsed = parse(&text)?;
+        let thread = parsed.thread;
+        let mut o = String::new();
+        let (mut docs, mut total, mut bad) = (Vec::new(), 0, 0);
+        for (i, (run, keys)) in parsed.runs.iter().enumerate() {
+            progress.tick("importing runs", i, Some(parsed.runs.len()));
+            import_run(store.as_ref(), &thread, run, keys).await?;
+            let problems = check_run(store.as_ref(), &thread, run, keys).await?;
+            total += keys.len();
+            if problems.is_empty() {
+                wl!(o, "imported {run} ({} keys, verified)", keys.len());
+            } else {
+                bad += 1;
+                for p in &problems {
+                    wl!(o, "PROBLEM {run}: {p}");
+                }
+            }
+            docs.push(json!({"run": run.as_str(), "keys": keys.len(), "problems": problems}));
+        }
+        progress.done();
+        wl!(
+            o,
+            "{} run(s) imported into thread {thread}, {total} keys",
+            docs.len()
+        );
+        let doc = json!({"thread": thread.as_str(), "runs": docs, "keys": total, "ok": bad == 0});
+        let mut report = Report::ok(doc, o);
+        report.failed = bad > 0;
+        Ok(report)
+    })
+}
