@@ -101,7 +101,7 @@ impl Runner {
         }
         // The run is paused and claimed by us: `load` writes the `resumed` record and waits
         // until it is durable, then restores the run (which checks it can go on).
-        resume::load(&mut ckpt, Some(decision)).await?;
+        resume::load(&mut ckpt, Some(decision), None).await?;
         Ok(Recorded::Written)
     }
 
@@ -126,7 +126,7 @@ impl Runner {
 
 /// Restore the run (writing nothing) and refuse what `resume_settling` refuses.
 async fn restored_for_settling(ckpt: &mut Checkpointer, id: &str) -> Result<Box<Restored>> {
-    match resume::load(ckpt, None).await? {
+    match resume::load(ckpt, None, None).await? {
         Loaded::Terminal(_) => Err(settle::terminal_refusal(&ckpt.run, id)),
         Loaded::Paused(_) => Err(settle::paused_refusal(&ckpt.run, id)),
         Loaded::Continue(r) => Ok(r),
