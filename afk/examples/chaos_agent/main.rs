@@ -152,7 +152,7 @@ async fn run(cli: Cli) -> afk::Result<ExitCode> {
                 check::check(&plan, store.as_ref(), &thread, &run, &result, &ledger, &expected)
                     .await;
             for f in &failures {
-                println!("check FAIL {}", f.replace('\n', "\n  "));
+                println!("check FAIL {}", f.replace('\n', " |"));
             }
             if failures.is_empty() {
                 println!("check ok");

@@ -212,7 +212,7 @@ impl Tool for LedgerTool {
         .map_err(|e| ToolError::new(format!("ledger write failed: {e}")))?;
         // A short pause between the effect and its result row widens the window a kill
         // can land in (the window that makes a call uncertain).
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
         Ok(output)
     }
 }
