@@ -7,7 +7,8 @@
 //! the first request after the server is back gets its stale `Connection refused` (and only
 //! then starts a fresh connection). So a request that is safe to send twice (a read, a delete,
 //! a listing: [`Repeat::Safe`]) and fails because its connection is dead is sent once more, on
-//! the fresh connection, within the same deadline. Commits are never re-sent here: an
+//! the fresh connection, within the same deadline (and once more after a short pause if the
+//! server answers `LOADING`: it is up but still replaying its append-only file). Commits are never re-sent here: an
 //! ambiguous commit is resolved by reading it back (`store.rs`), and a claim must not take
 //! two epochs.
 
@@ -36,10 +37,18 @@ pub(crate) enum Repeat {
     Never,
 }
 
-/// Whether `err` says the connection itself is gone (refused, reset, closed), so the next
-/// attempt runs on a new connection.
-fn dead_connection(err: &RedisError) -> bool {
-    err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal()
+/// Whether a request that may be repeated and failed with `err` is sent once more, and after
+/// what pause: at once when the connection itself is gone (refused, reset, closed: the next
+/// attempt runs on a fresh connection), after a short pause when the server that just came
+/// back is still loading its data (`LOADING`).
+fn again_after(err: &RedisError) -> Option<Duration> {
+    if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
+        Some(Duration::ZERO)
+    } else if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading) {
+        Some(Duration::from_millis(100))
+    } else {
+        None
+    }
 }
 
 /// One script invocation: its KEYS and its ARGV.
@@ -183,11 +192,15 @@ impl Client {
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd, what: &str) -> Result<T> {
         let fut = async {
             match self.raw(cmd).await {
-                Err(e) if dead_connection(&e) => {
-                    tracing::debug!(error = %e, "redis {what}: connection dead; once more on a fresh one");
-                    self.raw(cmd).await
-                }
-                other => other,
+                Err(e) => match again_after(&e) {
+                    Some(pause) => {
+                        tracing::debug!(error = %e, "redis {what}: once more");
+                        tokio::time::sleep(pause).await;
+                        self.raw(cmd).await
+                    }
+                    None => Err(e),
+                },
+                ok => ok,
             }
         };
         match tokio::time::timeout(self.deadline, fut).await {
@@ -218,10 +231,14 @@ impl Client {
         };
         let fut = async {
             match once().await {
-                Err(e) if repeat == Repeat::Safe && dead_connection(&e) => {
-                    tracing::debug!(error = %e, "redis {what}: connection dead; once more on a fresh one");
-                    once().await
-                }
+                Err(e) if repeat == Repeat::Safe => match again_after(&e) {
+                    Some(pause) => {
+                        tracing::debug!(error = %e, "redis {what}: once more");
+                        tokio::time::sleep(pause).await;
+                        once().await
+                    }
+                    None => Err(e),
+                },
                 other => other,
             }
         };

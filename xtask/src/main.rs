@@ -30,7 +30,7 @@ enum Cli {
         #[command(subcommand)]
         action: ServicesCmd,
     },
-    /// What CI runs: fmt, clippy, rustdoc, then `test`.
+    /// What CI runs: fmt, clippy, rustdoc, `test`, then `chaos --quick`.
     Ci,
     /// Run the benchmarks that exist and write target/bench-report.md.
     Bench,

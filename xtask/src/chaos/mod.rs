@@ -31,7 +31,7 @@ use crate::services::{self, Needs};
 use crate::system;
 
 /// What `cargo xtask chaos` was asked for.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Stores to run against; empty: all three.
     pub stores: Vec<Store>,
