@@ -126,8 +126,9 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
                 break;
             }
             Some((w, _)) if w == "EffectUncertain" => settle_next = true,
-            // The server was away (we killed it), or a racer is still around: go again.
-            Some((w, _)) if w == "Unavailable" || w == "Fenced" => {}
+            // The server was away (we killed it): go again. (`Fenced` is not expected here:
+            // no other runner is alive outside a race.)
+            Some((w, _)) if w == "Unavailable" => {}
             other => {
                 return Ok(Err(format!(
                     "`{sub}` ended {other:?} (crashed: {}):{}",
@@ -198,6 +199,9 @@ fn race(
             Some((w, _)) if w == "EffectUncertain" => uncertain = true,
             other => return Ok(Err(format!("race: a runner ended {other:?}:{tail}"))),
         }
+    }
+    if !finished && !uncertain {
+        return Ok(Err(format!("race: neither runner finished: {outs:?}")));
     }
     Ok(Ok((finished, uncertain && !finished)))
 }
