@@ -210,9 +210,9 @@ impl Tool for LedgerTool {
         .await
         .map_err(|e| ToolError::new(e.to_string()))?
         .map_err(|e| ToolError::new(format!("ledger write failed: {e}")))?;
-        // A short pause between the effect and its result row widens the window a kill
-        // can land in (the window that makes a call uncertain).
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // A pause between the effect and its result row (a real payment call takes far
+        // longer) widens the window a kill can land in: the one that makes a call uncertain.
+        tokio::time::sleep(Duration::from_millis(15)).await;
         Ok(output)
     }
 }

@@ -117,7 +117,7 @@ pub fn run(opts: &Options) -> Result<i32> {
         .join("chaos")
         .join(std::process::id().to_string());
     eprintln!(
-        "chaos: seed {seed}; per store: {kills} kills (1-{max_kills} per run), at most {minutes} min; work dir {}",
+        "chaos: seed {seed}; per store: {kills} kills (1-{max_kills} per run, 4 times as many on S3), at most {minutes} min; work dir {}",
         work.display()
     );
 

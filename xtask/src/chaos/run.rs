@@ -24,7 +24,8 @@ pub struct Ctx<'a> {
     pub target: &'a Target,
     pub work: &'a Path,
     pub set_dir: &'a Path,
-    /// Each run is killed between 1 and this many times.
+    /// Each run is killed between 1 and this many times (on S3 four times as many: its runs
+    /// are long).
     pub max_kills_per_run: u64,
 }
 
@@ -55,12 +56,14 @@ impl Ctx<'_> {
 }
 
 /// A kill delay after the agent opened its store: a quarter within 0–5 ms (before or at the
-/// first commits), the rest spread over 5–150 ms.
-fn delay(rng: &mut Rng) -> Duration {
-    let ms = if rng.below(4) == 0 {
-        rng.below(6)
-    } else {
-        5 + rng.below(146)
+/// first commits), the rest spread over 5–150 ms. On S3, where one step takes a second or
+/// two (moto answers in ~10 ms and a step makes tens of requests), a quarter of the kills
+/// wait 150 ms–2 s instead, so they also land late in a run.
+fn delay(rng: &mut Rng, store: Store) -> Duration {
+    let ms = match rng.below(4) {
+        0 => rng.below(6),
+        1 if store == Store::S3 => 150 + rng.below(1851),
+        _ => 5 + rng.below(146),
     };
     Duration::from_millis(ms)
 }
@@ -68,7 +71,11 @@ fn delay(rng: &mut Rng) -> Duration {
 /// Runs run `index` with `seed` to its end and checks it. `Err(why)` is a failed run.
 pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Result<(), String>> {
     let mut rng = Rng::new(seed);
-    let mut kills_left = 1 + rng.below(ctx.max_kills_per_run);
+    let most = match ctx.target.store {
+        Store::S3 => ctx.max_kills_per_run * 4,
+        _ => ctx.max_kills_per_run,
+    };
+    let mut kills_left = 1 + rng.below(most);
     let mut settle_next = false;
     let mut raced = !ctx.target.store.races();
     let mut server_killed = ctx.target.store != Store::Redis;
@@ -99,7 +106,7 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
         t.invocations += 1;
         if p.wait_ready(HANG) {
             started = true;
-            if kills_left > 0 && p.wait_exit(delay(&mut rng)).is_none() {
+            if kills_left > 0 && p.wait_exit(delay(&mut rng, ctx.target.store)).is_none() {
                 if !server_killed && rng.below(3) == 0 {
                     server_killed = true;
                     ctx.target.kill_server()?;
