@@ -212,7 +212,11 @@ impl Tool for LedgerTool {
         .map_err(|e| ToolError::new(format!("ledger write failed: {e}")))?;
         // A pause between the effect and its result row (a real payment call takes far
         // longer) widens the window a kill can land in: the one that makes a call uncertain.
-        tokio::time::sleep(Duration::from_millis(15)).await;
+        let pause = match self.policy {
+            EffectPolicy::AtMostOnce => 40,
+            EffectPolicy::Idempotent => 5,
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
         Ok(output)
     }
 }

@@ -87,7 +87,8 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
     }
     let mut finished = false;
     for _ in 0..MAX_INVOCATIONS {
-        if started && !raced && !settle_next && rng.below(2) == 0 {
+        // Once its kills are spent, every other run is finished by two racing runners.
+        if started && kills_left == 0 && !raced && !settle_next && rng.below(2) == 0 {
             raced = true;
             match race(ctx, seed, index, t)? {
                 Ok(done) => {
