@@ -36,7 +36,12 @@ pub fn read_ledger(path: &Path) -> Result<Vec<Entry>, String> {
         .map(|(i, line)| {
             let v: Value = serde_json::from_str(line)
                 .map_err(|e| format!("ledger line {} is torn: {e}", i + 1))?;
-            match (field(&v, "key"), field(&v, "run"), field(&v, "call"), field(&v, "tool")) {
+            match (
+                field(&v, "key"),
+                field(&v, "run"),
+                field(&v, "call"),
+                field(&v, "tool"),
+            ) {
                 (Some(key), Some(run), Some(call), Some(tool)) => Ok(Entry {
                     key,
                     run,
@@ -135,7 +140,9 @@ pub async fn check(
     // The parent's own effects, by call id (a redone step must not run a call twice).
     let mut by_call: BTreeMap<(&str, &str), usize> = BTreeMap::new();
     for e in ledger.iter().filter(|e| e.run == run.as_str()) {
-        *by_call.entry((e.tool.as_str(), e.call.as_str())).or_default() += 1;
+        *by_call
+            .entry((e.tool.as_str(), e.call.as_str()))
+            .or_default() += 1;
     }
     for c in plan.of(CHARGE) {
         let n = by_call.get(&(CHARGE, c.id.as_str())).copied().unwrap_or(0);

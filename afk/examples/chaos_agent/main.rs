@@ -148,9 +148,16 @@ async fn run(cli: Cli) -> afk::Result<ExitCode> {
                     return Ok(ExitCode::from(1));
                 }
             };
-            let failures =
-                check::check(&plan, store.as_ref(), &thread, &run, &result, &ledger, &expected)
-                    .await;
+            let failures = check::check(
+                &plan,
+                store.as_ref(),
+                &thread,
+                &run,
+                &result,
+                &ledger,
+                &expected,
+            )
+            .await;
             for f in &failures {
                 println!("check FAIL {}", f.replace('\n', " |"));
             }

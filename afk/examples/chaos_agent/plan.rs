@@ -4,7 +4,7 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,7 +99,7 @@ impl Plan {
     /// exactly what the uncrashed run needs (the tool steps and the final answer): a crash
     /// must not change how many logical steps a run takes. The budgets that count real
     /// spend (model and tool calls) are left far away, as redone calls may count there.
-    pub fn agent(&self, ledger: &PathBuf) -> Agent {
+    pub fn agent(&self, ledger: &Path) -> Agent {
         let mut script: Vec<LlmResponse> = self
             .calls
             .iter()
@@ -160,11 +160,11 @@ pub struct LedgerTool {
 }
 
 impl LedgerTool {
-    pub fn new(name: &'static str, policy: EffectPolicy, ledger: &PathBuf) -> Arc<Self> {
+    pub fn new(name: &'static str, policy: EffectPolicy, ledger: &Path) -> Arc<Self> {
         Arc::new(LedgerTool {
             name,
             policy,
-            ledger: ledger.clone(),
+            ledger: ledger.to_path_buf(),
         })
     }
 }

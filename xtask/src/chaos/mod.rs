@@ -145,7 +145,10 @@ pub fn run(opts: &Options) -> Result<i32> {
                 Ok(()) => t.passed += 1,
                 Err(why) => {
                     t.failed += 1;
-                    eprintln!("chaos {}: run {index} (seed {run_seed}) FAILED: {why}", store.name());
+                    eprintln!(
+                        "chaos {}: run {index} (seed {run_seed}) FAILED: {why}",
+                        store.name()
+                    );
                     failures.push(format!(
                         "{} run seed {run_seed}: {}\n  rerun: cargo xtask chaos --store {} --run-seed {run_seed}",
                         store.name(),
@@ -190,14 +193,21 @@ pub fn run(opts: &Options) -> Result<i32> {
     if failed == 0 {
         let _ = fs::remove_dir_all(&work);
     } else {
-        println!("kept the stores' data, ledgers and logs in {}", work.display());
+        println!(
+            "kept the stores' data, ledgers and logs in {}",
+            work.display()
+        );
     }
     Ok(if failed == 0 { 0 } else { 1 })
 }
 
 /// A failure on one line of at most 400 characters, for the final list.
 fn one_line(why: &str) -> String {
-    let s: Vec<&str> = why.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let s: Vec<&str> = why
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     let s = s.join(" | ");
     match s.char_indices().nth(400) {
         Some((i, _)) => format!("{}…", &s[..i]),
@@ -219,7 +229,11 @@ fn summary(t: &Totals) -> String {
         t.races,
         t.fenced,
         t.probes,
-        if refused.is_empty() { "-".to_owned() } else { refused.join(",") },
+        if refused.is_empty() {
+            "-".to_owned()
+        } else {
+            refused.join(",")
+        },
         t.invocations,
         t.took.as_secs_f64()
     )
@@ -228,7 +242,15 @@ fn summary(t: &Totals) -> String {
 /// Builds the agent binary; returns its path.
 fn build_agent() -> Result<PathBuf> {
     let mut cmd = system::cargo();
-    cmd.args(["build", "-p", "afk", "--features", "redis,s3", "--example", "chaos_agent"]);
+    cmd.args([
+        "build",
+        "-p",
+        "afk",
+        "--features",
+        "redis,s3",
+        "--example",
+        "chaos_agent",
+    ]);
     system::run(&mut cmd)?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)

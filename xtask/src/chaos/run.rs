@@ -80,10 +80,11 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
     let mut raced = !ctx.target.store.races();
     let mut server_killed = ctx.target.store != Store::Redis;
     let mut started = false;
-    if ctx.target.store == Store::Rocksdb && index % 5 == 0 {
-        if let Err(why) = probe(ctx, seed, index, t)? {
-            return Ok(Err(why));
-        }
+    if ctx.target.store == Store::Rocksdb
+        && index.is_multiple_of(5)
+        && let Err(why) = probe(ctx, seed, index, t)?
+    {
+        return Ok(Err(why));
     }
     let mut finished = false;
     for _ in 0..MAX_INVOCATIONS {
@@ -125,7 +126,10 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
             }
         }
         if p.wait_exit(HANG).is_none() {
-            return Ok(Err(format!("`{sub}` did not end within {} s", HANG.as_secs())));
+            return Ok(Err(format!(
+                "`{sub}` did not end within {} s",
+                HANG.as_secs()
+            )));
         }
         t.settlements += p.number("settled ").unwrap_or(0);
         match p.outcome() {
@@ -158,7 +162,11 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
     if p.wait_exit(HANG).is_none() {
         return Ok(Err("`check` did not end".to_owned()));
     }
-    let fails: Vec<&String> = p.out.iter().filter(|l| l.starts_with("check FAIL")).collect();
+    let fails: Vec<&String> = p
+        .out
+        .iter()
+        .filter(|l| l.starts_with("check FAIL"))
+        .collect();
     if p.out.iter().any(|l| l == "check ok") && fails.is_empty() {
         return Ok(Ok(()));
     }
@@ -196,7 +204,9 @@ fn race(
         .filter(|(o, _)| matches!(o, Some((w, steps)) if w == "completed" && *steps > 0))
         .count();
     if ran_to_end > 1 {
-        return Ok(Err(format!("race: both runners ran the run to its end: {outs:?}")));
+        return Ok(Err(format!(
+            "race: both runners ran the run to its end: {outs:?}"
+        )));
     }
     let mut finished = false;
     let mut uncertain = false;
