@@ -88,8 +88,10 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
     }
     let mut finished = false;
     for _ in 0..MAX_INVOCATIONS {
-        // Once its kills are spent, every other run is finished by two racing runners.
-        if started && kills_left == 0 && !raced && !settle_next && rng.below(2) == 0 {
+        // Two racing runners take over: at one restart in ten, and for every other run once
+        // its kills are spent.
+        let race_now = (kills_left == 0 && rng.below(2) == 0) || rng.below(10) == 0;
+        if started && !raced && !settle_next && race_now {
             raced = true;
             match race(ctx, seed, index, t)? {
                 Ok(done) => {
