@@ -190,6 +190,12 @@ impl Tool for LedgerTool {
     }
 
     async fn call(&self, ctx: ToolContext, args: Value) -> Result<Value, ToolError> {
+        // Announced on stdout (line-buffered) so the campaign can also aim kills at the
+        // moments around an effect: `effect-start` (the intent is durable) and `effect-done`.
+        let at_most_once = self.policy == EffectPolicy::AtMostOnce;
+        if at_most_once {
+            println!("effect-start {}", ctx.idempotency_key);
+        }
         let output = output_of(self.name, &args);
         let mut line = serde_json::to_vec(&json!({
             "key": ctx.idempotency_key,
@@ -210,6 +216,9 @@ impl Tool for LedgerTool {
         .await
         .map_err(|e| ToolError::new(e.to_string()))?
         .map_err(|e| ToolError::new(format!("ledger write failed: {e}")))?;
+        if at_most_once {
+            println!("effect-done {}", ctx.idempotency_key);
+        }
         // A pause between the effect and its result row (a real payment call takes far
         // longer) widens the window a kill can land in: the one that makes a call uncertain.
         let pause = match self.policy {

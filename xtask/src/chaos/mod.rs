@@ -75,6 +75,8 @@ pub struct Totals {
     pub passed: u64,
     pub failed: u64,
     pub kills: u64,
+    /// Kills aimed at the start or the end of an at-most-once effect.
+    pub aimed: u64,
     pub settlements: u64,
     pub server_restarts: u64,
     pub races: u64,
@@ -171,6 +173,17 @@ pub fn run(opts: &Options) -> Result<i32> {
             }
         }
         t.took = start.elapsed();
+        if opts.run_seed.is_none() {
+            for missed in coverage(store, &t) {
+                t.failed += 1;
+                eprintln!("chaos {}: {missed}", store.name());
+                failures.push(format!(
+                    "{}: {missed}\n  rerun: cargo xtask chaos --store {} --seed {seed}",
+                    store.name(),
+                    store.name()
+                ));
+            }
+        }
         eprintln!("chaos {}: {}", store.name(), summary(&t));
         all.push((store, t));
         if let Store::Redis | Store::S3 = store {
@@ -201,6 +214,28 @@ pub fn run(opts: &Options) -> Result<i32> {
     Ok(if failed == 0 { 0 } else { 1 })
 }
 
+/// What a campaign on `store` must have exercised to say anything: a campaign that never
+/// settled an effect, never raced or never restarted the server proves nothing about those.
+fn coverage(store: Store, t: &Totals) -> Vec<String> {
+    let mut missed = Vec::new();
+    let mut need = |what: &str, n: u64| {
+        if n == 0 {
+            missed.push(format!("coverage: no {what} in the whole campaign"));
+        }
+    };
+    need("kill", t.kills);
+    need("settlement of an uncertain effect", t.settlements);
+    match store {
+        Store::Rocksdb => need("second-open probe", t.probes),
+        Store::Redis => {
+            need("server restart", t.server_restarts);
+            need("race", t.races);
+        }
+        Store::S3 => need("race", t.races),
+    }
+    missed
+}
+
 /// A failure on one line of at most 400 characters, for the final list.
 fn one_line(why: &str) -> String {
     let s: Vec<&str> = why
@@ -218,12 +253,13 @@ fn one_line(why: &str) -> String {
 fn summary(t: &Totals) -> String {
     let refused: Vec<&str> = t.refused.iter().map(String::as_str).collect();
     format!(
-        "{} runs ({} passed, {} failed), {} kills, {} settlements, {} server restarts, {} races \
+        "{} runs ({} passed, {} failed), {} kills ({} aimed at an effect), {} settlements, {} server restarts, {} races \
          ({} fenced), {} second-open probes (refused: {}), {} processes, {:.0} s",
         t.passed + t.failed,
         t.passed,
         t.failed,
         t.kills,
+        t.aimed,
         t.settlements,
         t.server_restarts,
         t.races,

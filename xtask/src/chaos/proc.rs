@@ -73,6 +73,25 @@ impl Proc {
         }
     }
 
+    /// Waits up to `limit` for a line starting with `prefix`; true if it came (the process
+    /// still runs, or just printed it), false if the process ended or `limit` passed first.
+    pub fn wait_line(&mut self, prefix: &str, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.starts_with(prefix);
+                    self.out.push(line);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+    }
+
     /// Waits up to `limit` for the process to end; its status if it did. Collects its output.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
         let end = Instant::now() + limit;

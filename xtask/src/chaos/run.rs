@@ -90,7 +90,9 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
     for _ in 0..MAX_INVOCATIONS {
         // Two racing runners take over: at one restart in ten, and for every other run once
         // its kills are spent.
-        let race_now = (kills_left == 0 && rng.below(2) == 0) || rng.below(10) == 0;
+        // (And as soon as possible while the campaign has no race yet: see `coverage`.)
+        let race_now =
+            t.races == 0 || (kills_left == 0 && rng.below(2) == 0) || rng.below(10) == 0;
         if started && !raced && !settle_next && race_now {
             raced = true;
             match race(ctx, seed, index, t)? {
@@ -110,8 +112,25 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
         t.invocations += 1;
         if p.wait_ready(HANG) {
             started = true;
+            if kills_left > 0 && (t.aimed == 0 || rng.below(4) == 0) {
+                // An aimed kill: right as an at-most-once tool starts (its intent is durable)
+                // or right after its effect is in the ledger (its result row is not yet). The
+                // campaign's first kill is one of the latter, so it always has a settlement.
+                let mark = if t.aimed == 0 || rng.below(2) == 0 {
+                    "effect-done"
+                } else {
+                    "effect-start"
+                };
+                if p.wait_line(mark, Duration::from_secs(5)) {
+                    p.kill();
+                    t.kills += 1;
+                    t.aimed += 1;
+                    kills_left -= 1;
+                    continue;
+                }
+            }
             if kills_left > 0 && p.wait_exit(delay(&mut rng, ctx.target.store)).is_none() {
-                if !server_killed && rng.below(3) == 0 {
+                if !server_killed && (t.server_restarts == 0 || rng.below(3) == 0) {
                     server_killed = true;
                     ctx.target.kill_server()?;
                     // The agent meets a dead server; it must end with an error, not hang,
