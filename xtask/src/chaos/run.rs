@@ -91,8 +91,7 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
         // Two racing runners take over: at one restart in ten, and for every other run once
         // its kills are spent.
         // (And as soon as possible while the campaign has no race yet: see `coverage`.)
-        let race_now =
-            t.races == 0 || (kills_left == 0 && rng.below(2) == 0) || rng.below(10) == 0;
+        let race_now = t.races == 0 || (kills_left == 0 && rng.below(2) == 0) || rng.below(10) == 0;
         if started && !raced && !settle_next && race_now {
             raced = true;
             match race(ctx, seed, index, t)? {
