@@ -1,6 +1,16 @@
 //! One connection type for both topologies: a `ConnectionManager` (single node, reconnects on
 //! its own) or a `ClusterConnection` (slot routing, MOVED/ASK, reconnects per node). Every
 //! call is bounded by an overall deadline so that no operation hangs while a server is away.
+//!
+//! A server that is back must serve the next request. The `ConnectionManager` keeps the
+//! outcome of its last reconnect attempt: if that attempt ran while the server was still down,
+//! the first request after the server is back gets its stale `Connection refused` (and only
+//! then starts a fresh connection). So a request that is safe to send twice (a read, a delete,
+//! a listing: [`Repeat::Safe`]) and fails because its connection is dead is sent once more, on
+//! the fresh connection, within the same deadline (and once more after a short pause if the
+//! server answers `LOADING`: it is up but still replaying its append-only file). Commits are never re-sent here: an
+//! ambiguous commit is resolved by reading it back (`store.rs`), and a claim must not take
+//! two epochs.
 
 use std::time::Duration;
 
@@ -17,6 +27,29 @@ use crate::config::RedisConfig;
 use crate::error::{is_noscript, is_tls_config_error, map_err};
 use crate::scripts::Lua;
 use crate::tls;
+
+/// Whether a request may be sent a second time after its connection died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Repeat {
+    /// Sending it twice has the effect of sending it once (reads, deletes, listings).
+    Safe,
+    /// It must not be repeated blindly (claims, commits).
+    Never,
+}
+
+/// Whether a request that may be repeated and failed with `err` is sent once more, and after
+/// what pause: at once when the connection itself is gone (refused, reset, closed: the next
+/// attempt runs on a fresh connection), after a short pause when the server that just came
+/// back is still loading its data (`LOADING`).
+fn again_after(err: &RedisError) -> Option<Duration> {
+    if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
+        Some(Duration::ZERO)
+    } else if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading) {
+        Some(Duration::from_millis(100))
+    } else {
+        None
+    }
+}
 
 /// One script invocation: its KEYS and its ARGV.
 pub(crate) type ScriptCall = (Vec<Vec<u8>>, Vec<Vec<u8>>);
@@ -154,28 +187,58 @@ impl Client {
         }
     }
 
-    /// Run one command under the deadline.
+    /// Run one command under the deadline. Only used for reads, so a command that failed on
+    /// a dead connection is sent once more on a fresh one (see the module docs).
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd, what: &str) -> Result<T> {
-        match tokio::time::timeout(self.deadline, self.raw(cmd)).await {
+        let fut = async {
+            match self.raw(cmd).await {
+                Err(e) => match again_after(&e) {
+                    Some(pause) => {
+                        tracing::debug!(error = %e, "redis {what}: once more");
+                        tokio::time::sleep(pause).await;
+                        self.raw(cmd).await
+                    }
+                    None => Err(e),
+                },
+                ok => ok,
+            }
+        };
+        match tokio::time::timeout(self.deadline, fut).await {
             Ok(r) => r.map_err(|e| map_err(e, what)),
             Err(_) => Err(timeout_err(what, self.deadline)),
         }
     }
 
     /// Run a script: `EVALSHA`, and on `NOSCRIPT` the full `EVAL` (which also caches it).
+    /// With [`Repeat::Safe`], a script that failed on a dead connection is sent once more on a
+    /// fresh one.
     pub(crate) async fn eval<T: FromRedisValue>(
         &self,
         lua: &Lua,
         keys: &[Vec<u8>],
         args: &[Vec<u8>],
+        repeat: Repeat,
         what: &str,
     ) -> Result<T> {
-        let fut = async {
+        let once = || async {
             match self.raw(&eval_cmd(lua, keys, args, true)).await {
                 Err(e) if is_noscript(&e) => {
                     tracing::debug!(sha = %lua.sha, "redis script cache cold; sending EVAL");
                     self.raw(&eval_cmd(lua, keys, args, false)).await
                 }
+                other => other,
+            }
+        };
+        let fut = async {
+            match once().await {
+                Err(e) if repeat == Repeat::Safe => match again_after(&e) {
+                    Some(pause) => {
+                        tracing::debug!(error = %e, "redis {what}: once more");
+                        tokio::time::sleep(pause).await;
+                        once().await
+                    }
+                    None => Err(e),
+                },
                 other => other,
             }
         };

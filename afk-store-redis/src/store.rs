@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use redis::{RedisResult, Value};
 
 use crate::config::RedisConfig;
-use crate::conn::{Client, ScriptCall};
+use crate::conn::{Client, Repeat, ScriptCall};
 use crate::error::map_err;
 use crate::scripts::Scripts;
 
@@ -281,7 +281,7 @@ impl Store for RedisStore {
         ];
         let (more, last, keys): (i64, String, Vec<String>) = self
             .client
-            .eval(&self.scripts.list, &keys, &args, "list")
+            .eval(&self.scripts.list, &keys, &args, Repeat::Safe, "list")
             .await?;
         Ok(ListPage {
             keys,
@@ -301,7 +301,13 @@ impl Store for RedisStore {
         }
         let _: i64 = self
             .client
-            .eval(&self.scripts.delete, &ks, &[kp.into_bytes()], "delete")
+            .eval(
+                &self.scripts.delete,
+                &ks,
+                &[kp.into_bytes()],
+                Repeat::Safe,
+                "delete",
+            )
             .await?;
         Ok(())
     }
@@ -312,7 +318,14 @@ impl Store for RedisStore {
         let args = [kp.into_bytes(), run.as_str().as_bytes().to_vec()];
         let n: u64 = self
             .client
-            .eval(&self.scripts.delete_run, &keys, &args, "delete_run")
+            .eval(
+                &self.scripts.delete_run,
+                &keys,
+                &args,
+                // Its answer is the number of keys deleted: a replay would answer 0.
+                Repeat::Never,
+                "delete_run",
+            )
             .await?;
         Ok(n)
     }
@@ -328,7 +341,7 @@ impl Store for RedisStore {
         ];
         match self
             .client
-            .eval::<u64>(&self.scripts.claim, &keys, &args, "claim")
+            .eval::<u64>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
             .await
         {
             Ok(e) => Ok(Epoch(e)),
@@ -346,7 +359,7 @@ impl Store for RedisStore {
         let what = format!("commit of run {}", commit.run);
         match self
             .client
-            .eval::<Value>(&self.scripts.commit, &keys, &args, &what)
+            .eval::<Value>(&self.scripts.commit, &keys, &args, Repeat::Never, &what)
             .await
         {
             Ok(v) => Self::commit_answer(commit, Ok(v)),

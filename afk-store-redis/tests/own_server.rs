@@ -19,9 +19,10 @@ fn quick(url: &str) -> RedisConfig {
     cfg
 }
 
-/// No hang: any single operation answers within a few deadlines (connect + response), even
-/// while the server is gone.
-const NO_HANG: Duration = Duration::from_secs(5);
+/// No hang: any single operation answers within a bound far above its deadlines (connect +
+/// response, a few hundred ms here), even while the server is gone. It catches a hang, not a
+/// slow machine: a loaded 2-core machine made a 5 s bound flake (issue 11).
+const NO_HANG: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
 enum Event {
@@ -106,7 +107,7 @@ async fn server_restart_mid_stream_fails_fast_then_recovers_without_half_writes(
             let start = Instant::now();
             while oks(&events) < n {
                 assert!(
-                    start.elapsed() < Duration::from_secs(20),
+                    start.elapsed() < Duration::from_secs(60),
                     "stream stalled at {} oks",
                     oks(&events)
                 );
@@ -337,4 +338,38 @@ async fn no_server_is_unavailable_quickly() {
     .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     assert!(start.elapsed() < NO_HANG);
+}
+
+/// Issue 11: the first request after the server is back must be served. The connection
+/// manager keeps the failure of its last reconnect attempt (made while the server was down)
+/// and used to hand that stale `Connection refused` to the next request, whatever the server
+/// was doing by then. Each read kind is tried as the very first request after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_request_after_a_server_restart_is_served() {
+    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+        return;
+    }
+    let mut server = OwnServer::start(&[]);
+    let s = connect(quick(&server.url())).await;
+    let t = thread("back");
+    let r = run("run_back");
+    assert_eq!(s.claim(&t, &r).await.unwrap(), Epoch(1));
+    for op in ["get", "get_many", "list", "delete"] {
+        server.kill();
+        let err = s.get(&t, &latest_key(&r)).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        // Let the reconnect that request started fail against the dead server.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        server.restart();
+        let first = match op {
+            "get" => s.get(&t, &latest_key(&r)).await.map(drop),
+            "get_many" => s.get_many(&t, &[latest_key(&r)]).await.map(drop),
+            "list" => s.list(&t, "checkpoint:", None, 10).await.map(drop),
+            _ => s.delete(&t, &[latest_key(&r)]).await,
+        };
+        assert!(
+            first.is_ok(),
+            "{op}: the first request after the restart failed: {first:?}"
+        );
+    }
 }

@@ -95,7 +95,7 @@ async fn a_real_run_across_a_server_restart_verifies_clean() {
     let run = RunId::new("run_restart").expect("run id");
 
     let first = tokio::time::timeout(
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         runner
             .run_with_id(&agent, &thread, run.clone(), "go")
             .result(),
@@ -125,7 +125,7 @@ async fn a_real_run_across_a_server_restart_verifies_clean() {
 
     // The same runner resumes the run to the uncrashed result.
     let out = tokio::time::timeout(
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         runner.resume(&agent, &thread, &run).result(),
     )
     .await

@@ -13,8 +13,9 @@ use afk_store_redis::{RedisConfig, RedisStore};
 use common::certs::TestPki;
 use common::*;
 
-/// No hang: a refused connection answers within a few deadlines.
-const NO_HANG: Duration = Duration::from_secs(5);
+/// No hang: a refused connection answers within a bound far above its deadlines. It catches
+/// a hang, not a slow machine (a 5 s bound flaked on a loaded 2-core machine, issue 11).
+const NO_HANG: Duration = Duration::from_secs(60);
 
 /// A URL with short timeouts and its own prefix.
 fn url(base: &str, options: &str) -> String {
@@ -302,7 +303,7 @@ async fn cluster_over_tls_with_private_ca() {
     let start = Instant::now();
     while !cli(&pki, server.port, &["CLUSTER", "INFO"]).contains("cluster_state:ok") {
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(30),
             "cluster never ok"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -4,12 +4,13 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use crate::chaos;
 use crate::services::Needs;
 use crate::system;
 use crate::test::{self, ROCKSDB_DEBS};
 
-/// Runs format check, clippy, rustdoc and every test, stopping at the first failure. Returns
-/// the exit code. Prints how long each step took.
+/// Runs format check, clippy, rustdoc, every test and the quick chaos campaign, stopping at
+/// the first failure. Returns the exit code. Prints how long each step took.
 pub fn run() -> Result<i32> {
     // Install everything up front: clippy and rustdoc already build the RocksDB crate.
     let mut debs = Needs::ALL.debs();
@@ -51,9 +52,20 @@ pub fn run() -> Result<i32> {
     let start = Instant::now();
     let code = test::run(&[], &[])?;
     times.push(("test", start.elapsed()));
+    if code != 0 {
+        report(&times);
+        eprintln!("ci: test failed");
+        return Ok(code);
+    }
+    let start = Instant::now();
+    let code = chaos::run(&chaos::Options {
+        quick: true,
+        ..chaos::Options::default()
+    })?;
+    times.push(("chaos", start.elapsed()));
     report(&times);
     if code != 0 {
-        eprintln!("ci: test failed");
+        eprintln!("ci: chaos failed");
     }
     Ok(code)
 }

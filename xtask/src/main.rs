@@ -2,6 +2,7 @@
 //! Run `cargo xtask --help`. Depends only on std, clap and anyhow so it builds in seconds.
 
 mod bench;
+mod chaos;
 mod ci;
 mod services;
 mod system;
@@ -29,10 +30,32 @@ enum Cli {
         #[command(subcommand)]
         action: ServicesCmd,
     },
-    /// What CI runs: fmt, clippy, rustdoc, then `test`.
+    /// What CI runs: fmt, clippy, rustdoc, `test`, then `chaos --quick`.
     Ci,
     /// Run the benchmarks that exist and write target/bench-report.md.
     Bench,
+    /// Kill real runner processes (SIGKILL) at random moments, many times per run, against
+    /// real stores; check nothing is lost or repeated (see RELIABILITY.md).
+    Chaos {
+        /// Only these stores (repeatable or comma-separated); default: all three.
+        #[arg(long = "store", value_enum, value_delimiter = ',', num_args = 1..)]
+        stores: Vec<chaos::Store>,
+        /// Kills to reach per store (default 200; 30 with --quick).
+        #[arg(long)]
+        kills: Option<u64>,
+        /// A few dozen kills per store, all stores within a few minutes (what CI runs).
+        #[arg(long)]
+        quick: bool,
+        /// Campaign seed (default: from the clock; printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run exactly one run with this seed (failures print it).
+        #[arg(long)]
+        run_seed: Option<u64>,
+        /// Stop starting runs of a store after this many minutes (default 40; 3 with --quick).
+        #[arg(long)]
+        minutes: Option<u64>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -69,6 +92,21 @@ fn run(cli: Cli) -> Result<i32> {
         Cli::Test { stores, extra } => test::run(&stores, &extra),
         Cli::Ci => ci::run(),
         Cli::Bench => bench::run(),
+        Cli::Chaos {
+            stores,
+            kills,
+            quick,
+            seed,
+            run_seed,
+            minutes,
+        } => chaos::run(&chaos::Options {
+            stores,
+            kills,
+            quick,
+            seed,
+            run_seed,
+            minutes,
+        }),
         Cli::Services {
             action: ServicesCmd::Up,
         } => {

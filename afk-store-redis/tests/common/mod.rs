@@ -146,7 +146,25 @@ impl OwnServer {
         }
     }
 
-    /// Start it again on the same port; waits until it accepts connections.
+    /// Whether it accepts connections and, on a plain port, answers `PING` with anything but
+    /// `LOADING` (a server replaying its append-only file is not back yet; one with a password
+    /// answers `NOAUTH`, which is fine).
+    fn answers(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        if self.tls {
+            return true;
+        }
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut reply = [0u8; 64];
+        conn.write_all(b"PING\r\n").is_ok()
+            && conn.read(&mut reply).is_ok_and(|n| n > 0)
+            && !reply.starts_with(b"-LOADING")
+    }
+
+    /// Start it again on the same port; waits until it answers (see [`OwnServer::answers`]).
     pub fn restart(&mut self) {
         self.kill();
         let dir = std::env::temp_dir();
@@ -174,9 +192,9 @@ impl OwnServer {
             .expect("redis-server is installed");
         self.child = Some(child);
         let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while !self.answers() {
             assert!(
-                start.elapsed() < Duration::from_secs(10),
+                start.elapsed() < Duration::from_secs(60),
                 "redis-server did not start"
             );
             std::thread::sleep(Duration::from_millis(20));

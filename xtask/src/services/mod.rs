@@ -7,8 +7,8 @@
 //! touches servers someone started by hand. Only processes named in our own pid files are ever
 //! signalled, and only while their command line still matches (see `system::stop_process`).
 
-mod redis;
-mod s3;
+pub mod redis;
+pub mod s3;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -142,7 +142,7 @@ impl Drop for Services {
 /// destructors. So a small shell reaper in its own process group (out of reach of Ctrl-C)
 /// polls our pid and, once we are gone, runs `xtask services down --set <set>`. After a
 /// normal exit `Drop` has already stopped everything and the reaper finds nothing to do.
-fn spawn_reaper(set: &str) -> Result<()> {
+pub fn spawn_reaper(set: &str) -> Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
     Command::new("sh")
@@ -176,10 +176,13 @@ fn pid_files(dir: &Path) -> Vec<(PathBuf, String)> {
     files
 }
 
-/// The string a process's command line must contain to be the one a pid file names.
+/// The string a process's command line must contain to be the one a pid file names
+/// (`agent*.pid`: the processes of `xtask chaos`).
 fn needle(name: &str) -> &'static str {
     if name.starts_with("moto") {
         "moto_server"
+    } else if name.starts_with("agent") {
+        "chaos_agent"
     } else {
         "redis-server"
     }

@@ -11,11 +11,37 @@ use crate::system;
 
 /// Starts one daemonized `redis-server` without persistence; it writes `<dir>/<name>.pid`.
 fn start_node(dir: &Path, name: &str, port: u16, cluster_bus: Option<u16>) -> Result<()> {
+    start_node_with(dir, name, port, cluster_bus, &["--appendonly", "no"])
+}
+
+/// Starts (or, after it was killed, restarts) one daemonized `redis-server` that fsyncs its
+/// append-only file before acknowledging each write (`appendonly yes`, `appendfsync always`),
+/// its data in `<dir>/<name>/`; it writes `<dir>/<name>.pid`. Used by `xtask chaos`, which
+/// kills it with SIGKILL and starts it again on the same port and data.
+pub fn start_persistent(dir: &Path, name: &str, port: u16) -> Result<()> {
+    start_node_with(
+        dir,
+        name,
+        port,
+        None,
+        &["--appendonly", "yes", "--appendfsync", "always"],
+    )
+}
+
+fn start_node_with(
+    dir: &Path,
+    name: &str,
+    port: u16,
+    cluster_bus: Option<u16>,
+    persistence: &[&str],
+) -> Result<()> {
     let data = dir.join(name);
     fs::create_dir_all(&data)?;
     let mut cmd = Command::new("redis-server");
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--daemonize", "yes"])
+        .args(["--save", ""])
+        .args(persistence)
+        .args(["--daemonize", "yes"])
         .arg("--dir")
         .arg(&data)
         .arg("--logfile")
