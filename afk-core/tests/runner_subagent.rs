@@ -68,8 +68,8 @@ fn ids() -> (ThreadId, RunId, RunId) {
     (ThreadId::new("t_sub").unwrap(), run, child)
 }
 
-/// The 1-based index of the first commit (of a clean run) that writes a key ending `suffix`.
-async fn commit_writing(suffix: &str) -> u64 {
+/// The 1-based indexes of the commits (of a clean run) that write a key ending `suffix`.
+async fn commits_writing(suffix: &str) -> Vec<u64> {
     let (thread, run, _) = ids();
     let probe = Arc::new(FaultStore::new(MemoryStore::new()));
     let counter = InvocationCounter::new();
@@ -78,19 +78,24 @@ async fn commit_writing(suffix: &str) -> u64 {
         .result()
         .await
         .unwrap();
-    let commits: Vec<_> = probe
+    let found: Vec<u64> = probe
         .log()
         .into_iter()
         .filter_map(|e| match e {
             FaultEvent::Commit(c) => Some(c),
             FaultEvent::Claim { .. } => None,
         })
+        .zip(1..)
+        .filter(|(c, _)| c.puts.iter().any(|(k, _)| k.ends_with(suffix)))
+        .map(|(_, i)| i)
         .collect();
-    commits
-        .iter()
-        .position(|c| c.puts.iter().any(|(k, _)| k.ends_with(suffix)))
-        .unwrap_or_else(|| panic!("no commit writes *{suffix}")) as u64
-        + 1
+    assert!(!found.is_empty(), "no commit writes *{suffix}");
+    found
+}
+
+/// The 1-based index of the first commit (of a clean run) that writes a key ending `suffix`.
+async fn commit_writing(suffix: &str) -> u64 {
+    commits_writing(suffix).await[0]
 }
 
 /// The parent's effect row for the delegation `d1`, as JSON.
@@ -389,4 +394,33 @@ async fn a_corrupt_child_stops_the_parent_which_stays_resumable() {
             .await,
     );
     assert_delegated_once(&r, &counter);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegation_replayed_from_its_result_row_keeps_its_subagent_record() {
+    let (thread, run, _) = ids();
+    // Crash right after the parent's result row for `d1` is durable, before the snapshot that
+    // would hold the delegation's record: the resume replays `d1` from its row.
+    let rows = commits_writing(&format!("effect:{run}:1:d1")).await;
+    assert_eq!(rows.len(), 2, "an intent row, then a result row: {rows:?}");
+    let inner = Arc::new(MemoryStore::new());
+    let crashing = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
+    crashing.crash_after_commits(rows[1], CrashMode::Down);
+    let counter = InvocationCounter::new();
+    let first = runner(crashing, false)
+        .run_with_id(&parent(&counter, false), &thread, run.clone(), "go")
+        .result()
+        .await;
+    assert!(first.is_err(), "{first:?}");
+    let row = delegation_row(&inner, &thread, &run).expect("the delegation's row");
+    assert_eq!(row["status"], "done", "{row}");
+
+    let r = completed(
+        runner(inner.clone(), false)
+            .resume(&parent(&counter, false), &thread, &run)
+            .result()
+            .await,
+    );
+    assert_delegated_once(&r, &counter);
+    assert_eq!(r.state_snapshot.replayed_effect_count, 1, "d1 was replayed");
 }

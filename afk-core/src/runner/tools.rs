@@ -184,6 +184,11 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
         let (res, replayed) = match &plans[i] {
             Plan::Replay(out) => {
                 task.st.replayed_effect_count += 1;
+                // A delegation answered from its result row keeps its subagent record, as
+                // when it ran (the record lives in the snapshot a crash may have lost).
+                if task.agent.subagent(&call.tool_name).is_some() {
+                    subagent::record(task, &call.tool_name, out, None, None);
+                }
                 (
                     CallResult {
                         success: true,
