@@ -20,8 +20,10 @@ fn agent() -> Agent {
     let r = |v| serde_json::from_value::<LlmResponse>(v).unwrap();
     let mut script: Vec<LlmResponse> = (0..STEPS)
         .map(|i| {
-            r(json!({"text": format!("step {i}"), "tool_calls": [{"id": format!("c{i}"),
-                "tool_name": "add", "arguments": {"a": i, "b": 1}}]}))
+            r(
+                json!({"text": format!("step {i}"), "tool_calls": [{"id": format!("c{i}"),
+                "tool_name": "add", "arguments": {"a": i, "b": 1}}]}),
+            )
         })
         .collect();
     script.push(r(json!({"text": "done", "tool_calls": []})));

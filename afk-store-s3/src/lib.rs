@@ -4,6 +4,7 @@ mod commit;
 mod config;
 mod error;
 mod head;
+mod index;
 mod open;
 mod ops;
 mod store;
