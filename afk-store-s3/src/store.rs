@@ -14,7 +14,7 @@ use crate::config::S3Config;
 use crate::head::{Head, Layout, Slot, new_nonce};
 use crate::index::SegmentCache;
 use crate::open;
-use crate::ops::{Cond, Ops};
+use crate::ops::{Cond, Ops, S3Traffic};
 
 /// Requests in flight at once within one store call (object PUTs of a commit, head GETs of a
 /// listing).
@@ -63,6 +63,7 @@ impl S3Store {
         let ops = Ops {
             client,
             bucket: config.bucket.clone(),
+            counters: Default::default(),
         };
         let layout = Layout::new(&config.prefix);
         let conditional = open::probe(&ops, &layout, &config).await?;
@@ -84,6 +85,12 @@ impl S3Store {
     /// [`S3Store::open`] with a configuration parsed from an `s3://` URL.
     pub async fn open_url(url: &str) -> Result<Self> {
         S3Store::open(S3Config::from_url(url)?).await
+    }
+
+    /// Requests this store has sent and bytes it has uploaded so far (heads, records and index
+    /// segments), for benchmarks and metrics: what a commit really costs on the wire.
+    pub fn traffic(&self) -> S3Traffic {
+        self.ops.counters.snapshot()
     }
 
     /// Whether the service honored conditional writes at open (false only in `single_writer` mode).

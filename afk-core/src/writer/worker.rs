@@ -166,17 +166,21 @@ impl Worker {
             st.stats.failed += 1;
             return;
         }
+        let mut entry = entry;
         if self.config.coalesce_runtime_state
             && let Some(last) = self
                 .queue
                 .iter_mut()
                 .rev()
                 .find(|q| q.entry.key == entry.key)
-            && merge(last, &entry, self.limits)
         {
-            last.entry.seq = entry.seq;
-            st.stats.coalesced += 1;
-            return;
+            match merge(last, entry, self.limits) {
+                None => {
+                    st.stats.coalesced += 1;
+                    return;
+                }
+                Some(refused) => entry = refused,
+            }
         }
         drop(st);
         self.queue.push_back(Queued { entry, index: None });
@@ -251,26 +255,37 @@ impl Worker {
     }
 }
 
+/// Below this many puts a merged commit finds keys by scanning; above, through an index.
+const SCAN_MAX: usize = 16;
+
 /// Merge `newer` into the queued `older` (both of one run claim): every put of both, the newer
-/// value for a key in both, the newer latest pointer if it has one. Returns `false` (and
-/// changes nothing) if either is outside the store's limits on its own, or the merged commit
-/// would carry more keys than the store takes or more than [`MAX_MERGED_BYTES`].
-fn merge(older: &mut Queued, newer: &Entry, limits: Limits) -> bool {
+/// value for a key in both, the newer latest pointer if it has one, and the newer sequence
+/// number. Returns `newer` back (and changes nothing) if either is outside the store's limits
+/// on its own, or the merged commit would carry more keys than the store takes or more than
+/// [`MAX_MERGED_BYTES`].
+fn merge(older: &mut Queued, newer: Entry, limits: Limits) -> Option<Entry> {
     let (old, new) = (&older.entry.commit, &newer.commit);
     if old.epoch != new.epoch || !limits.admits(old) || !limits.admits(new) {
-        return false;
+        return Some(newer);
     }
-    let index = older.index.get_or_insert_with(|| {
-        old.puts
-            .iter()
-            .enumerate()
-            .map(|(i, (k, _))| (k.clone(), i))
-            .collect()
-    });
+    if older.index.is_none() && old.puts.len() + new.puts.len() > SCAN_MAX {
+        older.index = Some(
+            old.puts
+                .iter()
+                .enumerate()
+                .map(|(i, (k, _))| (k.clone(), i))
+                .collect(),
+        );
+    }
+    let position =
+        |index: &Option<HashMap<String, usize>>, puts: &[(String, Vec<u8>)], k: &str| match index {
+            Some(index) => index.get(k).copied(),
+            None => puts.iter().position(|(o, _)| o == k),
+        };
     let added = new
         .puts
         .iter()
-        .filter(|(k, _)| !index.contains_key(k))
+        .filter(|(k, _)| position(&older.index, &old.puts, k).is_none())
         .count();
     let latest = usize::from(old.latest.is_some() || new.latest.is_some());
     if limits
@@ -278,20 +293,24 @@ fn merge(older: &mut Queued, newer: &Entry, limits: Limits) -> bool {
         .is_some_and(|m| old.puts.len() + added + latest > m)
         || old.byte_len() + new.byte_len() > MAX_MERGED_BYTES
     {
-        return false;
+        return Some(newer);
     }
+    let Entry { seq, commit, .. } = newer;
     let old = &mut older.entry.commit;
-    for (k, v) in &new.puts {
-        match index.get(k) {
-            Some(&i) => old.puts[i].1.clone_from(v),
+    for (k, v) in commit.puts {
+        match position(&older.index, &old.puts, &k) {
+            Some(i) => old.puts[i].1 = v,
             None => {
-                index.insert(k.clone(), old.puts.len());
-                old.puts.push((k.clone(), v.clone()));
+                if let Some(index) = older.index.as_mut() {
+                    index.insert(k.clone(), old.puts.len());
+                }
+                old.puts.push((k, v));
             }
         }
     }
-    if new.latest.is_some() {
-        old.latest.clone_from(&new.latest);
+    if commit.latest.is_some() {
+        old.latest = commit.latest;
     }
-    true
+    older.entry.seq = seq;
+    None
 }

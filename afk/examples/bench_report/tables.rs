@@ -98,11 +98,17 @@ pub fn steps(found: &Found) -> String {
          workload (NOTES-infra).\n\n",
     );
     s.push_str(
-        "| store | steps/run | async steps/s | sync steps/s | AFK Python async | AFK Python sync |\n",
+        "| store | steps/run | async steps/s | sync steps/s | async ÷ sync | AFK Python async | AFK Python sync |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|\n");
-    for store in ["memory", "rocksdb", "redis"] {
-        for n in [10u64, 100] {
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+    let stores: [(&str, &[u64]); 4] = [
+        ("memory", &[10, 100]),
+        ("rocksdb", &[10, 100]),
+        ("redis", &[10, 100]),
+        ("s3", &[10]),
+    ];
+    for (store, lengths) in stores {
+        for &n in lengths {
             let group = format!("steps/{store}-{n}");
             let (a, y) = (get(found, &group, "async"), get(found, &group, "sync"));
             let (pa, ps) = afk_steps(store, n);
@@ -110,15 +116,22 @@ pub fn steps(found: &Found) -> String {
             if a.is_none() && y.is_none() {
                 let _ = writeln!(
                     s,
-                    "| {store} | {n} | not measured | | {} | {} |",
+                    "| {store} | {n} | not measured | | | {} | {} |",
                     afk(pa),
                     afk(ps)
                 );
                 continue;
             }
+            let ratio = match (
+                a.and_then(Estimate::per_second),
+                y.and_then(Estimate::per_second),
+            ) {
+                (Some(a), Some(y)) => format!("{:.2}×", a / y),
+                _ => "–".into(),
+            };
             let _ = writeln!(
                 s,
-                "| {store} | {n} | {} | {} | {} | {} |",
+                "| {store} | {n} | {} | {} | {ratio} | {} | {} |",
                 cell_rate(a),
                 cell_rate(y),
                 afk(pa),
