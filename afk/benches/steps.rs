@@ -1,5 +1,6 @@
 //! Steps per second of a scripted agent (AFK's peer workload: one tool call per step, instant
-//! model and tool), async (write-behind) vs sync (inline) checkpoint writes, 10- and 100-step
+//! model and tool), async (write-behind) vs sync (inline) checkpoint writes, and write-behind
+//! with merging off as the baseline (`async-unmerged`), 10- and 100-step
 //! runs, on the in-memory store, RocksDB (sync WAL, the default), Redis when
 //! `AFK_TEST_REDIS_URL` is set and S3 (10-step runs only) when `AFK_TEST_S3_…` are set. Each iteration is one whole run under a fresh run id, including
 //! the terminal flush; throughput is in steps.
@@ -14,9 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use afk::runner::Runner;
-use afk::{MemoryStore, RunId, Store};
+use afk::{CheckpointConfig, MemoryStore, RunId, Store};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use support::{agent, run_to_end, runner, runtime};
+use support::{agent, run_to_end, runner, runner_with, runtime};
 
 static RUNS: AtomicU64 = AtomicU64::new(0);
 
@@ -27,9 +28,16 @@ fn store_group(
     store: Arc<dyn Store>,
     lengths: &[u64],
 ) {
+    // The baseline in the same run: write-behind without merging, each commit written as
+    // submitted (the writer before it merged a run's queued commits).
+    let unmerged = CheckpointConfig {
+        coalesce_runtime_state: false,
+        ..CheckpointConfig::default()
+    };
     let runners: Vec<(&str, Runner)> = vec![
         ("async", runner(store.clone(), true)),
         ("sync", runner(store.clone(), false)),
+        ("async-unmerged", runner_with(store.clone(), unmerged)),
     ];
     for &steps in lengths {
         let mut g = c.benchmark_group(format!("steps/{store_name}-{steps}"));

@@ -174,8 +174,13 @@ pub async fn measure() -> Vec<Measured> {
     let Some(env) = crate::support::servers::s3_env() else {
         return Vec::new();
     };
+    // Run lengths: `AFK_BENCH_S3_STEPS` (comma-separated), by default 100 and 1000.
+    let lengths: Vec<u64> = std::env::var("AFK_BENCH_S3_STEPS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![100, 1000]);
     let mut out = Vec::new();
-    for steps in [100u64, 1000] {
+    for steps in lengths {
         out.push(crash_and_resume(&env, steps).await);
     }
     out

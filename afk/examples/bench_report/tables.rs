@@ -94,13 +94,14 @@ pub fn steps(found: &Found) -> String {
         "One tool call per step, instant model and tool (AFK's peer workload); one whole run \
          per iteration, terminal flush included; a run of n steps makes n tool-calling model \
          turns plus a closing answer. *async* = write-behind (the default), *sync* = each \
-         commit inline. RocksDB syncs its WAL on every write (the default). AFK Python: same \
-         workload (NOTES-infra).\n\n",
+         commit inline; *merging off* = write-behind writing each commit as submitted (the \
+         writer before it merged a run's queued commits: the baseline, same run). RocksDB syncs \
+         its WAL on every write (the default). AFK Python: same workload (NOTES-infra).\n\n",
     );
     s.push_str(
-        "| store | steps/run | async steps/s | sync steps/s | async ÷ sync | AFK Python async | AFK Python sync |\n",
+        "| store | steps/run | async steps/s | sync steps/s | async ÷ sync | async, merging off | AFK Python async | AFK Python sync |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
     let stores: [(&str, &[u64]); 4] = [
         ("memory", &[10, 100]),
         ("rocksdb", &[10, 100]),
@@ -116,7 +117,7 @@ pub fn steps(found: &Found) -> String {
             if a.is_none() && y.is_none() {
                 let _ = writeln!(
                     s,
-                    "| {store} | {n} | not measured | | | {} | {} |",
+                    "| {store} | {n} | not measured | | | | {} | {} |",
                     afk(pa),
                     afk(ps)
                 );
@@ -131,9 +132,10 @@ pub fn steps(found: &Found) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {store} | {n} | {} | {} | {ratio} | {} | {} |",
+                "| {store} | {n} | {} | {} | {ratio} | {} | {} | {} |",
                 cell_rate(a),
                 cell_rate(y),
+                cell_rate(get(found, &group, "async-unmerged")),
                 afk(pa),
                 afk(ps)
             );
