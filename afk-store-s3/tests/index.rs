@@ -2,6 +2,8 @@
 //! level by level. Every key stays readable (also by a store with a cold segment cache), listed
 //! and deletable; racing committers that each try to flush lose nothing.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 mod common;
 
 use std::collections::BTreeSet;

@@ -1,6 +1,8 @@
 //! `S3Store::traffic` counts what really reaches the server: checked against moto's request
 //! recorder (`/moto-api/recorder/…`), which logs every request with its `Content-Length`.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 mod common;
 
 use std::io::{Read, Write};
@@ -16,9 +18,9 @@ fn http(endpoint: &str, method: &str, path: &str) -> String {
         s,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )
-    .unwrap();
+    .expect("send the request");
     let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    s.read_to_string(&mut out).expect("read the answer");
     out.split_once("\r\n\r\n")
         .map(|(_, body)| body.to_owned())
         .unwrap_or_default()
