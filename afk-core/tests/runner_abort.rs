@@ -211,8 +211,11 @@ async fn every_point(async_writes: bool) {
     let (want, seen) = uncrashed(async_writes).await;
     let points = seen.len() as u64;
     // A three-step run: a claim, per step at least step_started, two snapshots, pre/post LLM,
-    // the model call; two tool batches; the terminal record.
-    assert!(points > 30, "too few await points: {points}");
+    // the model call; two tool batches; the terminal record. The write-behind writer merges a
+    // run's queued commits, so it makes fewer store calls: per step the model call, the tool
+    // call and the commits before each barrier.
+    let (least_points, least) = if async_writes { (10, 10) } else { (30, 25) };
+    assert!(points > least_points, "too few await points: {points}");
     let mut problems = Vec::new();
     let mut covered = BTreeSet::new();
     for n in 1..=points + 2 {
@@ -242,7 +245,10 @@ async fn every_point(async_writes: bool) {
     let distinct: BTreeSet<String> = seen.into_iter().collect();
     let missed: Vec<&String> = distinct.difference(&covered).collect();
     assert!(missed.is_empty(), "never aborted at {missed:?}");
-    assert!(covered.len() > 25, "too few distinct points: {covered:?}");
+    assert!(
+        covered.len() > least,
+        "too few distinct points: {covered:?}"
+    );
     for needle in [
         "claim",
         "llm step 3",

@@ -56,7 +56,9 @@ async fn a_failing_store_resolves_the_handle_with_the_error() {
     let fault = Arc::new(FaultStore::from_arc(
         Arc::new(MemoryStore::new()) as Arc<dyn Store>
     ));
-    fault.fail_nth(Some(Op::Commit), 3, ErrorKind::Unavailable);
+    // The second commit: the write-behind writer merges a run's queued commits, so a short run
+    // makes only a few.
+    fault.fail_nth(Some(Op::Commit), 2, ErrorKind::Unavailable);
     let checkpoint = CheckpointConfig {
         retry: RetryPolicy::none(),
         ..CheckpointConfig::default()

@@ -1,10 +1,17 @@
-//! Preparing a commit: size and fence checks, and the objects and head slots it writes.
+//! A commit: size and fence checks, the objects and head slots it writes, and the one head
+//! swap that makes them visible.
+//!
+//! One commit reads the head (one GET), then writes its record objects and, when it flushes
+//! the head's recent keys, its index segment, all at once (`If-None-Match: *`), then swaps the
+//! head (`If-Match`, reusing the ETag just read): three round trips in a row.
 
-use afk_core::store::latest_key;
-use afk_core::{Commit, Error, Result};
+use afk_core::store::{latest_key, validate_commit};
+use afk_core::{Commit, Error, ErrorKind, Result};
+use futures::{StreamExt, TryStreamExt, stream};
 
-use crate::head::{Head, INLINE_LATEST_MAX, Slot, object_suffix};
-use crate::store::MAX_VALUE_SIZE;
+use crate::head::{Head, INLINE_LATEST_MAX, Slot, new_nonce, object_suffix};
+use crate::index::Flush;
+use crate::store::{MAX_VALUE_SIZE, PARALLEL, S3Store};
 
 /// `InvalidInput` for a value over [`MAX_VALUE_SIZE`].
 pub(crate) fn check_sizes(commit: &Commit) -> Result<()> {
@@ -74,4 +81,136 @@ pub(crate) fn stage<'a>(commit: &'a Commit, seq: u64, nonce: &str) -> Staged<'a>
         slots.push((latest_key(&commit.run), slot));
     }
     Staged { objects, slots }
+}
+
+/// The new head of a commit of `slots` on `current`: the slots join the recent keys; with a
+/// `flush` planned on the very head that is still current, the recent keys are replaced by the
+/// flushed segment instead. Object suffixes the commit makes unreachable go to `superseded`.
+fn apply(
+    current: &Head,
+    read: &Head,
+    slots: &[(String, Slot)],
+    flush: Option<&Flush>,
+    latest: &str,
+    superseded: &mut Vec<String>,
+) -> Head {
+    let mut new = current.clone();
+    for (key, slot) in slots {
+        new.gone.remove(key);
+        if let Some(old) = new.keys.insert(key.clone(), slot.clone()) {
+            superseded.extend(old.object().map(str::to_owned));
+        }
+    }
+    let unchanged = current.seq == read.seq && current.nonce == read.nonce;
+    if let Some(f) = flush.filter(|_| unchanged) {
+        // Everything but the latest pointer is in the segment now.
+        new.keys.retain(|k, _| k == latest);
+        new.gone.clear();
+        let mut segs = vec![f.seg.clone()];
+        segs.extend(current.segs.iter().skip(f.consumed).cloned());
+        new.segs = segs;
+    }
+    new
+}
+
+/// Whether `head` lists the segment of `flush` (the flush was applied and not merged away yet).
+fn flushed(head: &Head, flush: Option<&Flush>) -> bool {
+    flush.is_some_and(|f| head.segs.iter().any(|s| s.id == f.seg.id))
+}
+
+impl S3Store {
+    /// [`afk_core::Store::commit`] on S3.
+    pub(crate) async fn commit_one(&self, commit: &Commit) -> Result<()> {
+        validate_commit(commit)?;
+        check_sizes(commit)?;
+        let (thread, run) = (&commit.thread, &commit.run);
+        let (head, etag) = self.read_head(thread, run).await?;
+        let read = head.clone().unwrap_or_else(Head::empty);
+        check_epoch(commit, &read)?;
+        if commit.puts.is_empty() && commit.latest.is_none() {
+            return Ok(());
+        }
+        let nonce = new_nonce();
+        let seq = read.seq + 1;
+        let staged = stage(commit, seq, &nonce);
+        let flush = self
+            .plan_flush(thread, run, &read, &staged.slots, seq, &nonce)
+            .await?;
+        let mut objects: Vec<String> = staged
+            .objects
+            .iter()
+            .map(|(s, _)| self.layout.object(thread, run, s))
+            .collect();
+        let mut writes: Vec<_> = staged
+            .objects
+            .iter()
+            .zip(&objects)
+            .map(|((_, value), key)| self.put_record(key.clone(), value.to_vec()))
+            .collect();
+        if let Some(f) = &flush {
+            let name = self.layout.segment(thread, run, &f.seg.id);
+            writes.push(self.put_record(name.clone(), f.body.clone()));
+            objects.push(name);
+        }
+        let written = stream::iter(writes)
+            .buffer_unordered(PARALLEL)
+            .try_collect::<Vec<()>>()
+            .await;
+        if let Err(e) = written {
+            self.discard(objects).await;
+            return Err(e);
+        }
+        let latest = latest_key(run);
+        let mut superseded: Vec<String> = Vec::new();
+        let swapped = self
+            .swap_head(thread, run, &nonce, Some((head, etag)), |current| {
+                superseded.clear();
+                let current = current.cloned().unwrap_or_else(Head::empty);
+                check_epoch(commit, &current)?;
+                Ok(Some(apply(
+                    &current,
+                    &read,
+                    &staged.slots,
+                    flush.as_ref(),
+                    &latest,
+                    &mut superseded,
+                )))
+            })
+            .await;
+        match swapped {
+            Ok(new) => {
+                let mut old: Vec<String> = superseded
+                    .iter()
+                    .map(|s| self.layout.object(thread, run, s))
+                    .collect();
+                if let Some(f) = &flush {
+                    if new.as_ref().is_some_and(|h| flushed(h, Some(f))) {
+                        self.cache_segment(thread, run, &f.seg.id, f.content.clone());
+                        old.extend(
+                            f.shadowed
+                                .iter()
+                                .map(|s| self.layout.object(thread, run, s)),
+                        );
+                        old.extend(
+                            read.segs
+                                .iter()
+                                .take(f.consumed)
+                                .map(|s| self.layout.segment(thread, run, &s.id)),
+                        );
+                    } else {
+                        // Raced: the head moved, the slots went into its recent keys instead.
+                        old.push(self.layout.segment(thread, run, &f.seg.id));
+                    }
+                }
+                self.discard(old).await;
+                Ok(())
+            }
+            Err(e) => {
+                if !e.is_retryable() || e.kind() == ErrorKind::Conflict {
+                    self.discard(objects).await;
+                }
+                Err(e)
+            }
+        }
+    }
 }

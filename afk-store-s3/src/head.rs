@@ -3,14 +3,18 @@
 //! ```text
 //! <prefix>/<thread>/<run>/head                      the run's head (JSON, replaced with If-Match)
 //! <prefix>/<thread>/<run>/o/<seq:020>-<nonce>/<i>   value i of one commit attempt (If-None-Match: *)
+//! <prefix>/<thread>/<run>/i/<seq:020>-<nonce>       an index segment (If-None-Match: *, immutable)
 //! <prefix>/.afk-probe-<nonce>                        conditional-write probe at open (deleted)
 //! ```
 //!
 //! Record objects are named by commit attempt (sequence number and a random nonce) and position,
-//! never overwritten, so two writers can never collide on an object. The head maps every live
-//! logical key of the run to the object holding its current value; readers go through it.
+//! never overwritten, so two writers can never collide on an object. Which object holds a
+//! logical key's current value is found through the head: its own small map of recently written
+//! keys first, then the immutable index segments it lists, newest first (see [`crate::index`]).
+//! The head's size is bounded whatever the run's length; segments never change once written,
+//! so readers cache them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use afk_core::{Epoch, Error, Result, RunId, ThreadId};
 use serde::{Deserialize, Serialize};
@@ -38,10 +42,26 @@ impl Slot {
     }
 }
 
-/// The head object of a run: fence, commit counter, last writer, and the key map.
+/// An index segment the head lists: its id (`<seq:020>-<nonce>`, the object `i/<id>`), its
+/// level (how many merges made it, see [`crate::index`]) and its number of entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SegRef {
+    pub id: String,
+    #[serde(rename = "l")]
+    pub level: u32,
+    #[serde(rename = "n")]
+    pub entries: u64,
+}
+
+/// Format version written: 2 added `gone` and `segs`. Version 1 heads (a key map only) are read
+/// as version 2 heads without segments.
+pub(crate) const HEAD_VERSION: u32 = 2;
+
+/// The head object of a run: fence, commit counter, last writer, recent keys and the index
+/// segments holding the older ones.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Head {
-    /// Format version of this JSON (1).
+    /// Format version of this JSON ([`HEAD_VERSION`]; 1 is read too).
     pub v: u32,
     /// Current fence epoch; 0 after the fence was deleted (never claimed).
     pub epoch: u64,
@@ -49,20 +69,29 @@ pub(crate) struct Head {
     pub seq: u64,
     /// Nonce of the writer of this version of the head (resolves ambiguous writes).
     pub nonce: String,
-    /// Logical key → where its value lives. Includes `checkpoint:<run>:latest`; never the
-    /// fence `run:<run>`, which is derived from `epoch`.
+    /// Recently written logical keys → where their values live (bounded: moved into a segment
+    /// once it grows past [`crate::index::FLUSH_AT`]). Always holds `checkpoint:<run>:latest`
+    /// when the run has one; never the fence `run:<run>`, which is derived from `epoch`.
     pub keys: BTreeMap<String, Slot>,
+    /// Recently deleted keys that a segment may still list (tombstones).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub gone: BTreeSet<String>,
+    /// Index segments with the older keys, newest first; a key's newest entry wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segs: Vec<SegRef>,
 }
 
 impl Head {
     /// The head of a run nobody has written yet.
     pub(crate) fn empty() -> Self {
         Head {
-            v: 1,
+            v: HEAD_VERSION,
             epoch: 0,
             seq: 0,
             nonce: String::new(),
             keys: BTreeMap::new(),
+            gone: BTreeSet::new(),
+            segs: Vec::new(),
         }
     }
 
@@ -75,7 +104,7 @@ impl Head {
             )
             .with_source(e)
         })?;
-        if head.v != 1 {
+        if !(1..=HEAD_VERSION).contains(&head.v) {
             return Err(Error::corrupt_record(
                 afk_core::store::run_key(run),
                 format!("S3 head object has unknown format version {}", head.v),
@@ -84,10 +113,12 @@ impl Head {
         Ok(head)
     }
 
-    /// Encode for a PUT.
+    /// Encode for a PUT (always in the current format version).
     pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut head = self.clone();
+        head.v = HEAD_VERSION;
         // Serializing a struct of strings, integers and maps cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
+        serde_json::to_vec(&head).unwrap_or_default()
     }
 
     /// The run's epoch.
@@ -95,23 +126,19 @@ impl Head {
         Epoch(self.epoch)
     }
 
-    /// Whether this head shows the effect of the writer with `nonce`: it wrote this version, or
-    /// one of the keys still points at an object of its commit attempt.
+    /// Whether this head shows the effect of the writer with `nonce`: it wrote this version, one
+    /// of the recent keys still points at an object of its commit attempt, or it lists the
+    /// segment that attempt wrote.
     pub(crate) fn shows(&self, nonce: &str) -> bool {
         self.nonce == nonce
             || self
                 .keys
                 .values()
                 .any(|s| s.object().is_some_and(|o| attempt_nonce(o) == Some(nonce)))
-    }
-
-    /// Logical keys the run has, as `list` shows them: the key map plus the fence when claimed.
-    pub(crate) fn logical_keys(&self, run: &RunId) -> Vec<String> {
-        let mut keys: Vec<String> = self.keys.keys().cloned().collect();
-        if self.epoch > 0 {
-            keys.push(afk_core::store::run_key(run));
-        }
-        keys
+            || self
+                .segs
+                .iter()
+                .any(|s| s.id.split_once('-').map(|(_, n)| n) == Some(nonce))
     }
 
     /// The fence value as the in-memory store shows it: `{"epoch":n}`.
@@ -161,6 +188,11 @@ impl Layout {
         format!("{}head", self.run_dir(thread, run))
     }
 
+    /// An index segment object.
+    pub(crate) fn segment(&self, thread: &ThreadId, run: &RunId, id: &str) -> String {
+        format!("{}i/{id}", self.run_dir(thread, run))
+    }
+
     /// The object a slot suffix names.
     pub(crate) fn object(&self, thread: &ThreadId, run: &RunId, suffix: &str) -> String {
         format!("{}o/{suffix}", self.run_dir(thread, run))
@@ -170,6 +202,11 @@ impl Layout {
     pub(crate) fn probe(&self, nonce: &str) -> String {
         format!("{}.afk-probe-{nonce}", self.root)
     }
+}
+
+/// Id of the segment written by the commit attempt `(seq, nonce)`.
+pub(crate) fn segment_id(seq: u64, nonce: &str) -> String {
+    format!("{seq:020}-{nonce}")
 }
 
 /// Object suffix of value `index` of the commit attempt `(seq, nonce)`.
@@ -185,6 +222,15 @@ pub(crate) fn new_nonce() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_version_1_head_reads_as_one_without_segments() {
+        let run = RunId::new("r1").unwrap();
+        let v1 = br#"{"v":1,"epoch":2,"seq":5,"nonce":"ab","keys":{"checkpoint:r1:latest":{"inline":"x"}}}"#;
+        let head = Head::decode(&run, v1).unwrap();
+        assert_eq!((head.epoch, head.keys.len(), head.segs.len()), (2, 1, 0));
+        assert!(Head::decode(&run, br#"{"v":3,"epoch":0,"seq":0,"nonce":"","keys":{}}"#).is_err());
+    }
 
     #[test]
     fn head_round_trips_and_finds_its_writer() {
@@ -205,6 +251,14 @@ mod tests {
         let back = Head::decode(&run, &head.encode()).unwrap();
         assert_eq!(back, head);
         assert!(back.shows("aaaa") && back.shows("bbbb") && !back.shows("cccc"));
+        let mut with_seg = back.clone();
+        with_seg.segs.push(SegRef {
+            id: segment_id(9, "dddd"),
+            level: 0,
+            entries: 3,
+        });
+        assert!(with_seg.shows("dddd"));
+        assert_eq!(Head::decode(&run, &with_seg.encode()).unwrap(), with_seg);
         assert_eq!(back.fence_value().unwrap(), br#"{"epoch":3}"#);
         assert!(Head::decode(&run, b"{").unwrap_err().is_corrupt());
     }

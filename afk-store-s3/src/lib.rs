@@ -4,6 +4,7 @@ mod commit;
 mod config;
 mod error;
 mod head;
+mod index;
 mod open;
 mod ops;
 mod store;
@@ -14,4 +15,5 @@ pub use config::{
     DEFAULT_ATTEMPT_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS,
     DEFAULT_OPERATION_TIMEOUT_MS, S3Config, SCHEME, Secret,
 };
+pub use ops::S3Traffic;
 pub use store::{MAX_VALUE_SIZE, S3Store};

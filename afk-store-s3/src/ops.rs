@@ -1,5 +1,8 @@
 //! Thin wrappers over the S3 calls the store makes, each returning a classified [`Failure`].
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use afk_core::{Error, Result};
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
@@ -19,11 +22,59 @@ pub(crate) enum Cond {
     Match(String),
 }
 
+/// Requests a store sent and the bytes it uploaded, counted as sent (attempts the SDK retries
+/// count once). See [`S3Store::traffic`](crate::S3Store::traffic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct S3Traffic {
+    /// `GetObject` requests.
+    pub gets: u64,
+    /// `PutObject` requests (records, index segments, heads).
+    pub puts: u64,
+    /// Body bytes of every `PutObject`.
+    pub put_bytes: u64,
+    /// `PutObject` requests of run heads.
+    pub head_puts: u64,
+    /// Body bytes of those head writes.
+    pub head_bytes: u64,
+    /// `ListObjectsV2` pages and `DeleteObject(s)` requests.
+    pub other: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    gets: AtomicU64,
+    puts: AtomicU64,
+    put_bytes: AtomicU64,
+    head_puts: AtomicU64,
+    head_bytes: AtomicU64,
+    other: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> S3Traffic {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        S3Traffic {
+            gets: get(&self.gets),
+            puts: get(&self.puts),
+            put_bytes: get(&self.put_bytes),
+            head_puts: get(&self.head_puts),
+            head_bytes: get(&self.head_bytes),
+            other: get(&self.other),
+        }
+    }
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
 /// The S3 client bound to one bucket.
 #[derive(Debug, Clone)]
 pub(crate) struct Ops {
     pub(crate) client: Client,
     pub(crate) bucket: String,
+    pub(crate) counters: Arc<Counters>,
 }
 
 impl Ops {
@@ -32,6 +83,7 @@ impl Ops {
         &self,
         key: &str,
     ) -> Result<Option<(Vec<u8>, Option<String>)>, Failure> {
+        bump(&self.counters.gets, 1);
         let out = match self
             .client
             .get_object()
@@ -67,6 +119,13 @@ impl Ops {
         body: Vec<u8>,
         cond: Cond,
     ) -> Result<Option<String>, Failure> {
+        let len = body.len() as u64;
+        bump(&self.counters.puts, 1);
+        bump(&self.counters.put_bytes, len);
+        if key.ends_with("/head") {
+            bump(&self.counters.head_puts, 1);
+            bump(&self.counters.head_bytes, len);
+        }
         let req = self
             .client
             .put_object()
@@ -97,6 +156,7 @@ impl Ops {
             if folders {
                 req = req.delimiter("/");
             }
+            bump(&self.counters.other, 1);
             let page = req
                 .set_continuation_token(token.take())
                 .send()
@@ -143,6 +203,7 @@ impl Ops {
                 .map_err(|e| {
                     Error::unexpected("could not build DeleteObjects request").with_source(e)
                 })?;
+            bump(&self.counters.other, 1);
             let out = self
                 .client
                 .delete_objects()
@@ -170,6 +231,7 @@ impl Ops {
 
     /// Delete one object unconditionally (missing is fine).
     pub(crate) async fn delete_one(&self, key: &str) -> Result<()> {
+        bump(&self.counters.other, 1);
         match self
             .client
             .delete_object()

@@ -4,8 +4,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use afk_core::store::{
-    Capabilities, Commit, Epoch, ListPage, Store, run_key, run_of_key, validate_commit,
-    validate_list,
+    Capabilities, Commit, Epoch, ListPage, Store, run_key, run_of_key, validate_list,
 };
 use afk_core::{Error, Result, RunId, ThreadId, ids::validate_key};
 use async_trait::async_trait;
@@ -13,12 +12,16 @@ use futures::{StreamExt, TryStreamExt, stream};
 
 use crate::config::S3Config;
 use crate::head::{Head, Layout, Slot, new_nonce};
+use crate::index::SegmentCache;
 use crate::open;
-use crate::ops::{Cond, Ops};
+use crate::ops::{Cond, Ops, S3Traffic};
 
 /// Requests in flight at once within one store call (object PUTs of a commit, head GETs of a
 /// listing).
-const PARALLEL: usize = 16;
+pub(crate) const PARALLEL: usize = 16;
+
+/// Most times a read follows a head that moved under it before giving up (`Unavailable`).
+const MAX_REREADS: usize = 16;
 
 /// Largest value the store accepts: 64 MiB. S3 allows 5 GiB in one PUT, but values are held in
 /// memory whole, must upload within one 60 s attempt, and this is the size the conformance
@@ -32,6 +35,7 @@ pub const MAX_VALUE_SIZE: usize = 64 * 1024 * 1024;
 pub struct S3Store {
     pub(crate) ops: Ops,
     pub(crate) layout: Layout,
+    pub(crate) segments: SegmentCache,
     prefix: String,
     conditional: bool,
 }
@@ -59,6 +63,7 @@ impl S3Store {
         let ops = Ops {
             client,
             bucket: config.bucket.clone(),
+            counters: Default::default(),
         };
         let layout = Layout::new(&config.prefix);
         let conditional = open::probe(&ops, &layout, &config).await?;
@@ -71,6 +76,7 @@ impl S3Store {
         Ok(S3Store {
             ops,
             layout,
+            segments: SegmentCache::default(),
             prefix: config.prefix,
             conditional,
         })
@@ -81,13 +87,19 @@ impl S3Store {
         S3Store::open(S3Config::from_url(url)?).await
     }
 
+    /// Requests this store has sent and bytes it has uploaded so far (heads, records and index
+    /// segments), for benchmarks and metrics: what a commit really costs on the wire.
+    pub fn traffic(&self) -> S3Traffic {
+        self.ops.counters.snapshot()
+    }
+
     /// Whether the service honored conditional writes at open (false only in `single_writer` mode).
     pub fn conditional_writes(&self) -> bool {
         self.conditional
     }
 
     /// Read one value through a head. `Ok(None)` when the head does not have the key; `Err` with
-    /// `NotFound` kind when the object it names is gone (the head moved meanwhile).
+    /// `NotFound` kind when an object or segment it names is gone (the head moved meanwhile).
     async fn read_slot(
         &self,
         thread: &ThreadId,
@@ -98,11 +110,15 @@ impl S3Store {
         if key == run_key(run) {
             return Ok(head.fence_value());
         }
-        match head.keys.get(key) {
+        match self.locate(thread, run, head, key).await? {
             None => Ok(None),
-            Some(Slot::Inline { inline }) => Ok(Some(inline.clone().into_bytes())),
+            Some(Slot::Inline { inline }) => Ok(Some(inline.into_bytes())),
             Some(Slot::Object(suffix)) => {
-                match self.ops.get(&self.layout.object(thread, run, suffix)).await {
+                match self
+                    .ops
+                    .get(&self.layout.object(thread, run, &suffix))
+                    .await
+                {
                     Ok(Some((bytes, _))) => Ok(Some(bytes)),
                     Ok(None) => {
                         Err(Error::not_found("object named by the head is gone").with_key(key))
@@ -132,7 +148,7 @@ impl S3Store {
     }
 
     /// Create one record object of a commit attempt.
-    async fn put_record(&self, key: String, value: Vec<u8>) -> Result<()> {
+    pub(crate) async fn put_record(&self, key: String, value: Vec<u8>) -> Result<()> {
         match self.ops.put(&key, value, Cond::Create).await {
             // The path holds this attempt's nonce: a 412 means an earlier try of this very PUT
             // (retried by the SDK) already created it.
@@ -143,13 +159,92 @@ impl S3Store {
 
     /// Delete objects best-effort (garbage of a lost race, superseded versions): a failure is
     /// logged, never returned, since `delete_run` removes whatever is left.
-    async fn discard(&self, keys: Vec<String>) {
+    pub(crate) async fn discard(&self, keys: Vec<String>) {
         if keys.is_empty() {
             return;
         }
         if let Err(e) = self.ops.delete_many(&keys).await {
             tracing::warn!(error = %e, count = keys.len(), "could not delete unreferenced S3 objects");
         }
+    }
+}
+
+impl S3Store {
+    /// Logical keys the run has, as `list` shows them: every live key plus the fence when
+    /// claimed. Empty when the run has no head.
+    async fn logical_keys(&self, thread: &ThreadId, run: &RunId) -> Result<Vec<String>> {
+        let Some((head, slots)) = self.current_slots(thread, run).await? else {
+            return Ok(Vec::new());
+        };
+        let mut keys: Vec<String> = slots.into_keys().collect();
+        if head.epoch > 0 {
+            keys.push(run_key(run));
+        }
+        Ok(keys)
+    }
+
+    /// Delete `doomed` keys of one run: one head swap that drops them from the recent keys and
+    /// hides the ones a segment lists behind tombstones; then their objects go.
+    async fn delete_in_run(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        doomed: &HashSet<&str>,
+    ) -> Result<()> {
+        let fence = run_key(run);
+        let Some((read, slots)) = self.current_slots(thread, run).await? else {
+            return Ok(());
+        };
+        let mut removed: Vec<String> = Vec::new();
+        let nonce = new_nonce();
+        let wrote = self
+            .swap_head(thread, run, &nonce, None, |current| {
+                removed.clear();
+                let Some(current) = current else {
+                    return Ok(None);
+                };
+                // The segments' view is the one read above if the head still lists the same
+                // segments; else every doomed key gets a tombstone (harmless if absent).
+                let same_segs = current.segs == read.segs;
+                let mut new = current.clone();
+                let mut changed = false;
+                if doomed.contains(fence.as_str()) && new.epoch > 0 {
+                    new.epoch = 0;
+                    changed = true;
+                }
+                for key in doomed.iter().filter(|k| **k != fence) {
+                    if let Some(slot) = new.keys.remove(*key) {
+                        changed = true;
+                        removed.extend(slot.object().map(str::to_owned));
+                    }
+                    if new.segs.is_empty() || new.gone.contains(*key) {
+                        continue;
+                    }
+                    if !same_segs {
+                        new.gone.insert((*key).to_owned());
+                        changed = true;
+                    } else if let Some(slot) = slots.get(*key)
+                        && !current.keys.contains_key(*key)
+                    {
+                        new.gone.insert((*key).to_owned());
+                        removed.extend(slot.object().map(str::to_owned));
+                        changed = true;
+                    } else if current.keys.contains_key(*key) {
+                        // An older value may sit in a segment under the recent one.
+                        new.gone.insert((*key).to_owned());
+                    }
+                }
+                Ok(changed.then_some(new))
+            })
+            .await?;
+        if wrote.is_some() {
+            let objects = removed
+                .iter()
+                .map(|s| self.layout.object(thread, run, s))
+                .collect();
+            self.discard(objects).await;
+        }
+        Ok(())
     }
 }
 
@@ -200,22 +295,30 @@ impl Store for S3Store {
         let Some(run) = key_run(key)? else {
             return Ok(None);
         };
-        let mut previous: Option<Slot> = None;
-        loop {
+        let mut previous: Option<(u64, String)> = None;
+        for _ in 0..MAX_REREADS {
             let (head, _) = self.read_head(thread, &run).await?;
             let Some(head) = head else { return Ok(None) };
-            let slot = head.keys.get(key).cloned();
-            if slot.is_some() && slot == previous {
-                return Err(Error::corrupt_record(
-                    key,
-                    "the run head names an S3 object that does not exist",
-                ));
-            }
+            let version = (head.seq, head.nonce.clone());
             match self.read_slot(thread, &run, &head, key).await {
-                Err(e) if e.kind() == afk_core::ErrorKind::NotFound => previous = slot,
+                Err(e) if e.kind() == afk_core::ErrorKind::NotFound => {
+                    // Gone under the head just read: the head moved on, or it is broken if it
+                    // is still the same head.
+                    if previous.as_ref() == Some(&version) {
+                        return Err(Error::corrupt_record(
+                            key,
+                            "the run head names an S3 object that does not exist",
+                        )
+                        .with_source(e));
+                    }
+                    previous = Some(version);
+                }
                 other => return other,
             }
         }
+        Err(Error::unavailable(format!(
+            "{key:?}: the run head moved {MAX_REREADS} times while reading"
+        )))
     }
 
     async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
@@ -262,14 +365,13 @@ impl Store for S3Store {
                     .collect()
             }
         };
-        let heads: Vec<(RunId, Option<Head>)> = stream::iter(runs)
-            .map(|run| async move { self.read_head(thread, &run).await.map(|(h, _)| (run, h)) })
+        let per_run: Vec<Vec<String>> = stream::iter(runs)
+            .map(|run| async move { self.logical_keys(thread, &run).await })
             .buffered(PARALLEL)
             .try_collect()
             .await?;
-        let mut keys: Vec<String> = heads
-            .iter()
-            .filter_map(|(run, head)| Some(head.as_ref()?.logical_keys(run)))
+        let mut keys: Vec<String> = per_run
+            .into_iter()
             .flatten()
             .filter(|k| k.starts_with(prefix) && cursor.is_none_or(|c| k.as_str() > c))
             .collect();
@@ -288,46 +390,13 @@ impl Store for S3Store {
             }
         }
         for (run, doomed) in by_run {
-            let fence = run_key(&run);
-            let mut removed: Vec<String> = Vec::new();
-            let nonce = new_nonce();
-            let wrote = self
-                .swap_head(thread, &run, &nonce, |current| {
-                    removed.clear();
-                    let Some(current) = current else {
-                        return Ok(None);
-                    };
-                    let mut new = current.clone();
-                    let mut changed = false;
-                    if doomed.contains(fence.as_str()) && new.epoch > 0 {
-                        new.epoch = 0;
-                        changed = true;
-                    }
-                    new.keys.retain(|k, slot| {
-                        let keep = !doomed.contains(k.as_str());
-                        if !keep {
-                            changed = true;
-                            removed.extend(slot.object().map(str::to_owned));
-                        }
-                        keep
-                    });
-                    Ok(changed.then_some(new))
-                })
-                .await?;
-            if wrote.is_some() {
-                let objects = removed
-                    .iter()
-                    .map(|s| self.layout.object(thread, &run, s))
-                    .collect();
-                self.discard(objects).await;
-            }
+            self.delete_in_run(thread, &run, &doomed).await?;
         }
         Ok(())
     }
 
     async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
-        let (head, _) = self.read_head(thread, run).await?;
-        let count = head.map_or(0, |h| h.logical_keys(run).len() as u64);
+        let count = self.logical_keys(thread, run).await?.len() as u64;
         // The head first: from then on the run is gone for readers; then every object left.
         self.ops.delete_one(&self.layout.head(thread, run)).await?;
         let objects = self
@@ -341,7 +410,7 @@ impl Store for S3Store {
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         let nonce = new_nonce();
         let wrote = self
-            .swap_head(thread, run, &nonce, |current| {
+            .swap_head(thread, run, &nonce, None, |current| {
                 let mut new = current.cloned().unwrap_or_else(Head::empty);
                 new.epoch = new.epoch.checked_add(1).ok_or_else(|| {
                     Error::corrupt_record(
@@ -358,66 +427,6 @@ impl Store for S3Store {
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {
-        validate_commit(commit)?;
-        crate::commit::check_sizes(commit)?;
-        let (thread, run) = (&commit.thread, &commit.run);
-        let (head, _) = self.read_head(thread, run).await?;
-        let head = head.unwrap_or_else(Head::empty);
-        crate::commit::check_epoch(commit, &head)?;
-        if commit.puts.is_empty() && commit.latest.is_none() {
-            return Ok(());
-        }
-        let nonce = new_nonce();
-        let staged = crate::commit::stage(commit, head.seq + 1, &nonce);
-        let objects: Vec<String> = staged
-            .objects
-            .iter()
-            .map(|(s, _)| self.layout.object(thread, run, s))
-            .collect();
-        let puts: Vec<_> = staged
-            .objects
-            .iter()
-            .zip(&objects)
-            .map(|((_, value), key)| self.put_record(key.clone(), value.to_vec()))
-            .collect();
-        let written = stream::iter(puts)
-            .buffer_unordered(PARALLEL)
-            .try_collect::<Vec<()>>()
-            .await;
-        if let Err(e) = written {
-            self.discard(objects).await;
-            return Err(e);
-        }
-        let mut superseded: Vec<String> = Vec::new();
-        let swapped = self
-            .swap_head(thread, run, &nonce, |current| {
-                superseded.clear();
-                let current = current.cloned().unwrap_or_else(Head::empty);
-                crate::commit::check_epoch(commit, &current)?;
-                let mut new = current;
-                for (key, slot) in &staged.slots {
-                    if let Some(old) = new.keys.insert(key.clone(), slot.clone()) {
-                        superseded.extend(old.object().map(str::to_owned));
-                    }
-                }
-                Ok(Some(new))
-            })
-            .await;
-        match swapped {
-            Ok(_) => {
-                let old = superseded
-                    .iter()
-                    .map(|s| self.layout.object(thread, run, s))
-                    .collect();
-                self.discard(old).await;
-                Ok(())
-            }
-            Err(e) => {
-                if !e.is_retryable() || e.kind() == afk_core::ErrorKind::Conflict {
-                    self.discard(objects).await;
-                }
-                Err(e)
-            }
-        }
+        self.commit_one(commit).await
     }
 }

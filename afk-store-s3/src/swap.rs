@@ -77,20 +77,27 @@ impl S3Store {
     /// once per attempt, always on a freshly read head.
     ///
     /// Returns the head this operation wrote, or `None` when `change` declined. `nonce` must be
-    /// fresh for this operation; it identifies its write when reading back.
+    /// fresh for this operation; it identifies its write when reading back. `first` is a head
+    /// the caller has just read: the first attempt uses it instead of reading again (a stale
+    /// one only costs a lost race, 412, and a re-read).
     pub(crate) async fn swap_head<F>(
         &self,
         thread: &ThreadId,
         run: &RunId,
         nonce: &str,
+        first: Option<Read>,
         mut change: F,
     ) -> Result<Option<Head>>
     where
         F: FnMut(Option<&Head>) -> Result<Option<Head>>,
     {
         let key = self.layout.head(thread, run);
+        let mut first = first;
         for attempt in 0..MAX_SWAPS {
-            let (current, etag) = self.read_head(thread, run).await?;
+            let (current, etag) = match first.take() {
+                Some(read) => read,
+                None => self.read_head(thread, run).await?,
+            };
             if let Some(h) = &current
                 && h.shows(nonce)
             {

@@ -1,7 +1,8 @@
 //! Steps per second of a scripted agent (AFK's peer workload: one tool call per step, instant
-//! model and tool), async (write-behind) vs sync (inline) checkpoint writes, 10- and 100-step
-//! runs, on the in-memory store, RocksDB (sync WAL, the default) and Redis when
-//! `AFK_TEST_REDIS_URL` is set. Each iteration is one whole run under a fresh run id, including
+//! model and tool), async (write-behind) vs sync (inline) checkpoint writes, and write-behind
+//! with merging off as the baseline (`async-unmerged`), 10- and 100-step
+//! runs, on the in-memory store, RocksDB (sync WAL, the default), Redis when
+//! `AFK_TEST_REDIS_URL` is set and S3 (10-step runs only) when `AFK_TEST_S3_…` are set. Each iteration is one whole run under a fresh run id, including
 //! the terminal flush; throughput is in steps.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench setup
@@ -14,9 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use afk::runner::Runner;
-use afk::{MemoryStore, RunId, Store};
+use afk::{CheckpointConfig, MemoryStore, RunId, Store};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use support::{agent, run_to_end, runner, runtime};
+use support::{agent, run_to_end, runner, runner_with, runtime};
 
 static RUNS: AtomicU64 = AtomicU64::new(0);
 
@@ -25,12 +26,20 @@ fn store_group(
     rt: &tokio::runtime::Runtime,
     store_name: &str,
     store: Arc<dyn Store>,
+    lengths: &[u64],
 ) {
+    // The baseline in the same run: write-behind without merging, each commit written as
+    // submitted (the writer before it merged a run's queued commits).
+    let unmerged = CheckpointConfig {
+        coalesce_runtime_state: false,
+        ..CheckpointConfig::default()
+    };
     let runners: Vec<(&str, Runner)> = vec![
         ("async", runner(store.clone(), true)),
         ("sync", runner(store.clone(), false)),
+        ("async-unmerged", runner_with(store.clone(), unmerged)),
     ];
-    for steps in [10u64, 100] {
+    for &steps in lengths {
         let mut g = c.benchmark_group(format!("steps/{store_name}-{steps}"));
         g.throughput(Throughput::Elements(steps));
         g.sampling_mode(SamplingMode::Flat);
@@ -69,17 +78,24 @@ fn store_group(
 fn benches(c: &mut Criterion) {
     // One runtime for everything: a Redis connection lives on the runtime that opened it.
     let rt = runtime();
-    store_group(c, &rt, "memory", Arc::new(MemoryStore::new()));
+    store_group(c, &rt, "memory", Arc::new(MemoryStore::new()), &[10, 100]);
     #[cfg(feature = "rocksdb")]
     {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = afk_store_rocksdb::RocksDbStore::open(dir.path()).expect("open rocksdb");
-        store_group(c, &rt, "rocksdb", Arc::new(store));
+        store_group(c, &rt, "rocksdb", Arc::new(store), &[10, 100]);
     }
     #[cfg(feature = "redis")]
     if let Some(url) = support::servers::redis_url() {
         let store = rt.block_on(support::servers::redis_store(&url));
-        store_group(c, &rt, "redis", Arc::new(store));
+        store_group(c, &rt, "redis", Arc::new(store), &[10, 100]);
+    }
+    #[cfg(feature = "s3")]
+    if let Some(env) = support::servers::s3_env() {
+        let bucket = support::servers::unique("afk-steps-");
+        let store = rt.block_on(support::servers::s3_store(&env, &bucket));
+        // 10-step runs only: a sync run makes ~120 commits of three round trips each.
+        store_group(c, &rt, "s3", Arc::new(store), &[10]);
     }
 }
 

@@ -20,7 +20,9 @@ pub struct CheckpointConfig {
     /// Bound of the terminal flush (AFK's `checkpoint_flush_timeout_s`, default 10 s). The
     /// runner passes it to [`Writer::flush`](super::Writer::flush).
     pub flush_timeout: Duration,
-    /// Merge a run's queued snapshot commits that have not been written yet (default `true`).
+    /// Merge a run's consecutive queued commits that have not been written yet into one atomic
+    /// commit (default `true`). AFK's flag merged only snapshots; here every commit merges, as
+    /// the merged commit is applied all or nothing. Off, every commit is written as submitted.
     pub coalesce_runtime_state: bool,
     /// Retries of failed writes (retryable errors only). Keep its `max_elapsed` below
     /// `flush_timeout` so a failing store fails the run with its own error, not a timeout.

@@ -2,12 +2,16 @@
 //!
 //! The runner hands every checkpoint [`Commit`] to a [`Writer`]. With
 //! [`CheckpointConfig::async_writes`] on (the default) commits go through a bounded queue to one
-//! background tokio task that coalesces a run's unwritten snapshot commits, batches commits of
-//! different runs into one [`Store::commit_batch`] call, and retries retryable failures; with it
-//! off, [`Writer::submit`] writes inline. The guarantees are the same in both modes:
+//! background tokio task that merges a run's consecutive unwritten commits into one atomic
+//! commit, keeps one commit of each run in flight and sends the next (everything the run queued
+//! meanwhile, merged) as soon as it is acknowledged, batches commits of different runs into one
+//! [`Store::commit_batch`] call, and retries retryable failures; with it off,
+//! [`Writer::submit`] writes inline. A step thus costs about one store round trip, the barrier's,
+//! instead of one per commit. The guarantees are the same in both modes:
 //!
-//! - **per-run order**: a run's commits reach the store in submission order; coalescing only
-//!   merges a snapshot commit into the run's newest queued one, never across other records;
+//! - **per-run order**: a run's commits reach the store in submission order; merging only joins
+//!   a commit to the run's newest queued one (records unioned, the newer value and the newer
+//!   latest pointer win), so the merged commit is the run's commits applied in order, atomically;
 //! - **per claim**: the writer tracks each claim of a run (its [`Epoch`]) on its own: sequence
 //!   numbers, durability and errors belong to `(thread, run, epoch)`. Once a run is claimed
 //!   again, the older claim's queued commits can only fail with `Fenced`, so they are never
@@ -27,8 +31,9 @@
 //! - **shutdown**: [`Writer::shutdown`] drains the queue within a bound and reports what could
 //!   not be written.
 //!
-//! Commits are atomic in the store, so aborting the writer at any point leaves every run at
-//! some prefix of its commits: never a pointer to a missing record.
+//! Commits are atomic in the store, and a merged commit is one commit, so aborting the writer at
+//! any point leaves every run at some prefix of its commits: never a pointer to a missing
+//! record.
 
 mod config;
 mod state;
@@ -36,6 +41,8 @@ mod worker;
 
 #[cfg(test)]
 mod claim_tests;
+#[cfg(test)]
+mod merge_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
@@ -152,14 +159,17 @@ impl Writer {
 
     /// Queue `commit` (async mode) or write it now (sync mode).
     ///
-    /// `coalescible` marks a pure snapshot commit (the runner's `runtime_state` writes) that may
-    /// be merged into the run's newest queued commit if that one is coalescible too and not yet
-    /// written; see the module docs. Waits while the queue is full (backpressure).
+    /// `coalescible` marks a pure snapshot commit (the runner's `runtime_state` writes). Every
+    /// commit, snapshot or not, may be merged into the run's newest queued commit that is not
+    /// yet written (unless [`CheckpointConfig::coalesce_runtime_state`] is off); the flag only
+    /// describes the commit. Waits while the queue is full (backpressure).
     ///
     /// Errors: the error that failed the run earlier; `Unavailable` (not retryable) after
     /// [`Writer::shutdown`] or if the background task is gone. In sync mode, the store's error
     /// after retries (which also fails the run).
     pub async fn submit(&self, commit: Commit, coalescible: bool) -> Result<Ticket> {
+        // Merging does not depend on it (see above); kept so callers need not change.
+        let _ = coalescible;
         let key: RunKey = (commit.thread.clone(), commit.run.clone(), commit.epoch);
         let Some(tx) = &self.inner.tx else {
             return self.submit_sync(key, commit).await;
@@ -184,7 +194,6 @@ impl Writer {
             key: key.clone(),
             seq,
             commit,
-            coalescible,
         }));
         drop(st);
         Ok(Ticket {
@@ -314,7 +323,15 @@ impl Writer {
             match drained {
                 Err(_) => {
                     abort.abort();
-                    let pending = self.stats().pending();
+                    // Submitted commits not durable yet, merged ones included.
+                    let pending: u64 = {
+                        let st = self.inner.shared.lock();
+                        st.runs
+                            .values()
+                            .filter(|r| r.error.is_none())
+                            .map(|r| r.submitted.saturating_sub(r.durable))
+                            .sum()
+                    };
                     return Err(Error::new(
                         ErrorKind::Timeout,
                         format!(

@@ -39,7 +39,7 @@ pub(super) fn writer(config: CheckpointConfig) -> (Faulty, Writer) {
     (fs, w)
 }
 
-async fn claimed(fs: &Faulty, thread: &ThreadId, run: &RunId) -> Epoch {
+pub(super) async fn claimed(fs: &Faulty, thread: &ThreadId, run: &RunId) -> Epoch {
     fs.inner().claim(thread, run).await.unwrap()
 }
 
@@ -56,7 +56,7 @@ pub(super) fn applied(fs: &Faulty, run: &RunId) -> Vec<Vec<String>> {
         .collect()
 }
 
-async fn latest(fs: &Faulty, thread: &ThreadId, run: &RunId) -> Option<String> {
+pub(super) async fn latest(fs: &Faulty, thread: &ThreadId, run: &RunId) -> Option<String> {
     let v = fs
         .inner()
         .get(thread, &crate::store::latest_key(run))
@@ -82,77 +82,18 @@ async fn writes_in_submission_order_and_barrier_waits_for_durability() {
         "nothing written before the task ran"
     );
     w.barrier(&t, &r, e).await.unwrap();
+    // Queued before the task ran, so merged into one commit, in submission order.
     assert_eq!(
         applied(&fs, &r),
-        vec![
-            vec!["checkpoint:r1:0:pre_llm".to_string()],
-            vec!["checkpoint:r1:1:post_llm".to_string()],
-            vec!["checkpoint:r1:2:pre_tool_batch".to_string()],
-        ]
+        vec![vec![
+            "checkpoint:r1:0:pre_llm".to_string(),
+            "checkpoint:r1:1:post_llm".to_string(),
+            "checkpoint:r1:2:pre_tool_batch".to_string(),
+        ]]
     );
     assert_eq!(
         latest(&fs, &t, &r).await.as_deref(),
         Some("checkpoint:r1:2:pre_tool_batch")
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn coalesces_unwritten_snapshots_and_keeps_every_record() {
-    let (fs, w) = writer(CheckpointConfig::default());
-    fs.set_latency(Duration::from_millis(100));
-    let (t, r) = (tid("t1"), rid("r1"));
-    let e = claimed(&fs, &t, &r).await;
-    w.submit(record(&t, &r, e, 0, "pre_llm"), false)
-        .await
-        .unwrap();
-    let mut last = None;
-    for i in 1..=5 {
-        last = Some(
-            w.submit(record(&t, &r, e, i, "runtime_state"), true)
-                .await
-                .unwrap(),
-        );
-    }
-    last.unwrap().wait().await.unwrap();
-    assert_eq!(w.stats().coalesced, 4);
-    let commits = applied(&fs, &r);
-    assert_eq!(commits.len(), 2, "{commits:?}");
-    assert_eq!(
-        commits[1].len(),
-        5,
-        "the merged commit keeps every snapshot record"
-    );
-    assert_eq!(
-        latest(&fs, &t, &r).await.as_deref(),
-        Some("checkpoint:r1:5:runtime_state")
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_phase_record_between_snapshots_prevents_coalescing() {
-    let (fs, w) = writer(CheckpointConfig::default());
-    fs.set_latency(Duration::from_millis(100));
-    let (t, r) = (tid("t1"), rid("r1"));
-    let e = claimed(&fs, &t, &r).await;
-    w.submit(record(&t, &r, e, 1, "runtime_state"), true)
-        .await
-        .unwrap();
-    w.submit(record(&t, &r, e, 1, "pre_llm"), false)
-        .await
-        .unwrap();
-    w.submit(record(&t, &r, e, 2, "runtime_state"), true)
-        .await
-        .unwrap();
-    w.barrier(&t, &r, e).await.unwrap();
-    assert_eq!(w.stats().coalesced, 0);
-    let order: Vec<String> = applied(&fs, &r).into_iter().flatten().collect();
-    assert_eq!(
-        order,
-        [
-            "checkpoint:r1:1:runtime_state",
-            "checkpoint:r1:1:pre_llm",
-            "checkpoint:r1:2:runtime_state"
-        ]
     );
 }
 
@@ -177,7 +118,11 @@ async fn coalescing_off_writes_every_snapshot() {
 
 #[tokio::test(start_paused = true)]
 async fn batches_hold_at_most_one_commit_per_run() {
-    let (fs, w) = writer(CheckpointConfig::default());
+    // Merging off, so each run has two commits to write.
+    let (fs, w) = writer(CheckpointConfig {
+        coalesce_runtime_state: false,
+        ..Default::default()
+    });
     let t = tid("t1");
     let runs = [rid("a"), rid("b"), rid("c")];
     let mut epochs = Vec::new();
@@ -309,12 +254,9 @@ async fn a_fenced_run_fails_all_its_queued_commits_with_fenced() {
         w.barrier(&t, &r, e).await.unwrap_err().kind(),
         ErrorKind::Fenced
     );
-    assert_eq!(w.stats().failed, 3);
-    assert_eq!(
-        fs.calls(Op::Commit),
-        1,
-        "fenced is not retried, later commits are not sent"
-    );
+    let s = w.stats();
+    assert_eq!((s.failed, s.coalesced), (1, 2), "one merged commit: {s:?}");
+    assert_eq!(fs.calls(Op::Commit), 1, "fenced is not retried");
     assert!(applied(&fs, &r).is_empty());
     let err = w
         .submit(record(&t, &r, e, 9, "pre_llm"), false)
@@ -356,7 +298,11 @@ async fn shutdown_drains_then_refuses_new_commits() {
         }
     }
     w.shutdown(Duration::from_secs(5)).await.unwrap();
-    assert_eq!(fs.persisted_commits(), 6);
+    // One merged commit per run, holding all three of its records.
+    assert_eq!(fs.persisted_commits(), 2);
+    for r in &runs {
+        assert_eq!(applied(&fs, r).concat().len(), 3);
+    }
     let err = w
         .submit(record(&t, &runs[0], Epoch(1), 9, "pre_llm"), false)
         .await

@@ -1,15 +1,20 @@
-//! The background task: drains the queue, coalesces, batches, writes, resolves.
+//! The background task: drains the queue, merges, batches, writes, resolves.
 //!
 //! Submissions arrive over a bounded channel in submission order. The task moves them into its
 //! own queue (at most `queue_maxsize` entries, so backpressure still reaches `submit`), where
-//! they may be coalesced, then hands batches to the store:
-//! - **coalescing**: a coalescible commit merges into the newest queued entry of its run only if
-//!   that entry is itself coalescible, has the same epoch, and has not been handed to the store.
-//!   Because it is the *newest* entry of the run, nothing else of the run lies between them, so a
-//!   run's phase records are never reordered. The merge keeps every put of both (the newer value
-//!   wins for a key in both) and the newer latest pointer, so the pointer still ends as the newest
-//!   and no record is lost;
-//! - **batching**: consecutive entries, at most one per run claim and at most
+//! they are merged, then hands them to the store:
+//! - **merging**: a commit merges into the newest queued entry of its run claim if that entry
+//!   has not been handed to the store yet and the merged commit stays within the store's
+//!   limits (see [`merge`]). Because it is the *newest* entry of the run, nothing else of the
+//!   run lies between them, so a run's records are never reordered: the merged commit is the
+//!   run's commits applied in order, atomically (every put of both, the newer value for a key
+//!   in both, the newer latest pointer). A crash leaves the run at a prefix of its submitted
+//!   commits, as before, only with coarser steps;
+//! - **pipelining per run**: at most one commit of a run claim is in a store call at a time;
+//!   the run's next entry (everything it queued meanwhile, merged) is handed over as soon as
+//!   that call answers. Runs do not wait for each other: up to [`MAX_CALLS`] store calls are
+//!   in flight at once, each for runs that have none in flight;
+//! - **batching**: the entries handed over together, at most one per run claim and at most
 //!   `max_batch_size`, go to one `commit_batch` call. One per run claim because a batch is not
 //!   atomic as a whole: if a run's first commit failed and its second succeeded, the second
 //!   would stand without the first. Two claims of one run may share a batch: once the newer
@@ -18,15 +23,25 @@
 //!   claim's queued entries are dropped with that error (a fenced claim's all fail with
 //!   `Fenced`).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
 
 use super::config::CheckpointConfig;
 use super::state::{AliveGuard, RunKey, Shared};
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::store::{Commit, RetryStore, Store};
+
+/// Most store calls the task keeps in flight at once (each for different runs).
+pub(crate) const MAX_CALLS: usize = 8;
+
+/// Largest merged commit, in payload bytes ([`Commit::byte_len`]): a backlog is written in
+/// commits of about this size rather than one unbounded request.
+pub(crate) const MAX_MERGED_BYTES: usize = 4 << 20;
 
 /// A commit accepted by `submit`.
 #[derive(Debug)]
@@ -34,7 +49,6 @@ pub(crate) struct Entry {
     pub(crate) key: RunKey,
     pub(crate) seq: u64,
     pub(crate) commit: Commit,
-    pub(crate) coalescible: bool,
 }
 
 /// What travels over the channel.
@@ -45,12 +59,43 @@ pub(crate) enum Msg {
     Shutdown,
 }
 
+/// A queued entry and, once something merged into it, an index of its put keys.
+#[derive(Debug)]
+struct Queued {
+    entry: Entry,
+    index: Option<HashMap<String, usize>>,
+}
+
+/// The store's limits a merged commit must respect.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_keys: Option<usize>,
+    max_value: Option<usize>,
+}
+
+impl Limits {
+    /// Whether `c` is within the limits on its own. A commit that is not (the store will
+    /// reject it) is never merged, so it fails alone and its run's earlier commits still land.
+    fn admits(&self, c: &Commit) -> bool {
+        self.max_keys.is_none_or(|m| c.puts.len() <= m)
+            && self
+                .max_value
+                .is_none_or(|m| c.puts.iter().all(|(_, v)| v.len() <= m))
+    }
+}
+
+/// What a finished store call reports: the `(run, seq)` of each commit and its result.
+type Done = (Vec<(RunKey, u64)>, Vec<Result<()>>);
+
 pub(crate) struct Worker {
     shared: Arc<Shared>,
     store: Arc<RetryStore<dyn Store>>,
     config: CheckpointConfig,
-    max_commit_keys: Option<usize>,
-    queue: VecDeque<Entry>,
+    limits: Limits,
+    queue: VecDeque<Queued>,
+    /// Runs with a commit in a store call.
+    busy: HashSet<RunKey>,
+    calls: FuturesUnordered<BoxFuture<'static, Done>>,
     closing: bool,
 }
 
@@ -60,13 +105,18 @@ impl Worker {
         store: Arc<RetryStore<dyn Store>>,
         config: CheckpointConfig,
     ) -> Self {
-        let max_commit_keys = store.capabilities().max_commit_keys;
+        let caps = store.capabilities();
         Worker {
             shared,
             store,
             config,
-            max_commit_keys,
+            limits: Limits {
+                max_keys: caps.max_commit_keys,
+                max_value: caps.max_value_size,
+            },
             queue: VecDeque::new(),
+            busy: HashSet::new(),
+            calls: FuturesUnordered::new(),
             closing: false,
         }
     }
@@ -76,24 +126,27 @@ impl Worker {
             shared: self.shared.clone(),
             finished: false,
         };
+        let mut open = true;
         loop {
-            if self.queue.is_empty() {
-                if self.closing {
-                    break;
-                }
-                match rx.recv().await {
-                    Some(msg) => self.accept(msg),
-                    None => break,
-                }
-            }
-            while self.queue.len() < self.config.queue_maxsize {
+            // Take everything already submitted before handing anything over, so it merges.
+            while open && self.queue.len() < self.config.queue_maxsize {
                 match rx.try_recv() {
                     Ok(msg) => self.accept(msg),
-                    Err(_) => break,
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => open = false,
                 }
             }
-            if !self.queue.is_empty() {
-                self.write_batch().await;
+            self.launch();
+            if self.queue.is_empty() && self.calls.is_empty() && (self.closing || !open) {
+                break;
+            }
+            let room = open && !self.closing && self.queue.len() < self.config.queue_maxsize;
+            tokio::select! {
+                Some(done) = self.calls.next(), if !self.calls.is_empty() => self.finish(done),
+                msg = rx.recv(), if room => match msg {
+                    Some(msg) => self.accept(msg),
+                    None => open = false,
+                },
             }
         }
         guard.finished = true;
@@ -113,47 +166,64 @@ impl Worker {
             st.stats.failed += 1;
             return;
         }
-        if entry.coalescible && self.config.coalesce_runtime_state {
-            let max_keys = self.max_commit_keys;
-            if let Some(last) = self.queue.iter_mut().rev().find(|q| q.key == entry.key)
-                && last.coalescible
-                && last.commit.epoch == entry.commit.epoch
-                && merge(&mut last.commit, &entry.commit, max_keys)
-            {
-                last.seq = entry.seq;
-                st.stats.coalesced += 1;
-                return;
+        let mut entry = entry;
+        if self.config.coalesce_runtime_state
+            && let Some(last) = self
+                .queue
+                .iter_mut()
+                .rev()
+                .find(|q| q.entry.key == entry.key)
+        {
+            match merge(last, entry, self.limits) {
+                None => {
+                    st.stats.coalesced += 1;
+                    return;
+                }
+                Some(refused) => entry = refused,
             }
         }
         drop(st);
-        self.queue.push_back(entry);
+        self.queue.push_back(Queued { entry, index: None });
     }
 
-    async fn write_batch(&mut self) {
-        let max = self.config.max_batch_size;
-        let mut seen: HashSet<RunKey> = HashSet::new();
-        let mut picked: Vec<(RunKey, u64)> = Vec::new();
-        let mut commits: Vec<Commit> = Vec::new();
-        let mut rest = VecDeque::with_capacity(self.queue.len());
-        for e in self.queue.drain(..) {
-            if picked.len() < max && !seen.contains(&e.key) {
-                seen.insert(e.key.clone());
-                picked.push((e.key, e.seq));
-                commits.push(e.commit);
-            } else {
-                seen.insert(e.key.clone());
-                rest.push_back(e);
+    /// Hand the queued entries of runs with no commit in flight to the store, up to
+    /// [`MAX_CALLS`] calls.
+    fn launch(&mut self) {
+        while self.calls.len() < MAX_CALLS {
+            let max = self.config.max_batch_size;
+            let mut picked: Vec<(RunKey, u64)> = Vec::new();
+            let mut commits: Vec<Commit> = Vec::new();
+            let mut rest = VecDeque::with_capacity(self.queue.len());
+            for q in self.queue.drain(..) {
+                if picked.len() < max && !self.busy.contains(&q.entry.key) {
+                    self.busy.insert(q.entry.key.clone());
+                    picked.push((q.entry.key, q.entry.seq));
+                    commits.push(q.entry.commit);
+                } else {
+                    rest.push_back(q);
+                }
             }
+            self.queue = rest;
+            if picked.is_empty() {
+                return;
+            }
+            let store = self.store.clone();
+            self.calls.push(Box::pin(async move {
+                let results = store.commit_batch(&commits).await;
+                (picked, results)
+            }));
         }
-        self.queue = rest;
+    }
 
-        let mut results = self.store.commit_batch(&commits).await.into_iter();
+    fn finish(&mut self, (picked, results): Done) {
+        let mut results = results.into_iter();
         let mut failed_runs: HashSet<RunKey> = HashSet::new();
         {
             let mut st = self.shared.lock();
             st.stats.batches += 1;
             st.stats.max_batch_len = st.stats.max_batch_len.max(picked.len() as u64);
             for (key, seq) in picked {
+                self.busy.remove(&key);
                 let result = results.next().unwrap_or_else(|| {
                     Err(Error::unexpected(
                         "store answered fewer results than commits in the batch",
@@ -177,7 +247,7 @@ impl Worker {
             }
             if !failed_runs.is_empty() {
                 let before = self.queue.len();
-                self.queue.retain(|e| !failed_runs.contains(&e.key));
+                self.queue.retain(|q| !failed_runs.contains(&q.entry.key));
                 st.stats.failed += (before - self.queue.len()) as u64;
             }
         }
@@ -185,26 +255,62 @@ impl Worker {
     }
 }
 
-/// Merge `newer` into `older` (both of one run and epoch): every put of both, the newer value
-/// for a key in both, the newer latest pointer if it has one. Returns `false` (and changes
-/// nothing) if the merged commit would exceed `max_keys`.
-fn merge(older: &mut Commit, newer: &Commit, max_keys: Option<usize>) -> bool {
-    let added = newer
+/// Below this many puts a merged commit finds keys by scanning; above, through an index.
+const SCAN_MAX: usize = 16;
+
+/// Merge `newer` into the queued `older` (both of one run claim): every put of both, the newer
+/// value for a key in both, the newer latest pointer if it has one, and the newer sequence
+/// number. Returns `newer` back (and changes nothing) if either is outside the store's limits
+/// on its own, or the merged commit would carry more keys than the store takes or more than
+/// [`MAX_MERGED_BYTES`].
+fn merge(older: &mut Queued, newer: Entry, limits: Limits) -> Option<Entry> {
+    let (old, new) = (&older.entry.commit, &newer.commit);
+    if old.epoch != new.epoch || !limits.admits(old) || !limits.admits(new) {
+        return Some(newer);
+    }
+    if older.index.is_none() && old.puts.len() + new.puts.len() > SCAN_MAX {
+        older.index = Some(
+            old.puts
+                .iter()
+                .enumerate()
+                .map(|(i, (k, _))| (k.clone(), i))
+                .collect(),
+        );
+    }
+    let position =
+        |index: &Option<HashMap<String, usize>>, puts: &[(String, Vec<u8>)], k: &str| match index {
+            Some(index) => index.get(k).copied(),
+            None => puts.iter().position(|(o, _)| o == k),
+        };
+    let added = new
         .puts
         .iter()
-        .filter(|(k, _)| !older.puts.iter().any(|(o, _)| o == k))
+        .filter(|(k, _)| position(&older.index, &old.puts, k).is_none())
         .count();
-    if max_keys.is_some_and(|m| older.puts.len() + added > m) {
-        return false;
+    let latest = usize::from(old.latest.is_some() || new.latest.is_some());
+    if limits
+        .max_keys
+        .is_some_and(|m| old.puts.len() + added + latest > m)
+        || old.byte_len() + new.byte_len() > MAX_MERGED_BYTES
+    {
+        return Some(newer);
     }
-    for (k, v) in &newer.puts {
-        match older.puts.iter_mut().find(|(o, _)| o == k) {
-            Some(slot) => slot.1 = v.clone(),
-            None => older.puts.push((k.clone(), v.clone())),
+    let Entry { seq, commit, .. } = newer;
+    let old = &mut older.entry.commit;
+    for (k, v) in commit.puts {
+        match position(&older.index, &old.puts, &k) {
+            Some(i) => old.puts[i].1 = v,
+            None => {
+                if let Some(index) = older.index.as_mut() {
+                    index.insert(k.clone(), old.puts.len());
+                }
+                old.puts.push((k, v));
+            }
         }
     }
-    if newer.latest.is_some() {
-        older.latest = newer.latest.clone();
+    if commit.latest.is_some() {
+        old.latest = commit.latest;
     }
-    true
+    older.entry.seq = seq;
+    None
 }

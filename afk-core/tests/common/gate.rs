@@ -191,7 +191,8 @@ impl Store for GatedStore {
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {
-        let key = commit.puts.first().map_or("", |(k, _)| k.as_str());
+        // The newest record: a merged commit of the write-behind writer ends with it.
+        let key = commit.puts.last().map_or("", |(k, _)| k.as_str());
         self.gate.point(format!("commit {key}")).await;
         self.inner.commit(commit).await
     }

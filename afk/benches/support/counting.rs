@@ -1,5 +1,6 @@
-//! A store wrapper that counts what is written: the sum of [`Commit::byte_len`] over applied
-//! commits, per step (the step of a commit is the `<step>` of its `checkpoint:<run>:<step>:…`
+//! A store wrapper that counts what is written and how often the store is called: every trait
+//! method call is one call (one round trip on Redis, where a commit or a batch of commits is
+//! one script or pipeline); the sum of [`Commit::byte_len`] over applied commits, per step (the step of a commit is the `<step>` of its `checkpoint:<run>:<step>:…`
 //! keys; a commit without one belongs to the step of the commit before it).
 
 use std::collections::BTreeMap;
@@ -10,6 +11,8 @@ use async_trait::async_trait;
 
 #[derive(Debug, Default)]
 struct Counts {
+    /// Calls of any store method.
+    calls: u64,
     commits: u64,
     bytes: u64,
     step: u64,
@@ -73,6 +76,15 @@ impl CountingStore {
         self.counts().kept.clone().unwrap_or_default()
     }
 
+    /// Store calls so far (every method).
+    pub fn calls(&self) -> u64 {
+        self.counts().calls
+    }
+
+    fn call(&self) {
+        self.counts().calls += 1;
+    }
+
     /// Applied commits and their total bytes.
     pub fn totals(&self) -> (u64, u64) {
         let c = self.counts();
@@ -130,10 +142,12 @@ impl Store for CountingStore {
     }
 
     async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
+        self.call();
         self.inner.get(thread, key).await
     }
 
     async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.call();
         self.inner.get_many(thread, keys).await
     }
 
@@ -144,28 +158,34 @@ impl Store for CountingStore {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage> {
+        self.call();
         self.inner.list(thread, prefix, cursor, limit).await
     }
 
     async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
+        self.call();
         self.inner.delete(thread, keys).await
     }
 
     async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
+        self.call();
         self.inner.delete_run(thread, run).await
     }
 
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        self.call();
         self.inner.claim(thread, run).await
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {
+        self.call();
         self.inner.commit(commit).await?;
         self.record(commit);
         Ok(())
     }
 
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        self.call();
         let out = self.inner.commit_batch(commits).await;
         for (c, r) in commits.iter().zip(&out) {
             if r.is_ok() {

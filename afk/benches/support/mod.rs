@@ -61,10 +61,17 @@ pub fn agent(steps: u64) -> Agent {
 /// A runner on `store`, with async (write-behind) or sync (inline) checkpoint writes, a fixed
 /// clock and sequential ids (so bytes written are reproducible).
 pub fn runner(store: Arc<dyn Store>, async_writes: bool) -> Runner {
-    let checkpoint = CheckpointConfig {
-        async_writes,
-        ..CheckpointConfig::default()
-    };
+    runner_with(
+        store,
+        CheckpointConfig {
+            async_writes,
+            ..CheckpointConfig::default()
+        },
+    )
+}
+
+/// A runner on `store` with these checkpoint settings (see [`runner`]).
+pub fn runner_with(store: Arc<dyn Store>, checkpoint: CheckpointConfig) -> Runner {
     Runner::new(
         store,
         RunnerConfig {

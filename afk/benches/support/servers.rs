@@ -71,6 +71,14 @@ pub async fn redis_store(url: &str) -> afk_store_redis::RedisStore {
 /// Our S3 store in a fresh bucket of the test service.
 #[cfg(feature = "s3")]
 pub async fn s3_store(env: &S3Env, bucket: &str) -> afk_store_s3::S3Store {
+    afk_store_s3::S3Store::open(s3_config(env, bucket))
+        .await
+        .expect("open the S3 test service")
+}
+
+/// The configuration of [`s3_store`] (open it again for a store with cold caches).
+#[cfg(feature = "s3")]
+pub fn s3_config(env: &S3Env, bucket: &str) -> afk_store_s3::S3Config {
     let mut cfg = afk_store_s3::S3Config::new(bucket);
     cfg.endpoint = Some(env.endpoint.clone());
     cfg.region = Some(env.region.clone());
@@ -78,9 +86,7 @@ pub async fn s3_store(env: &S3Env, bucket: &str) -> afk_store_s3::S3Store {
     cfg.access_key_id = Some(env.key_id.clone());
     cfg.secret_access_key = Some(afk_store_s3::Secret::new(env.secret.clone()));
     cfg.create_bucket = true;
-    afk_store_s3::S3Store::open(cfg)
-        .await
-        .expect("open the S3 test service")
+    cfg
 }
 
 /// A plain aws-sdk-s3 client for the test service (path style, static keys), as an

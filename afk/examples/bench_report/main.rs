@@ -14,7 +14,10 @@
 mod support;
 
 mod bytes;
+mod calls;
 mod results;
+#[cfg(feature = "s3")]
+mod s3;
 mod tables;
 
 use std::path::PathBuf;
@@ -81,6 +84,9 @@ fn main() {
     }
     let rt = support::runtime();
     let rows = rt.block_on(bytes::rows());
+    let calls = rt.block_on(calls::rows());
+    #[cfg(feature = "s3")]
+    let long_s3 = rt.block_on(s3::measure());
     let found = results::load(&criterion_dir);
     let mut report = String::from("# AFK for Rust: bench report\n\n");
     report.push_str(&machine());
@@ -91,8 +97,11 @@ fn main() {
     ));
     report.push_str(&tables::commit(&found));
     report.push_str(&tables::steps(&found));
+    report.push_str(&calls::section(&calls));
     report.push_str(&bytes::section(&rows));
     report.push('\n');
+    #[cfg(feature = "s3")]
+    report.push_str(&s3::section(&long_s3));
     report.push_str(&tables::resume(&found));
     report.push_str(&tables::stale(&found));
     if let Some(parent) = out.parent() {

@@ -94,15 +94,22 @@ pub fn steps(found: &Found) -> String {
         "One tool call per step, instant model and tool (AFK's peer workload); one whole run \
          per iteration, terminal flush included; a run of n steps makes n tool-calling model \
          turns plus a closing answer. *async* = write-behind (the default), *sync* = each \
-         commit inline. RocksDB syncs its WAL on every write (the default). AFK Python: same \
-         workload (NOTES-infra).\n\n",
+         commit inline; *merging off* = write-behind writing each commit as submitted (the \
+         writer before it merged a run's queued commits: the baseline, same run). RocksDB syncs \
+         its WAL on every write (the default). AFK Python: same workload (NOTES-infra).\n\n",
     );
     s.push_str(
-        "| store | steps/run | async steps/s | sync steps/s | AFK Python async | AFK Python sync |\n",
+        "| store | steps/run | async steps/s | sync steps/s | async ÷ sync | async, merging off | AFK Python async | AFK Python sync |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|\n");
-    for store in ["memory", "rocksdb", "redis"] {
-        for n in [10u64, 100] {
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    let stores: [(&str, &[u64]); 4] = [
+        ("memory", &[10, 100]),
+        ("rocksdb", &[10, 100]),
+        ("redis", &[10, 100]),
+        ("s3", &[10]),
+    ];
+    for (store, lengths) in stores {
+        for &n in lengths {
             let group = format!("steps/{store}-{n}");
             let (a, y) = (get(found, &group, "async"), get(found, &group, "sync"));
             let (pa, ps) = afk_steps(store, n);
@@ -110,17 +117,25 @@ pub fn steps(found: &Found) -> String {
             if a.is_none() && y.is_none() {
                 let _ = writeln!(
                     s,
-                    "| {store} | {n} | not measured | | {} | {} |",
+                    "| {store} | {n} | not measured | | | | {} | {} |",
                     afk(pa),
                     afk(ps)
                 );
                 continue;
             }
+            let ratio = match (
+                a.and_then(Estimate::per_second),
+                y.and_then(Estimate::per_second),
+            ) {
+                (Some(a), Some(y)) => format!("{:.2}×", a / y),
+                _ => "–".into(),
+            };
             let _ = writeln!(
                 s,
-                "| {store} | {n} | {} | {} | {} | {} |",
+                "| {store} | {n} | {} | {} | {ratio} | {} | {} | {} |",
                 cell_rate(a),
                 cell_rate(y),
+                cell_rate(get(found, &group, "async-unmerged")),
                 afk(pa),
                 afk(ps)
             );
