@@ -1,9 +1,20 @@
 //! The store conformance suite against `S3Store` on the test server, one fresh bucket per case.
 //! The 100,000-key case is left out: one run's head would hold 100,000 keys (see the README).
+//! The crash level reopens a bucket named after the directory it is given.
 
 mod common;
 
-afk_conformance::store_suite!(store(), skip_large);
+afk_conformance::store_suite!(store(), reopen = open_at, skip_large);
+
+/// A store on the bucket named after `dir` (created on first use), or `None` when skipped.
+async fn open_at(dir: std::path::PathBuf) -> Option<std::sync::Arc<afk_store_s3::S3Store>> {
+    let mut cfg = common::config("", "crash")?;
+    cfg.bucket = dir.file_name()?.to_str()?.to_owned();
+    let store = afk_store_s3::S3Store::open(cfg)
+        .await
+        .expect("open S3 store");
+    Some(std::sync::Arc::new(store))
+}
 
 async fn store() -> Option<std::sync::Arc<afk_store_s3::S3Store>> {
     common::store("conf")
