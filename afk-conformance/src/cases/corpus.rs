@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use afk_core::Store;
-use afk_core::runner::fixture_check::check_fixture;
+use afk_core::runner::fixture_check::{check_fixture, scripted_tools};
 use futures::stream::{self, StreamExt};
 use serde_json::Value;
 
@@ -152,10 +152,12 @@ pub async fn check_one(store: Arc<dyn Store>, name: &str, text: &str) -> Result<
         .to_owned();
     let new = unique_thread("corpus").to_string();
     rewrite(&mut fixture, &old, &new);
-    let verdict = check_fixture(&fixture, store)
+    let verdict = check_fixture(&fixture, store, &scripted_tools())
         .await
         .map_err(|e| fail!("{name}: {e}"))?;
-    if verdict.passed() {
+    if !verdict.missing_tools.is_empty() {
+        Err(fail!("{name}: needs tools {:?}", verdict.missing_tools))
+    } else if verdict.passed() {
         Ok(())
     } else {
         Err(fail!(
