@@ -32,6 +32,11 @@ pub enum Breakage {
     /// later, the rest with the pointer. A reader in between (or a crash in between) sees
     /// records of a commit whose pointer has not moved, and part of a commit.
     SplitCommit,
+    /// Answers `get_many` in the byte order of the keys, not in the order asked.
+    GetManySorted,
+    /// Pagination that drops a key: a page asked for with a cursor leaves out the first key
+    /// after the cursor.
+    PageDropsKey,
 }
 
 /// The time between the two writes of [`Breakage::PointerFirst`] and
@@ -77,6 +82,15 @@ impl<S: Store> Store for BrokenStore<S> {
         self.inner.get(thread, key).await
     }
 
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        if self.breakage != Breakage::GetManySorted {
+            return self.inner.get_many(thread, keys).await;
+        }
+        let mut sorted = keys.to_vec();
+        sorted.sort();
+        self.inner.get_many(thread, &sorted).await
+    }
+
     async fn list(
         &self,
         thread: &ThreadId,
@@ -84,7 +98,11 @@ impl<S: Store> Store for BrokenStore<S> {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage> {
-        self.inner.list(thread, prefix, cursor, limit).await
+        let mut page = self.inner.list(thread, prefix, cursor, limit).await?;
+        if self.breakage == Breakage::PageDropsKey && cursor.is_some() && !page.keys.is_empty() {
+            page.keys.remove(0);
+        }
+        Ok(page)
     }
 
     async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
@@ -161,7 +179,10 @@ impl<S: Store> Store for BrokenStore<S> {
                 tokio::time::sleep(TORN_GAP).await;
                 self.inner.commit(&second).await
             }
-            Breakage::PointerFirst | Breakage::SplitCommit => self.inner.commit(commit).await,
+            Breakage::PointerFirst
+            | Breakage::SplitCommit
+            | Breakage::GetManySorted
+            | Breakage::PageDropsKey => self.inner.commit(commit).await,
             Breakage::LosesWrites(n) => {
                 let count = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
                 if count.is_multiple_of(n.max(1)) {

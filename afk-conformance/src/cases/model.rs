@@ -11,11 +11,12 @@ use afk_core::{Commit, Epoch, ErrorKind, MemoryStore, RunId, Store, ThreadId};
 use proptest::test_runner::TestCaseError;
 
 use crate::support::{
-    CaseResult, cases_from_env, fail, list_all, named_run, seed_from_env, test_runner,
+    CaseResult, cases_from_env, fail, list_all, named_run, seed_from_env, show_result, test_runner,
     unique_thread,
 };
 
 mod ops;
+mod reads;
 
 use ops::{CommitSpec, Op, ops_strategy};
 
@@ -26,8 +27,10 @@ const RUNS: [&str; 3] = ["run_1", "run_10", "run_2"];
 /// Claimant slots per run (holders of an epoch).
 const SLOTS: usize = 2;
 
-/// Random sequences of claims, commits, batches, gets, lists, deletes and run deletions give
-/// the same answers from the store as from the reference model. Epochs are compared by order
+/// Random sequences of claims, commits, batches, gets, `get_many`s (any order, repeated
+/// keys), lists, explicit pages (`list` from any cursor with a limit, page by page), deletes
+/// and run deletions give the same answers from the store as from the reference model; a
+/// failure shrinks to a short named sequence. Epochs are compared by order
 /// only, and the value of the fence key by presence only. Needs a multi-thread runtime.
 pub async fn model_based(store: &dyn Store) -> CaseResult {
     run_model(store, ModelConfig::from_env()?).await
@@ -140,9 +143,9 @@ fn compare_commit(
         (Ok(()), Ok(())) => Ok(()),
         (Err(g), Err(_)) if allowed.contains(&g.kind()) => Ok(()),
         _ => Err(fail!(
-            "op {i}: commit {c:?}: the store answered {:?}, the model {:?}",
-            got.as_ref().map_err(|e| e.to_string()),
-            want.as_ref().map_err(|e| e.to_string())
+            "op {i}: commit {c:?}: the store answered {}, the model {}",
+            show_result(got, |_| "()".into()),
+            show_result(want, |_| "()".into())
         )),
     }
 }
@@ -262,6 +265,20 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
                         "op {i}: list {p:?}: the store has {got:?}, the model {want:?}"
                     ));
                 }
+            }
+            Op::GetMany { thread, keys } => {
+                let ks: Vec<String> = keys.iter().map(|k| k.render(&runs[0], &runs)).collect();
+                reads::get_many(i, store, &model_store, &threads[*thread], &ks).await?;
+            }
+            Op::Page {
+                thread,
+                prefix,
+                cursor,
+                limit,
+            } => {
+                let p = prefix.render(&runs);
+                let c = cursor.render(&runs);
+                reads::page(i, store, &model_store, &threads[*thread], &p, c, *limit).await?;
             }
             Op::Delete { thread, keys } => {
                 let t = &threads[*thread];
