@@ -8,8 +8,27 @@ use crate::services::Needs;
 use crate::system;
 use crate::test::{self, ROCKSDB_DEBS};
 
-/// Runs format check, clippy, rustdoc and every test, stopping at the first failure. Returns
-/// the exit code. Prints how long each step took.
+/// `cargo package` of every crate meant to be published, verified (built from the packaged
+/// sources alone). `--allow-dirty`: it checks what a package would hold, also before a commit.
+const PACKAGE: [&str; 14] = [
+    "package",
+    "--allow-dirty",
+    "-p",
+    "afk-core",
+    "-p",
+    "afk-conformance",
+    "-p",
+    "afk-store-rocksdb",
+    "-p",
+    "afk-store-redis",
+    "-p",
+    "afk-store-s3",
+    "-p",
+    "afk",
+];
+
+/// Runs format check, clippy, rustdoc, the package check and every test, stopping at the
+/// first failure. Returns the exit code. Prints how long each step took.
 pub fn run() -> Result<i32> {
     // Install everything up front: clippy and rustdoc already build the RocksDB crate.
     let mut debs = Needs::ALL.debs();
@@ -17,7 +36,7 @@ pub fn run() -> Result<i32> {
     system::ensure_debs(&debs)?;
 
     let mut times = Vec::new();
-    let steps: [(&str, &[&str]); 3] = [
+    let steps: [(&str, &[&str]); 4] = [
         ("fmt", &["fmt", "--all", "--check"]),
         (
             "clippy",
@@ -35,6 +54,9 @@ pub fn run() -> Result<i32> {
             "doc",
             &["doc", "--workspace", "--no-deps", "--all-features"],
         ),
+        // What users get: each published crate packaged and built from its .crate alone
+        // (cargo packages path dependencies together through a local registry).
+        ("package", &PACKAGE),
     ];
     for (name, args) in steps {
         let start = Instant::now();
