@@ -50,7 +50,7 @@ impl<T> Ctx<T> for afk_core::Result<T> {
 /// Longest key or value text printed in a message; longer ones are cut short.
 pub const SHOW_MAX: usize = 64;
 
-/// A key (or any text) for messages: quoted, cut to [`SHOW_MAX`] characters with the full
+/// A key (or any text) for messages: quoted, cut to 64 characters with the full
 /// length noted.
 pub fn show_key(key: &str) -> String {
     if key.chars().count() <= SHOW_MAX {
@@ -61,7 +61,7 @@ pub fn show_key(key: &str) -> String {
     }
 }
 
-/// A value for messages: its text (lossy UTF-8) quoted and cut to [`SHOW_MAX`] bytes, with the
+/// A value for messages: its text (lossy UTF-8) quoted and cut to 64 bytes, with the
 /// full length noted.
 pub fn show_bytes(v: &[u8]) -> String {
     if v.len() <= SHOW_MAX {
