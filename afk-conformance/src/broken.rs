@@ -24,10 +24,30 @@ pub enum Breakage {
     /// Loses writes: every `n`-th commit (the `n`-th, the `2n`-th, …) is acknowledged with `Ok`
     /// without being written. `n` is at least 1 (1 loses every commit).
     LosesWrites(u64),
+    /// Commits in two writes, pointer first: the latest pointer alone, then, [`TORN_GAP`]
+    /// later, the records. Each write is atomic and fenced on its own. A reader in between
+    /// (or a crash in between) finds the pointer naming a record that is not there.
+    PointerFirst,
+    /// Commits in two writes: the first half of the puts (rounded up), then, [`TORN_GAP`]
+    /// later, the rest with the pointer. A reader in between (or a crash in between) sees
+    /// records of a commit whose pointer has not moved, and part of a commit.
+    SplitCommit,
+    /// Answers `get_many` in the byte order of the keys, not in the order asked.
+    GetManySorted,
+    /// Pagination that drops a key: a page asked for with a cursor leaves out the first key
+    /// after the cursor.
+    PageDropsKey,
 }
 
+/// The time between the two writes of [`Breakage::PointerFirst`] and
+/// [`Breakage::SplitCommit`]: the second transaction's round trip (or fsync) of a store that
+/// commits in two transactions. A store doing so in one process without any wait in between
+/// leaves a far smaller window, which only the crash level's kills reliably land in.
+pub const TORN_GAP: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// A correct store with one rule broken; everything but `commit` (and the bookkeeping of
-/// `claim` and `delete_run` for [`Breakage::NoFencing`]) is forwarded unchanged.
+/// `claim` and `delete_run` for [`Breakage::NoFencing`]) is forwarded unchanged, so wrapping a
+/// durable store gives a durable broken store (the crash level reopens it).
 #[derive(Debug)]
 pub struct BrokenStore<S> {
     inner: S,
@@ -62,6 +82,15 @@ impl<S: Store> Store for BrokenStore<S> {
         self.inner.get(thread, key).await
     }
 
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        if self.breakage != Breakage::GetManySorted {
+            return self.inner.get_many(thread, keys).await;
+        }
+        let mut sorted = keys.to_vec();
+        sorted.sort();
+        self.inner.get_many(thread, &sorted).await
+    }
+
     async fn list(
         &self,
         thread: &ThreadId,
@@ -69,7 +98,11 @@ impl<S: Store> Store for BrokenStore<S> {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage> {
-        self.inner.list(thread, prefix, cursor, limit).await
+        let mut page = self.inner.list(thread, prefix, cursor, limit).await?;
+        if self.breakage == Breakage::PageDropsKey && cursor.is_some() && !page.keys.is_empty() {
+            page.keys.remove(0);
+        }
+        Ok(page)
     }
 
     async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
@@ -122,6 +155,42 @@ impl<S: Store> Store for BrokenStore<S> {
                     None => self.inner.commit(commit).await,
                 }
             }
+            Breakage::PointerFirst | Breakage::SplitCommit
+                if commit.latest.is_some() && !commit.puts.is_empty() =>
+            {
+                // Break only atomicity: an invalid commit is still rejected whole.
+                afk_core::store::validate_commit(commit)?;
+                let (first, second) = if self.breakage == Breakage::PointerFirst {
+                    let pointer = Commit {
+                        puts: Vec::new(),
+                        ..commit.clone()
+                    };
+                    let records = Commit {
+                        latest: None,
+                        ..commit.clone()
+                    };
+                    (pointer, records)
+                } else {
+                    let half = commit.puts.len().div_ceil(2);
+                    let head = Commit {
+                        puts: commit.puts[..half].to_vec(),
+                        latest: None,
+                        ..commit.clone()
+                    };
+                    let tail = Commit {
+                        puts: commit.puts[half..].to_vec(),
+                        ..commit.clone()
+                    };
+                    (head, tail)
+                };
+                self.inner.commit(&first).await?;
+                tokio::time::sleep(TORN_GAP).await;
+                self.inner.commit(&second).await
+            }
+            Breakage::PointerFirst
+            | Breakage::SplitCommit
+            | Breakage::GetManySorted
+            | Breakage::PageDropsKey => self.inner.commit(commit).await,
             Breakage::LosesWrites(n) => {
                 let count = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
                 if count.is_multiple_of(n.max(1)) {

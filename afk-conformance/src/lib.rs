@@ -9,10 +9,13 @@ use afk_core::Store;
 mod agents;
 pub mod broken;
 pub mod cases;
+mod harness;
 mod macros;
 mod support;
 
-pub use support::{CaseResult, list_all, unique_run, unique_suffix, unique_thread};
+pub use support::{
+    CaseResult, list_all, show_bytes, show_key, skipped, unique_run, unique_suffix, unique_thread,
+};
 
 /// One case of the suite, for code that runs cases in a loop (see [`CASES`]).
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +26,31 @@ pub struct Case {
     pub name: &'static str,
     /// Runs the case against a store.
     pub run: fn(Arc<dyn Store>) -> CaseFuture<'static>,
+}
+
+impl Case {
+    /// `group::name`, as failures and `skipped:` lines print it.
+    pub fn path(&self) -> String {
+        format!("{}::{}", self.module, self.name)
+    }
+
+    /// Whether the case races tasks against each other, so one run can pass by luck where a
+    /// store is broken. `store_suite!` runs these alone in their process and repeats them
+    /// `AFK_CONFORMANCE_REPEAT` times.
+    pub fn timing_sensitive(&self) -> bool {
+        timing_sensitive(self.module, self.name)
+    }
+}
+
+/// See [`Case::timing_sensitive`].
+pub(crate) fn timing_sensitive(module: &str, name: &str) -> bool {
+    matches!(
+        (module, name),
+        ("torn", _)
+            | ("crash", _)
+            | ("fencing", "racing_claimants_exactly_one_commits")
+            | ("concurrency", "racing_resumers_one_finishes")
+    )
 }
 
 /// The future a [`Case`] returns.
@@ -104,34 +132,7 @@ impl<T: IntoSuiteStore> IntoSuiteStore for Option<T> {
 /// Support for the macros; not part of the API.
 #[doc(hidden)]
 pub mod __private {
-    use std::future::Future;
-    use std::sync::Arc;
-
-    use afk_core::Store;
-
-    use crate::CaseFuture;
-
-    /// Runs one case on a fresh multi-thread runtime; panics with the case's message on failure.
-    pub fn run_case(
-        name: &str,
-        factory: impl Future<Output = Option<Arc<dyn Store>>>,
-        case: fn(Arc<dyn Store>) -> CaseFuture<'static>,
-    ) {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .unwrap_or_else(|e| panic!("cannot start a tokio runtime: {e}"));
-        runtime.block_on(async {
-            let Some(store) = factory.await else {
-                println!("skipped: {name}: the store factory returned None");
-                return;
-            };
-            let backend = store.capabilities().name;
-            if let Err(msg) = case(store).await {
-                panic!("conformance case {name} failed against the {backend} store: {msg}");
-            }
-        });
-    }
+    pub use crate::harness::{TestId, run_case, run_crash, run_crash_without_reopen};
 }
 
 #[cfg(test)]

@@ -33,7 +33,6 @@ macro_rules! __with_cases {
             atomicity {
                 rejected_commit_writes_nothing,
                 pointer_moves_with_its_record,
-                concurrent_reader_never_sees_pointer_without_record,
             }
             fencing {
                 claim_increases_epoch,
@@ -64,6 +63,9 @@ macro_rules! __with_cases {
             }
             }
             runner {
+            torn {
+                concurrent_reader_sees_no_torn_commit,
+            }
             corruption {
                 corrupted_records_give_typed_errors,
             }
@@ -115,8 +117,8 @@ macro_rules! __store_suite_tests {
                     #[test]
                     fn $scase() {
                         $crate::__private::run_case(
-                            concat!(stringify!($smod), "::", stringify!($scase)),
-                            async { $crate::IntoSuiteStore::into_suite_store($factory.await) },
+                            $crate::__test_id!($smod, $scase),
+                            || async { $crate::IntoSuiteStore::into_suite_store($factory.await) },
                             |store| ::std::boxed::Box::pin(async move {
                                 $crate::cases::$smod::$scase(&*store).await
                             }),
@@ -133,14 +135,29 @@ macro_rules! __store_suite_tests {
                     #[test]
                     fn $rcase() {
                         $crate::__private::run_case(
-                            concat!(stringify!($rmod), "::", stringify!($rcase)),
-                            async { $crate::IntoSuiteStore::into_suite_store($factory.await) },
+                            $crate::__test_id!($rmod, $rcase),
+                            || async { $crate::IntoSuiteStore::into_suite_store($factory.await) },
                             |store| ::std::boxed::Box::pin($crate::cases::$rmod::$rcase(store)),
                         );
                     }
                 )*
             }
         )*
+    };
+}
+
+/// The identity of a generated test, for the rerun command of a failure.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __test_id {
+    ($group:ident, $case:ident) => {
+        $crate::__private::TestId {
+            package: ::std::env!("CARGO_PKG_NAME"),
+            krate: ::std::env!("CARGO_CRATE_NAME"),
+            module: ::std::module_path!(),
+            group: ::std::stringify!($group),
+            case: ::std::stringify!($case),
+        }
     };
 }
 
@@ -151,11 +168,13 @@ macro_rules! __suite_option {
     (skip_large) => {};
     (skip_resume) => {};
     (skip_corpus) => {};
+    (skip_crash) => {};
     ($other:ident) => {
         ::std::compile_error!(::std::concat!(
             "unknown store_suite! option `",
             ::std::stringify!($other),
-            "`: expected skip_large, skip_resume or skip_corpus"
+            "`: expected skip_large, skip_resume, skip_corpus or skip_crash \
+             (and `reopen = <fn>` first)"
         ));
     };
 }
@@ -168,6 +187,7 @@ macro_rules! __unless_skipped {
     (large [skip_large $($rest:ident)*] $($item:tt)*) => {};
     (resume [skip_resume $($rest:ident)*] $($item:tt)*) => {};
     (corpus [skip_corpus $($rest:ident)*] $($item:tt)*) => {};
+    (crash [skip_crash $($rest:ident)*] $($item:tt)*) => {};
     ($group:ident [$other:ident $($rest:ident)*] $($item:tt)*) => {
         $crate::__unless_skipped! { $group [$($rest)*] $($item)* }
     };
@@ -180,28 +200,85 @@ macro_rules! __unless_skipped {
 /// Store`), an `Arc<dyn Store>`, or an `Option` of either; `None` means "skipped" (the factory
 /// prints why; see [`require_env`](crate::require_env)). Items of the calling module are in
 /// scope. The regular cases land in a module `conformance` with one submodule per group
-/// (`conformance::fencing::racing_claimants_exactly_one_commits`, …); the three optional,
-/// slower groups in `conformance_large`, `conformance_resume` and `conformance_corpus`.
+/// (`conformance::fencing::racing_claimants_exactly_one_commits`, …); the optional, slower
+/// groups in `conformance_large`, `conformance_resume`, `conformance_corpus` and
+/// `conformance_crash`.
+///
+/// `reopen = <fn>`, right after the factory, gives the crash level
+/// ([`cases::crash`](crate::cases::crash)) a way to open the store at a directory, again after
+/// a crash: `async fn(std::path::PathBuf) -> Arc<S>` (or `Option<…>`, as the factory). A
+/// durable store (`Capabilities::durable`) must give one or leave the level out with
+/// `skip_crash`; for a store that is not durable the level is a visible skip.
 ///
 /// Options, after the factory, in any order, leave an optional group out:
 /// * `skip_large`: the 100,000-key listing case ([`cases::large`](crate::cases::large));
 /// * `skip_resume`: the crash-and-resume property ([`cases::resume`](crate::cases::resume));
-/// * `skip_corpus`: the AFK fixture corpus ([`cases::corpus`](crate::cases::corpus)).
+/// * `skip_corpus`: the AFK fixture corpus ([`cases::corpus`](crate::cases::corpus));
+/// * `skip_crash`: the crash level ([`cases::crash`](crate::cases::crash)).
 ///
 /// An unknown option is a compile error.
 ///
+/// A failing case panics with the check's own file and line, the seed, and a command that
+/// reruns just that case. `AFK_CONFORMANCE_REPEAT=<n>` runs the timing-sensitive cases
+/// ([`Case::timing_sensitive`](crate::Case::timing_sensitive)) `n` times, each on a fresh
+/// store and alone in the process.
+///
 /// ```text
 /// // tests/conformance.rs of a backend crate:
-/// afk_conformance::store_suite!(store());
+/// afk_conformance::store_suite!(store(), reopen = open_at);
 ///
 /// async fn store() -> Option<std::sync::Arc<my_backend::MyStore>> {
 ///     let url = afk_conformance::require_env("AFK_TEST_MY_URL")?;
 ///     Some(std::sync::Arc::new(my_backend::MyStore::connect(&url).await.expect("connect")))
 /// }
+///
+/// async fn open_at(dir: std::path::PathBuf) -> std::sync::Arc<my_backend::MyStore> {
+///     std::sync::Arc::new(my_backend::MyStore::open(dir).expect("open"))
+/// }
 /// ```
 #[macro_export]
 macro_rules! store_suite {
+    ($factory:expr, reopen = $reopen:expr $(, $opt:ident)* $(,)?) => {
+        $crate::__store_suite_groups!($factory $(, $opt)*);
+        $crate::__unless_skipped! { crash [$($opt)*]
+            mod conformance_crash {
+                #[allow(unused_imports)]
+                use super::*;
+                #[test]
+                fn killed_writer_leaves_whole_commits() {
+                    $crate::__private::run_crash(
+                        $crate::__test_id!(crash, killed_writer_leaves_whole_commits),
+                        |dir: ::std::path::PathBuf| async move {
+                            $crate::IntoSuiteStore::into_suite_store(($reopen)(dir).await)
+                        },
+                    );
+                }
+            }
+        }
+    };
     ($factory:expr $(, $opt:ident)* $(,)?) => {
+        $crate::__store_suite_groups!($factory $(, $opt)*);
+        $crate::__unless_skipped! { crash [$($opt)*]
+            mod conformance_crash {
+                #[allow(unused_imports)]
+                use super::*;
+                #[test]
+                fn killed_writer_leaves_whole_commits() {
+                    $crate::__private::run_crash_without_reopen(
+                        $crate::__test_id!(crash, killed_writer_leaves_whole_commits),
+                        || async { $crate::IntoSuiteStore::into_suite_store($factory.await) },
+                    );
+                }
+            }
+        }
+    };
+}
+
+/// Every group of [`store_suite!`] but the crash level.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_suite_groups {
+    ($factory:expr $(, $opt:ident)*) => {
         $( $crate::__suite_option!($opt); )*
         mod conformance {
             #[allow(unused_imports)]

@@ -5,24 +5,87 @@ use afk_core::{Commit, Epoch, ErrorKind, RunId, Store, ThreadId};
 /// What every case returns: `Err` carries a message that says what the store did wrong.
 pub type CaseResult = Result<(), String>;
 
-/// `return Err(format!(…))` unless the condition holds.
+/// A failure message naming the check's own file and line: `<message> [at <file>:<line>]`.
+macro_rules! fail {
+    ($($fmt:tt)+) => {
+        $crate::support::at(::std::format!($($fmt)+), ::std::file!(), ::std::line!())
+    };
+}
+pub(crate) use fail;
+
+/// `return Err(fail!(…))` unless the condition holds.
 macro_rules! ensure {
     ($cond:expr, $($fmt:tt)+) => {
         if !$cond {
-            return Err(format!($($fmt)+));
+            return Err($crate::support::fail!($($fmt)+));
         }
     };
 }
 pub(crate) use ensure;
 
-/// Attach "what was being done" to a store error, turning it into the case's `String` error.
+/// `msg` with the place of the check that failed appended, in the one notation of the suite.
+pub(crate) fn at(msg: String, file: &str, line: u32) -> String {
+    format!("{msg} [at {file}:{line}]")
+}
+
+/// `msg` with the place of `loc` appended (for `#[track_caller]` helpers).
+pub(crate) fn at_loc(msg: String, loc: &std::panic::Location<'_>) -> String {
+    at(msg, loc.file(), loc.line())
+}
+
+/// Attach "what was being done" to a store error, turning it into the case's `String` error
+/// that names the caller's file and line.
 pub(crate) trait Ctx<T> {
     fn ctx(self, what: impl std::fmt::Display) -> Result<T, String>;
 }
 
 impl<T> Ctx<T> for afk_core::Result<T> {
+    #[track_caller]
     fn ctx(self, what: impl std::fmt::Display) -> Result<T, String> {
-        self.map_err(|e| format!("{what}: unexpected error {e}"))
+        let loc = std::panic::Location::caller();
+        self.map_err(|e| at_loc(format!("{what}: unexpected error {}", show_err(&e)), loc))
+    }
+}
+
+/// Longest key or value text printed in a message; longer ones are cut short.
+pub const SHOW_MAX: usize = 64;
+
+/// A key (or any text) for messages: quoted, cut to 64 characters with the full
+/// length noted.
+pub fn show_key(key: &str) -> String {
+    if key.chars().count() <= SHOW_MAX {
+        format!("{key:?}")
+    } else {
+        let head: String = key.chars().take(SHOW_MAX).collect();
+        format!("{head:?}…({} chars)", key.chars().count())
+    }
+}
+
+/// A value for messages: its text (lossy UTF-8) quoted and cut to 64 bytes, with the
+/// full length noted.
+pub fn show_bytes(v: &[u8]) -> String {
+    if v.len() <= SHOW_MAX {
+        format!("{:?}", String::from_utf8_lossy(v))
+    } else {
+        format!(
+            "{:?}…({} bytes)",
+            String::from_utf8_lossy(&v[..SHOW_MAX]),
+            v.len()
+        )
+    }
+}
+
+/// An error for messages: `Err(<kind>: <message>)`.
+pub fn show_err(e: &afk_core::Error) -> String {
+    format!("Err({}: {})", e.kind(), e.message())
+}
+
+/// A store answer for messages, in the suite's one notation: `Ok(<value>)` or
+/// `Err(<kind>: <message>)`.
+pub fn show_result<T>(r: &afk_core::Result<T>, value: impl Fn(&T) -> String) -> String {
+    match r {
+        Ok(v) => format!("Ok({})", value(v)),
+        Err(e) => show_err(e),
     }
 }
 
@@ -64,50 +127,86 @@ pub fn commit(
     }
 }
 
-/// `Ok` when `result` is an error of `kind`; otherwise a message naming `what`.
+/// `Ok` when `result` is an error of `kind`; otherwise a message naming `what` and the
+/// caller's file and line.
+#[track_caller]
 pub fn expect_kind<T: std::fmt::Debug>(
     result: afk_core::Result<T>,
     kind: ErrorKind,
     what: &str,
 ) -> CaseResult {
+    let loc = std::panic::Location::caller();
     match result {
         Err(e) if e.kind() == kind => Ok(()),
-        Err(e) => Err(format!("{what}: expected a {kind} error, got {e}")),
-        Ok(v) => Err(format!("{what}: expected a {kind} error, got Ok({v:?})")),
+        Err(e) => Err(at_loc(
+            format!("{what}: expected Err({kind}), got {}", show_err(&e)),
+            loc,
+        )),
+        Ok(v) => Err(at_loc(
+            format!("{what}: expected Err({kind}), got Ok({v:?})"),
+            loc,
+        )),
     }
 }
 
-/// Short printable form of a value, for messages (values can be megabytes).
+/// Short printable form of a read value, for messages (values can be megabytes): `None` or
+/// `Some(<value>)` as [`show_bytes`] prints it.
 pub fn show(value: &Option<Vec<u8>>) -> String {
     match value {
         None => "None".into(),
-        Some(v) if v.len() <= 48 => format!("Some({:?})", String::from_utf8_lossy(v)),
-        Some(v) => format!("Some(<{} bytes>)", v.len()),
+        Some(v) => format!("Some({})", show_bytes(v)),
     }
 }
 
-/// Read `key` and require it to equal `want`.
-pub async fn expect_value(
-    store: &dyn Store,
-    thread: &ThreadId,
-    key: &str,
-    want: Option<&[u8]>,
-) -> CaseResult {
-    let got = store.get(thread, key).await.ctx(format!("get {key}"))?;
-    let want = want.map(<[u8]>::to_vec);
-    ensure!(
-        got == want,
-        "get {key}: expected {}, got {}",
-        show(&want),
-        show(&got)
-    );
-    Ok(())
+/// Read `key` and require it to equal `want`; a failure names the caller's file and line.
+#[track_caller]
+pub fn expect_value<'a>(
+    store: &'a dyn Store,
+    thread: &'a ThreadId,
+    key: &'a str,
+    want: Option<&'a [u8]>,
+) -> impl std::future::Future<Output = CaseResult> + Send + 'a {
+    let loc = std::panic::Location::caller();
+    async move {
+        let got = store
+            .get(thread, key)
+            .await
+            .map_err(|e| at_loc(format!("get {}: {}", show_key(key), show_err(&e)), loc))?;
+        let want = want.map(<[u8]>::to_vec);
+        if got != want {
+            return Err(at_loc(
+                format!(
+                    "get {}: expected {}, got {}",
+                    show_key(key),
+                    show(&want),
+                    show(&got)
+                ),
+                loc,
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// List every key of `thread` under `prefix`, following cursors with pages of `limit`, and
 /// check each page: at most the (clamped) limit, keys under the prefix, strictly increasing
-/// across pages, cursors that move forward.
-pub async fn list_all(
+/// across pages, cursors that move forward. A failure names the caller's file and line too.
+#[track_caller]
+pub fn list_all<'a>(
+    store: &'a dyn Store,
+    thread: &'a ThreadId,
+    prefix: &'a str,
+    limit: usize,
+) -> impl std::future::Future<Output = Result<Vec<String>, String>> + Send + 'a {
+    let loc = std::panic::Location::caller();
+    async move {
+        list_all_here(store, thread, prefix, limit)
+            .await
+            .map_err(|e| format!("{e} [called from {}:{}]", loc.file(), loc.line()))
+    }
+}
+
+async fn list_all_here(
     store: &dyn Store,
     thread: &ThreadId,
     prefix: &str,
@@ -152,12 +251,20 @@ pub async fn list_all(
             }
         }
     }
-    Err(format!("list prefix {prefix:?}: more than a million pages"))
+    Err(fail!("list prefix {prefix:?}: more than a million pages"))
 }
 
-/// The seed of a randomized case: `AFK_CONFORMANCE_SEED` when set, else random. `Err` when the
-/// variable is not a number.
+tokio::task_local! {
+    /// The seed `store_suite!` fixed for the case running in this task (printed on failure).
+    pub(crate) static SEED: u64;
+}
+
+/// The seed of a randomized case: the one `store_suite!` fixed for this case, else
+/// `AFK_CONFORMANCE_SEED` when set, else random. `Err` when the variable is not a number.
 pub(crate) fn seed_from_env() -> Result<u64, String> {
+    if let Ok(seed) = SEED.try_with(|s| *s) {
+        return Ok(seed);
+    }
     match std::env::var("AFK_CONFORMANCE_SEED") {
         Ok(s) => s
             .trim()
@@ -200,4 +307,28 @@ pub(crate) fn test_runner(
         config,
         TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
     )
+}
+
+/// The cases skipped in this process, with why (see [`skip`]).
+static SKIPPED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Record that `case` was skipped for `reason` (a missing capability or server) and say so on
+/// stderr directly, so the line shows even where the test harness captures output.
+pub fn skip(case: &str, reason: &str) {
+    use std::io::Write;
+    let line = format!("skipped: {case}: {reason}\n");
+    print!("{line}");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    SKIPPED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push((case.to_owned(), reason.to_owned()));
+}
+
+/// Every case skipped in this process so far: `(case, reason)`.
+pub fn skipped() -> Vec<(String, String)> {
+    SKIPPED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
 }

@@ -8,7 +8,7 @@ use afk_conformance::cases::corpus::FIXTURES;
 
 #[test]
 fn embedded_corpus_is_the_fixture_folder() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/afk-python");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/afk-python");
     let mut on_disk = BTreeMap::new();
     for entry in std::fs::read_dir(&dir).expect("the fixture folder") {
         let path = entry.expect("a directory entry").path();

@@ -37,6 +37,12 @@ pub struct ResumeOutcome {
     /// `expect` only: why this is the expected behaviour.
     #[serde(default)]
     pub notes: Option<String>,
+    /// `expect` only, optional (an addition to AFK's format): the stored keys whose records
+    /// must be rejected as corrupt, exactly. Without it, an `"error"` outcome lets the record
+    /// resume reads first (the latest pointer, and step keys holding the same record) be
+    /// rejected, and nothing else; see [`check_normalize`].
+    #[serde(default)]
+    pub rejects: Option<Vec<String>>,
 }
 
 /// One fixture file.
@@ -131,17 +137,6 @@ impl FixtureFile {
     }
 }
 
-/// The fixtures whose content was edited to be corrupt: their latest pointer (and the step key
-/// holding the same record) must fail normalization with a reason naming this field.
-const CONTENT_CORRUPTION: [(&str, &str); 3] = [
-    ("corrupt-schema-v999", "schema_version"),
-    ("corrupt-payload-not-map", "payload"),
-    ("corrupt-pending-garbage", "pending_llm_response"),
-];
-
-/// The fixture `legacy-aliases` rewrites, file name in the same folder.
-const LEGACY_ORIGINAL: &str = "b-crash-k16-effect-s1-call_b_2.json";
-
 /// A normalized stored value, for comparison.
 #[derive(Debug, PartialEq)]
 enum Normalized {
@@ -160,82 +155,120 @@ fn normalize_entry(thread: &ThreadId, key: &str, value: &Value) -> Result<Normal
     }
 }
 
-/// The normalize level of `afk fixtures check`: every stored checkpoint record and effect row
-/// normalizes, except in the content-corruption fixtures, where exactly the edited record (the
-/// latest pointer, and a step key holding the same value) must fail with a `Corrupt` error
-/// naming the edited field; `legacy-aliases` must normalize to the same records, key by key,
-/// as the state it was rewritten from. `Err` says what differed.
-pub fn check_normalize(fixture: &Fixture) -> std::result::Result<(), String> {
-    let thread = &fixture.thread_id;
-    let latest = crate::store::latest_key(&fixture.run_id);
-    let corruption = CONTENT_CORRUPTION
-        .iter()
-        .find(|(n, _)| *n == fixture.name)
-        .map(|(_, f)| *f);
-    let latest_value = fixture.state.get(&latest);
-    let mut normalized = BTreeMap::new();
-    for (key, value) in &fixture.state {
-        let must_fail = corruption.is_some()
-            && (key == &latest || (latest_value == Some(value) && key.starts_with("checkpoint:")));
-        match (normalize_entry(thread, key, value), must_fail) {
-            (Ok(n), false) => {
-                normalized.insert(key.clone(), n);
-            }
-            (Ok(_), true) => {
-                return Err(format!(
-                    "{key}: normalized, but it must be rejected as corrupt"
-                ));
-            }
-            (Err(e), false) => return Err(format!("{key}: {e}")),
-            (Err(e), true) => {
-                let field = corruption.unwrap_or_default();
-                if !e.is_corrupt() || e.key() != Some(key.as_str()) || !e.message().contains(field)
-                {
-                    return Err(format!(
-                        "{key}: expected a corruption error naming {field}, got: {e}"
-                    ));
-                }
-            }
-        }
+/// The stored keys whose records the fixture's `expect` block says must be rejected, and
+/// whether that set is exact (`expect.rejects`) or only allowed (derived from the outcome).
+fn must_reject(fixture: &Fixture) -> (Vec<String>, bool) {
+    if let Some(keys) = &fixture.expect.rejects {
+        return (keys.clone(), true);
     }
-    if corruption.is_some() && latest_value.is_none() {
+    if fixture.expect.outcome != "error" {
+        return (Vec::new(), true);
+    }
+    // Resume reads the latest pointer first: that record may be what makes it fail, and then
+    // so must every step key holding the same record.
+    let latest = latest_key(&fixture.run_id);
+    let Some(value) = fixture.state.get(&latest) else {
+        return (Vec::new(), true);
+    };
+    let keys = fixture
+        .state
+        .iter()
+        .filter(|(k, v)| **k == latest || (k.starts_with("checkpoint:") && *v == value))
+        .map(|(k, _)| k.clone())
+        .collect();
+    (keys, false)
+}
+
+/// Whether a normalized checkpoint record belongs where it is stored: the fixture's run and
+/// thread, and (for step keys) the step and phase its key names.
+fn check_place(fixture: &Fixture, key: &str, n: &Normalized) -> std::result::Result<(), String> {
+    let Normalized::Record(r) = n else {
+        return Ok(());
+    };
+    if r.run_id != fixture.run_id || r.thread_id != fixture.thread_id {
         return Err(format!(
-            "{latest}: missing, but it is the record that must be rejected"
+            "{key}: normalizes to run {} thread {}, not the fixture's run {} thread {}",
+            r.run_id, r.thread_id, fixture.run_id, fixture.thread_id
         ));
     }
-    if fixture.name == "legacy-aliases" {
-        compare_with_original(fixture, &normalized)?;
+    let parts: Vec<&str> = key.split(':').collect();
+    if let [_, _, step, phase] = parts[..] {
+        let at = format!("{}:{}", r.step, r.phase.as_str());
+        if at != format!("{step}:{phase}") {
+            return Err(format!("{key}: normalizes to a record of {at}"));
+        }
     }
     Ok(())
 }
 
-fn compare_with_original(
-    fixture: &Fixture,
-    normalized: &BTreeMap<String, Normalized>,
-) -> std::result::Result<(), String> {
-    let dir = fixture
-        .source
-        .as_deref()
-        .and_then(Path::parent)
-        .ok_or("legacy-aliases: loaded without a path, cannot find its original")?;
-    let original = Fixture::load(dir.join(LEGACY_ORIGINAL)).map_err(|e| e.to_string())?;
-    let a: Vec<&String> = normalized.keys().collect();
-    let b: Vec<&String> = original.state.keys().collect();
-    if a != b {
-        return Err(format!(
-            "keys differ from {LEGACY_ORIGINAL}: {a:?} vs {b:?}"
-        ));
-    }
-    for (key, value) in &original.state {
-        let orig = normalize_entry(&original.thread_id, key, value)
-            .map_err(|e| format!("{LEGACY_ORIGINAL}: {key}: {e}"))?;
-        if normalized.get(key) != Some(&orig) {
-            return Err(format!(
-                "{key}: normalizes differently from {LEGACY_ORIGINAL}"
-            ));
+/// The normalize level of `afk fixtures check`, driven by the fixture's own `expect` block
+/// (never by its name):
+///
+/// * every stored checkpoint record and effect row normalizes, and each checkpoint record to
+///   one of the fixture's run and thread, at the step and phase its key names;
+/// * except the records that must be rejected: with `expect.rejects`, exactly those keys;
+///   without it, an `"error"` outcome allows the record resume reads first (the latest
+///   pointer, with every step key holding the same record) to be rejected, all of them or
+///   none (an error that shows only when resuming, such as an effect-journal conflict or a
+///   missing pointer, is the resume level's to check). A rejection must be a `Corrupt` error
+///   naming the key.
+///
+/// `Err` says what differed.
+pub fn check_normalize(fixture: &Fixture) -> std::result::Result<(), String> {
+    let thread = &fixture.thread_id;
+    let (reject, exact) = must_reject(fixture);
+    let mut rejected = Vec::new();
+    for (key, value) in &fixture.state {
+        match normalize_entry(thread, key, value) {
+            Ok(n) => {
+                check_place(fixture, key, &n)?;
+                if exact && reject.contains(key) {
+                    return Err(format!(
+                        "{key}: normalized, but the fixture's expect block says it must be \
+                         rejected as corrupt"
+                    ));
+                }
+            }
+            Err(e) if reject.contains(key) => {
+                if !e.is_corrupt() || e.key() != Some(key.as_str()) {
+                    return Err(format!(
+                        "{key}: expected a corruption error naming this key, got: {e}"
+                    ));
+                }
+                rejected.push(key.clone());
+            }
+            Err(e) if fixture.expect.outcome == "error" => {
+                return Err(format!(
+                    "{key}: {e} (the resume is expected to fail, but not on this record: only \
+                     {reject:?} may be rejected)"
+                ));
+            }
+            Err(e) => return Err(format!("{key}: {e} (the resume is expected to complete)")),
         }
     }
+    if exact {
+        if let Some(missing) = reject.iter().find(|k| !fixture.state.contains_key(*k)) {
+            return Err(format!(
+                "{missing}: missing, but it is a record that must be rejected"
+            ));
+        }
+    } else if !rejected.is_empty() && rejected.len() != reject.len() {
+        return Err(format!(
+            "{rejected:?} rejected, but {reject:?} hold the same record: all or none"
+        ));
+    }
     Ok(())
+}
+
+/// The keys whose records [`check_normalize`] found rejected as corrupt: the records a
+/// resume must fail on, naming one of them. Empty when every record normalizes.
+pub fn rejected_keys(fixture: &Fixture) -> Vec<String> {
+    fixture
+        .state
+        .iter()
+        .filter(|(k, v)| normalize_entry(&fixture.thread_id, k, v).is_err())
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 /// Check every hash vector against [`crate::hash::canonical_json`] and [`crate::hash::json_hash`].

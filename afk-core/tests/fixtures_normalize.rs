@@ -91,23 +91,89 @@ fn content_corruption_fixtures_fail_with_the_field_named() {
     }
 }
 
+/// With `expect.rejects` the normalize level is exact: a corruption fixture whose edit was
+/// undone is reported, and so is a rejected record the block does not list.
 #[test]
-fn check_normalize_rejects_a_corruption_fixture_whose_edit_was_undone() {
+fn an_explicit_rejects_list_is_checked_exactly() {
     let mut f = Fixture::load(dir().join("corrupt-schema-v999.json")).unwrap();
     let latest = format!("checkpoint:{}:latest", f.run_id);
+    f.expect.rejects = Some(vec![latest.clone()]);
+    check_normalize(&f).unwrap();
     f.state.get_mut(&latest).unwrap()["schema_version"] = "v1".into();
     let err = check_normalize(&f).unwrap_err();
     assert!(err.contains("must be rejected"), "{err}");
+
+    let mut f = Fixture::load(dir().join("corrupt-schema-v999.json")).unwrap();
+    f.expect.rejects = Some(Vec::new());
+    let err = check_normalize(&f).unwrap_err();
+    assert!(err.contains("only [] may be rejected"), "{err}");
 }
 
+/// The expectation comes from the `expect` block, not the name: a corruption fixture under
+/// another name is still accepted (its latest record rejected as corrupt), and the same
+/// records under a `completed` expectation fail.
 #[test]
-fn legacy_aliases_match_the_original_and_a_changed_record_is_caught() {
-    let mut f = Fixture::load(dir().join("legacy-aliases.json")).unwrap();
+fn a_renamed_corruption_fixture_is_checked_by_its_expect_block() {
+    for name in [
+        "corrupt-schema-v999",
+        "corrupt-payload-not-map",
+        "corrupt-pending-garbage",
+    ] {
+        let mut f = Fixture::load(dir().join(format!("{name}.json"))).unwrap();
+        f.name = "our-own-corpus-case-17".into();
+        f.source = None;
+        check_normalize(&f).unwrap_or_else(|e| panic!("{name} renamed: {e}"));
+        f.expect.outcome = "completed".into();
+        let err = check_normalize(&f).unwrap_err();
+        assert!(err.contains("expected to complete"), "{name}: {err}");
+    }
+}
+
+/// An `error` fixture may have its first-read record rejected, nothing else: a corrupt
+/// effect row or an older step record is reported.
+#[test]
+fn only_the_record_resume_reads_first_may_be_rejected() {
+    let mut f = Fixture::load(dir().join("corrupt-effect-hash-mismatch.json")).unwrap();
     check_normalize(&f).unwrap();
     let key = format!("checkpoint:{}:1:pre_llm", f.run_id);
-    f.state.get_mut(&key).unwrap()["data"]["message_count"] = 99.into();
+    f.state.get_mut(&key).unwrap()["schema_version"] = "v999".into();
     let err = check_normalize(&f).unwrap_err();
-    assert!(err.contains("normalizes differently"), "{err}");
+    assert!(err.contains("not on this record"), "{err}");
+}
+
+/// A legacy-alias record must normalize to the record it was rewritten from, key by key
+/// (`legacy-aliases` rewrites `b-crash-k16-effect-s1-call_b_2`, as its description says); the
+/// normalize level checks each record lands at its own run, thread, step and phase.
+#[test]
+fn legacy_aliases_match_the_original_and_a_changed_record_is_caught() {
+    let f = Fixture::load(dir().join("legacy-aliases.json")).unwrap();
+    check_normalize(&f).unwrap();
+    let original = Fixture::load(dir().join("b-crash-k16-effect-s1-call_b_2.json")).unwrap();
+    let norm = |f: &Fixture, k: &str| -> Option<CheckpointRecord> {
+        normalize_record_value(f.state[k].clone(), &f.thread_id, k).ok()
+    };
+    assert_eq!(
+        f.state.keys().collect::<Vec<_>>(),
+        original.state.keys().collect::<Vec<_>>()
+    );
+    let checkpoints: Vec<&String> = f
+        .state
+        .keys()
+        .filter(|k| k.starts_with("checkpoint:"))
+        .collect();
+    assert_eq!(checkpoints.len(), 7, "{checkpoints:?}");
+    for k in &checkpoints {
+        assert_eq!(norm(&f, k), norm(&original, k), "{k}");
+        assert!(norm(&f, k).is_some(), "{k}");
+    }
+    let mut changed = f.clone();
+    let key = format!("checkpoint:{}:1:pre_llm", f.run_id);
+    changed.state.get_mut(&key).unwrap()["data"]["message_count"] = 99.into();
+    assert_ne!(norm(&changed, &key), norm(&original, &key));
+    let mut moved = f.clone();
+    moved.state.get_mut(&key).unwrap()["step"] = 2.into();
+    let err = check_normalize(&moved).unwrap_err();
+    assert!(err.contains("normalizes to a record of 2:pre_llm"), "{err}");
 }
 
 /// Every v1 snapshot of the corpus migrates to a v2 snapshot whose transcript log reassembles

@@ -181,15 +181,12 @@ impl Inner {
         let lower = physical(thread, prefix);
         let upper = prefix_end(&lower)
             .ok_or_else(|| Error::unexpected("thread prefix has no upper bound"))?;
+        // A cursor is a key; the page starts strictly after it. One that sorts before the
+        // prefix starts at the prefix; one after every key of the prefix gives nothing.
         let start = match cursor {
-            Some(c) => {
-                if !c.starts_with(prefix) {
-                    return Err(Error::invalid_input(format!(
-                        "list cursor {c:?} does not start with the prefix {prefix:?}"
-                    )));
-                }
-                Some(physical(thread, c))
-            }
+            Some(c) if c.starts_with(prefix) => Some(physical(thread, c)),
+            Some(c) if c < prefix => None,
+            Some(_) => return Ok(ListPage::default()),
             None => None,
         };
         let mut opts = ReadOptions::default();

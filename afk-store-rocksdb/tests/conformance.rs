@@ -3,12 +3,20 @@
 //! One database per test binary, shared by every case (each case uses its own random thread
 //! ids, and sharing it also runs the cases concurrently against one store, as a process would).
 //! It lives in a temp dir under cargo's `CARGO_TARGET_TMPDIR`, kept for the life of the process.
+//! The crash level opens its own databases in directories it makes (`open_at`): a child
+//! process writes, is killed with SIGKILL, and this process reopens the database.
 
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use afk_store_rocksdb::RocksDbStore;
 
-afk_conformance::store_suite!(store());
+afk_conformance::store_suite!(store(), reopen = open_at);
+
+/// The database in `dir`, created on first use, reopened after a crash.
+async fn open_at(dir: PathBuf) -> Arc<RocksDbStore> {
+    Arc::new(RocksDbStore::open(dir.join("db")).expect("open rocksdb"))
+}
 
 async fn store() -> Arc<RocksDbStore> {
     static STORE: OnceLock<(tempfile::TempDir, Arc<RocksDbStore>)> = OnceLock::new();

@@ -2,7 +2,7 @@
 
 mod common;
 
-use afk_core::{Epoch, ErrorKind, Store};
+use afk_core::{Epoch, Store};
 use common::{commit, get, list_all, open, r, t};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,11 +58,22 @@ async fn list_is_sorted_bounded_paginated_and_isolated() {
         .await
         .expect("list");
     assert!(page.keys.is_empty() && page.next_cursor.is_none());
-    let err = store
+    // A cursor is a key: one before the prefix starts at the prefix, one after it gives nothing.
+    let from_start = store
+        .list(&t("thread_1"), "run:", None, 10)
+        .await
+        .expect("list");
+    let before = store
         .list(&t("thread_1"), "run:", Some("checkpoint:x"), 10)
         .await
-        .expect_err("cursor");
-    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        .expect("cursor before the prefix");
+    assert_eq!(before, from_start);
+    assert!(!before.keys.is_empty());
+    let after = store
+        .list(&t("thread_1"), "run:", Some("zzz"), 10)
+        .await
+        .expect("cursor after the prefix");
+    assert!(after.keys.is_empty() && after.next_cursor.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,3 +138,57 @@ fn the_whole_corpus_passes_at_the_resume_level_on_rocksdb() {
         .unwrap();
     assert!(String::from_utf8_lossy(&listed.stdout).contains("no runs"));
 }
+
+/// Expectations come from each fixture's `expect` block, not its file or fixture name: a
+/// corruption fixture copied under another name passes both levels.
+#[test]
+fn a_renamed_corruption_fixture_is_checked_by_its_expect_block() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["corrupt-schema-v999", "corrupt-pending-garbage"] {
+        let src = std::fs::read_to_string(corpus().join(format!("{name}.json"))).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&src).unwrap();
+        v["name"] = serde_json::json!(format!("ours-{name}"));
+        std::fs::write(dir.path().join(format!("ours-{name}.json")), v.to_string()).unwrap();
+    }
+    for level in ["normalize", "resume"] {
+        let out = afk()
+            .args(["fixtures", "check", "--level", level])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{level}: {stdout}");
+        assert_eq!(
+            stdout.lines().last(),
+            Some("2 passed, 0 failed"),
+            "{stdout}"
+        );
+    }
+}
+
+/// A fixture whose script calls a tool the CLI does not have is reported as needing it, not
+/// as a wrong result.
+#[test]
+fn a_fixture_with_an_unknown_tool_needs_that_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::fs::read_to_string(corpus().join("a-crash-k11-s1-runtime_state.json"))
+        .unwrap()
+        .replace("\"add\"", "\"multiply\"");
+    std::fs::write(dir.path().join("multiply.json"), src).unwrap();
+    let out = afk()
+        .args(["fixtures", "check"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert!(
+        stdout.contains("SKIP ") && stdout.contains("needs tool multiply"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("FAIL "), "{stdout}");
+    assert_eq!(
+        stdout.lines().last(),
+        Some("0 passed, 0 failed, 1 need another tool")
+    );
+}

@@ -9,8 +9,27 @@ use crate::services::Needs;
 use crate::system;
 use crate::test::{self, ROCKSDB_DEBS};
 
-/// Runs format check, clippy, rustdoc, every test and the quick chaos campaign, stopping at
-/// the first failure. Returns the exit code. Prints how long each step took.
+/// `cargo package` of every crate meant to be published, verified (built from the packaged
+/// sources alone). `--allow-dirty`: it checks what a package would hold, also before a commit.
+const PACKAGE: [&str; 14] = [
+    "package",
+    "--allow-dirty",
+    "-p",
+    "afk-core",
+    "-p",
+    "afk-conformance",
+    "-p",
+    "afk-store-rocksdb",
+    "-p",
+    "afk-store-redis",
+    "-p",
+    "afk-store-s3",
+    "-p",
+    "afk",
+];
+
+/// Runs format check, clippy, rustdoc, the package check, every test and the quick chaos campaign, stopping at the
+/// first failure. Returns the exit code. Prints how long each step took.
 pub fn run() -> Result<i32> {
     // Install everything up front: clippy and rustdoc already build the RocksDB crate.
     let mut debs = Needs::ALL.debs();
@@ -18,7 +37,7 @@ pub fn run() -> Result<i32> {
     system::ensure_debs(&debs)?;
 
     let mut times = Vec::new();
-    let steps: [(&str, &[&str]); 3] = [
+    let steps: [(&str, &[&str]); 4] = [
         ("fmt", &["fmt", "--all", "--check"]),
         (
             "clippy",
@@ -36,11 +55,18 @@ pub fn run() -> Result<i32> {
             "doc",
             &["doc", "--workspace", "--no-deps", "--all-features"],
         ),
+        // What users get: each published crate packaged and built from its .crate alone
+        // (cargo packages path dependencies together through a local registry).
+        ("package", &PACKAGE),
     ];
     for (name, args) in steps {
         let start = Instant::now();
         let mut cmd = system::cargo();
         cmd.args(args).env("RUSTDOCFLAGS", "-D warnings");
+        if name == "package" {
+            forget_unpacked_packages()?;
+            cmd.arg("--target-dir").arg(package_target_dir()?);
+        }
         let status = system::run_status(&mut cmd)?;
         times.push((name, start.elapsed()));
         if !status.success() {
@@ -68,6 +94,70 @@ pub fn run() -> Result<i32> {
         eprintln!("ci: chaos failed");
     }
     Ok(code)
+}
+
+/// `cargo package` of several workspace crates verifies each against the others through a
+/// local registry, and cargo unpacks those crates into `$CARGO_HOME/registry/src/-<hash>/`
+/// once per name and version: a later run would build against the stale sources of an
+/// earlier one. Remove our crates' unpacked copies from such local-registry folders (their
+/// names start with `-`; crates.io's do not) so every run verifies the sources it packed.
+fn forget_unpacked_packages() -> Result<()> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry").join("src")) else {
+        return Ok(());
+    };
+    let Ok(registries) = std::fs::read_dir(&src) else {
+        return Ok(());
+    };
+    let crates: Vec<&str> = PACKAGE.iter().skip(3).step_by(2).copied().collect();
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for unpacked in std::fs::read_dir(registry.path())?.flatten() {
+            let name = unpacked.file_name().to_string_lossy().into_owned();
+            let ours = crates.iter().any(|c| {
+                name.strip_prefix(c)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|v| v.starts_with(|ch: char| ch.is_ascii_digit()))
+            });
+            if ours {
+                std::fs::remove_dir_all(unpacked.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The package check's own target directory, `<target>/package-check`, without the build
+/// artifacts of our crates: cargo takes a registry crate's artifacts as up to date by name
+/// and version alone, so the local-registry copies of our crates must be rebuilt each run
+/// (third-party dependencies stay cached).
+fn package_target_dir() -> Result<std::path::PathBuf> {
+    let base = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || std::path::PathBuf::from("target"),
+        std::path::PathBuf::from,
+    );
+    let dir = base.join("package-check");
+    for sub in ["debug/.fingerprint", "debug/deps", "debug/build"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("afk") || name.starts_with("libafk") {
+                let path = entry.path();
+                if path.is_dir() {
+                    std::fs::remove_dir_all(path)?;
+                } else {
+                    std::fs::remove_file(path)?;
+                }
+            }
+        }
+    }
+    Ok(dir)
 }
 
 fn report(times: &[(&str, std::time::Duration)]) {

@@ -24,7 +24,7 @@ use afk_core::{ErrorKind, FaultStore, MemoryStore, Store};
 
 use crate::agents::{Calls, Rig, Script, Start, ToolKind, attempt, drive, essence};
 use crate::cases::resume::terminal_resume_does_nothing;
-use crate::support::{CaseResult, ensure, named_run, unique_thread};
+use crate::support::{CaseResult, ensure, fail, named_run, unique_thread};
 
 /// How many runners resume the run at once.
 pub const RESUMERS: usize = 4;
@@ -100,7 +100,7 @@ pub async fn racing_resumers_one_finishes(store: Arc<dyn Store>) -> CaseResult {
         for (i, (join, (rig, calls))) in pending.into_iter().zip(&rigs).enumerate() {
             let a = join
                 .await
-                .map_err(|e| format!("round {round}: resumer {i} task failed: {e}"))?;
+                .map_err(|e| fail!("round {round}: resumer {i} task failed: {e}"))?;
             match &a.result {
                 Ok(Outcome::Completed(r)) => {
                     ensure!(
@@ -122,7 +122,7 @@ pub async fn racing_resumers_one_finishes(store: Arc<dyn Store>) -> CaseResult {
                 }
                 Err(e) if e.kind() == ErrorKind::Fenced => fenced_total += 1,
                 other => {
-                    return Err(format!(
+                    return Err(fail!(
                         "round {round}: resumer {i} ended with {other:?}, want the result or \
                          Fenced"
                     ));
@@ -136,7 +136,7 @@ pub async fn racing_resumers_one_finishes(store: Arc<dyn Store>) -> CaseResult {
         );
         terminal_resume_does_nothing(&store, &script, &thread, &run, &want)
             .await
-            .map_err(|e| format!("round {round}: {e}"))?;
+            .map_err(|e| fail!("round {round}: {e}"))?;
     }
     ensure!(
         fenced_total > 0,

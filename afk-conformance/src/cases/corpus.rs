@@ -17,18 +17,18 @@
 use std::sync::Arc;
 
 use afk_core::Store;
-use afk_core::runner::fixture_check::check_fixture;
+use afk_core::runner::fixture_check::{check_fixture, scripted_tools};
 use futures::stream::{self, StreamExt};
 use serde_json::Value;
 
-use crate::support::{CaseResult, unique_thread};
+use crate::support::{CaseResult, fail, unique_thread};
 
 macro_rules! fixtures {
     ($($name:literal,)*) => {
         /// Every resume fixture of `fixtures/afk-python/`: `(name, JSON text)`.
         pub static FIXTURES: &[(&str, &str)] = &[
             $( ($name, include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"), "/../fixtures/afk-python/", $name, ".json"
+                env!("CARGO_MANIFEST_DIR"), "/fixtures/afk-python/", $name, ".json"
             ))), )*
         ];
     };
@@ -127,7 +127,7 @@ pub async fn afk_corpus_resumes_as_expected(store: Arc<dyn Store>) -> CaseResult
     if failures.is_empty() {
         Ok(())
     } else {
-        Err(format!(
+        Err(fail!(
             "{} of {} fixtures failed:\n  {}",
             failures.len(),
             FIXTURES.len(),
@@ -144,7 +144,7 @@ async fn check_nth(store: Arc<dyn Store>, i: usize) -> Result<(), String> {
 /// Check one fixture under a fresh thread id.
 pub async fn check_one(store: Arc<dyn Store>, name: &str, text: &str) -> Result<(), String> {
     let mut fixture: Value =
-        serde_json::from_str(text).map_err(|e| format!("{name}: not JSON: {e}"))?;
+        serde_json::from_str(text).map_err(|e| fail!("{name}: not JSON: {e}"))?;
     let old = fixture
         .get("thread_id")
         .and_then(Value::as_str)
@@ -152,13 +152,15 @@ pub async fn check_one(store: Arc<dyn Store>, name: &str, text: &str) -> Result<
         .to_owned();
     let new = unique_thread("corpus").to_string();
     rewrite(&mut fixture, &old, &new);
-    let verdict = check_fixture(&fixture, store)
+    let verdict = check_fixture(&fixture, store, &scripted_tools())
         .await
-        .map_err(|e| format!("{name}: {e}"))?;
-    if verdict.passed() {
+        .map_err(|e| fail!("{name}: {e}"))?;
+    if !verdict.missing_tools.is_empty() {
+        Err(fail!("{name}: needs tools {:?}", verdict.missing_tools))
+    } else if verdict.passed() {
         Ok(())
     } else {
-        Err(format!(
+        Err(fail!(
             "{name} (thread {new}): {}",
             verdict.problems.join("; ")
         ))

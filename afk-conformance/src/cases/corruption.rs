@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use crate::agents::{Calls, Rig, Script, Start, ToolKind, attempt, drive};
 use crate::support::{
-    CaseResult, Ctx, cases_from_env, ensure, named_run, seed_from_env, unique_thread,
+    CaseResult, Ctx, cases_from_env, ensure, fail, named_run, seed_from_env, unique_thread,
 };
 
 fn script() -> Script {
@@ -266,7 +266,7 @@ pub async fn corrupted_records_give_typed_errors(store: Arc<dyn Store>) -> CaseR
                 );
             }
             Err(e) => {
-                return Err(format!(
+                return Err(fail!(
                     "{ctx}: resume failed with {e}, want corrupt or not_found"
                 ));
             }

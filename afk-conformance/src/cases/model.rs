@@ -11,10 +11,12 @@ use afk_core::{Commit, Epoch, ErrorKind, MemoryStore, RunId, Store, ThreadId};
 use proptest::test_runner::TestCaseError;
 
 use crate::support::{
-    CaseResult, cases_from_env, list_all, named_run, seed_from_env, test_runner, unique_thread,
+    CaseResult, cases_from_env, fail, list_all, named_run, seed_from_env, show_result, test_runner,
+    unique_thread,
 };
 
 mod ops;
+mod reads;
 
 use ops::{CommitSpec, Op, ops_strategy};
 
@@ -25,8 +27,10 @@ const RUNS: [&str; 3] = ["run_1", "run_10", "run_2"];
 /// Claimant slots per run (holders of an epoch).
 const SLOTS: usize = 2;
 
-/// Random sequences of claims, commits, batches, gets, lists, deletes and run deletions give
-/// the same answers from the store as from the reference model. Epochs are compared by order
+/// Random sequences of claims, commits, batches, gets, `get_many`s (any order, repeated
+/// keys), lists, explicit pages (`list` from any cursor with a limit, page by page), deletes
+/// and run deletions give the same answers from the store as from the reference model; a
+/// failure shrinks to a short named sequence. Epochs are compared by order
 /// only, and the value of the fence key by presence only. Needs a multi-thread runtime.
 pub async fn model_based(store: &dyn Store) -> CaseResult {
     run_model(store, ModelConfig::from_env()?).await
@@ -70,7 +74,7 @@ pub async fn run_model(store: &dyn Store, config: ModelConfig) -> CaseResult {
                     .block_on(replay(store, &ops))
                     .map_err(TestCaseError::fail)
             })
-            .map_err(|e| format!("{e}\n(seed {seed}: replay with AFK_CONFORMANCE_SEED={seed})"))
+            .map_err(|e| fail!("{e}\n(seed {seed}: replay with AFK_CONFORMANCE_SEED={seed})"))
     })
 }
 
@@ -138,10 +142,10 @@ fn compare_commit(
     match (got, want) {
         (Ok(()), Ok(())) => Ok(()),
         (Err(g), Err(_)) if allowed.contains(&g.kind()) => Ok(()),
-        _ => Err(format!(
-            "op {i}: commit {c:?}: the store answered {:?}, the model {:?}",
-            got.as_ref().map_err(|e| e.to_string()),
-            want.as_ref().map_err(|e| e.to_string())
+        _ => Err(fail!(
+            "op {i}: commit {c:?}: the store answered {}, the model {}",
+            show_result(got, |_| "()".into()),
+            show_result(want, |_| "()".into())
         )),
     }
 }
@@ -166,18 +170,16 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
                     .store
                     .claim(t, r)
                     .await
-                    .map_err(|e| format!("op {i}: claim {r}: {e}"))?;
+                    .map_err(|e| fail!("op {i}: claim {r}: {e}"))?;
                 let want = model
                     .store
                     .claim(t, r)
                     .await
-                    .map_err(|e| format!("op {i}: model claim: {e}"))?;
+                    .map_err(|e| fail!("op {i}: model claim: {e}"))?;
                 if let Some(prev) = sut.max.get(&(*thread, *run))
                     && got <= *prev
                 {
-                    return Err(format!(
-                        "op {i}: claim {r} returned {got}, not above {prev}"
-                    ));
+                    return Err(fail!("op {i}: claim {r} returned {got}, not above {prev}"));
                 }
                 sut.max.insert((*thread, *run), got);
                 sut.held.insert((*thread, *run, *slot), got);
@@ -209,7 +211,7 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
                 let got = sut.store.commit_batch(&cs).await;
                 let want = model.store.commit_batch(&ms).await;
                 if got.len() != want.len() {
-                    return Err(format!(
+                    return Err(fail!(
                         "op {i}: commit_batch of {} answered {} results",
                         cs.len(),
                         got.len()
@@ -226,19 +228,19 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
                     .store
                     .get(t, &k)
                     .await
-                    .map_err(|e| format!("op {i}: get {k}: {e}"))?;
+                    .map_err(|e| fail!("op {i}: get {k}: {e}"))?;
                 let want = model
                     .store
                     .get(t, &k)
                     .await
-                    .map_err(|e| format!("op {i}: model get: {e}"))?;
+                    .map_err(|e| fail!("op {i}: model get: {e}"))?;
                 let same = if is_fence(&k) {
                     got.is_some() == want.is_some()
                 } else {
                     got == want
                 };
                 if !same {
-                    return Err(format!(
+                    return Err(fail!(
                         "op {i}: get {k}: the store has {}, the model {}",
                         crate::support::show(&got),
                         crate::support::show(&want)
@@ -254,15 +256,29 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
                 let p = prefix.render(&runs);
                 let got = list_all(sut.store, t, &p, *limit)
                     .await
-                    .map_err(|e| format!("op {i}: {e}"))?;
+                    .map_err(|e| fail!("op {i}: {e}"))?;
                 let want = list_all(model.store, t, &p, *limit)
                     .await
-                    .map_err(|e| format!("op {i}: model: {e}"))?;
+                    .map_err(|e| fail!("op {i}: model: {e}"))?;
                 if got != want {
-                    return Err(format!(
+                    return Err(fail!(
                         "op {i}: list {p:?}: the store has {got:?}, the model {want:?}"
                     ));
                 }
+            }
+            Op::GetMany { thread, keys } => {
+                let ks: Vec<String> = keys.iter().map(|k| k.render(&runs[0], &runs)).collect();
+                reads::get_many(i, store, &model_store, &threads[*thread], &ks).await?;
+            }
+            Op::Page {
+                thread,
+                prefix,
+                cursor,
+                limit,
+            } => {
+                let p = prefix.render(&runs);
+                let c = cursor.render(&runs);
+                reads::page(i, store, &model_store, &threads[*thread], &p, c, *limit).await?;
             }
             Op::Delete { thread, keys } => {
                 let t = &threads[*thread];
@@ -270,12 +286,12 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
                 sut.store
                     .delete(t, &ks)
                     .await
-                    .map_err(|e| format!("op {i}: delete {ks:?}: {e}"))?;
+                    .map_err(|e| fail!("op {i}: delete {ks:?}: {e}"))?;
                 model
                     .store
                     .delete(t, &ks)
                     .await
-                    .map_err(|e| format!("op {i}: model delete: {e}"))?;
+                    .map_err(|e| fail!("op {i}: model delete: {e}"))?;
                 for k in ks.iter().filter(|k| is_fence(k)) {
                     if let Some(r) = runs.iter().position(|r| run_of_key(k) == Some(r.as_str())) {
                         sut.reset(*thread, r);
@@ -289,14 +305,14 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
                     .store
                     .delete_run(t, r)
                     .await
-                    .map_err(|e| format!("op {i}: delete_run {r}: {e}"))?;
+                    .map_err(|e| fail!("op {i}: delete_run {r}: {e}"))?;
                 let want = model
                     .store
                     .delete_run(t, r)
                     .await
-                    .map_err(|e| format!("op {i}: model delete_run: {e}"))?;
+                    .map_err(|e| fail!("op {i}: model delete_run: {e}"))?;
                 if got != want {
-                    return Err(format!(
+                    return Err(fail!(
                         "op {i}: delete_run {r}: the store removed {got} keys, the model {want}"
                     ));
                 }
@@ -310,14 +326,14 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
         let got = list_all(store, t, "", 1000).await?;
         let want = list_all(&model_store, t, "", 1000).await?;
         if got != want {
-            return Err(format!(
+            return Err(fail!(
                 "at the end: the store holds {got:?}, the model {want:?}"
             ));
         }
         for k in got.iter().filter(|k| !is_fence(k)) {
             let (g, w) = (store.get(t, k).await, model_store.get(t, k).await);
             if g.as_ref().ok() != w.as_ref().ok() {
-                return Err(format!("at the end: {k} differs from the model"));
+                return Err(fail!("at the end: {k} differs from the model"));
             }
         }
         let _ = store.delete(t, &got).await; // tidy up a shared server; best effort

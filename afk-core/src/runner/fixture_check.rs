@@ -1,16 +1,23 @@
 //! Replaying the AFK golden fixtures (`fixtures/afk-python/`) at the resume level: load a
 //! fixture's stored state into a store, resume it with the fixture's scripted model and tools,
 //! and compare with its `expect` block (and, for completed resumes, with the uninterrupted
-//! result). Used by the `afk fixtures check` command and the core test-suite.
+//! result). Every expectation comes from the fixture itself (its `expect` block and script),
+//! never from its name. The tools are the caller's: a team checks its own AFK corpus with its
+//! own tool implementations ([`scripted_tools`] are the `add` and `echo` of AFK's corpus).
+//! Used by the `afk fixtures check` command, the conformance suite's corpus level and the
+//! core test-suite.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
+use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
+use super::tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
 use super::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fixture::{Fixture, rejected_keys};
 use crate::ids::{RunId, ThreadId};
 use crate::schema::AgentResult;
 use crate::store::Store;
@@ -24,12 +31,75 @@ pub struct FixtureVerdict {
     pub name: String,
     /// Every expectation that did not hold (empty: passed).
     pub problems: Vec<String>,
+    /// Tools the fixture's script calls that the caller did not give: the fixture was not
+    /// resumed (neither passed nor failed).
+    pub missing_tools: Vec<String>,
 }
 
 impl FixtureVerdict {
-    /// Whether every expectation held.
+    /// Whether the fixture was resumed and every expectation held.
     pub fn passed(&self) -> bool {
-        self.problems.is_empty()
+        self.problems.is_empty() && self.missing_tools.is_empty()
+    }
+}
+
+/// The tools of AFK's own corpus (`script.tools` of `fixtures/afk-python`): `add` and `echo`.
+pub fn scripted_tools() -> Vec<ToolRef> {
+    let counter = InvocationCounter::new();
+    vec![
+        ScriptedTool::add(counter.clone()),
+        ScriptedTool::echo(counter),
+    ]
+}
+
+/// The tool names a fixture's script needs: the keys of `script.tools` and every
+/// `tool_calls[].tool_name` of `script.responses`.
+pub fn tools_needed(fixture: &Value) -> BTreeSet<String> {
+    let script = fixture.get("script");
+    let mut names: BTreeSet<String> = script
+        .and_then(|s| s.get("tools"))
+        .and_then(Value::as_object)
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let responses = script
+        .and_then(|s| s.get("responses"))
+        .and_then(Value::as_array);
+    for r in responses.into_iter().flatten() {
+        let calls = r.get("tool_calls").and_then(Value::as_array);
+        for c in calls.into_iter().flatten() {
+            if let Some(n) = c.get("tool_name").and_then(Value::as_str) {
+                names.insert(n.to_owned());
+            }
+        }
+    }
+    names
+}
+
+/// Executions per tool call id.
+type Executions = Arc<Mutex<BTreeMap<String, u64>>>;
+
+/// A caller's tool, counting its real executions per call id.
+#[derive(Debug)]
+struct Counted {
+    inner: ToolRef,
+    executions: Executions,
+}
+
+#[async_trait]
+impl Tool for Counted {
+    fn spec(&self) -> ToolSpec {
+        self.inner.spec()
+    }
+
+    fn effect_policy(&self) -> EffectPolicy {
+        self.inner.effect_policy()
+    }
+
+    async fn call(&self, ctx: ToolContext, args: Value) -> std::result::Result<Value, ToolError> {
+        if let Ok(mut m) = self.executions.lock() {
+            *m.entry(ctx.tool_call_id.clone()).or_insert(0) += 1;
+        }
+        self.inner.call(ctx, args).await
     }
 }
 
@@ -46,10 +116,37 @@ fn max_timestamp(state: &Map<String, Value>) -> u64 {
         .unwrap_or(0)
 }
 
-/// Resume one fixture (a parsed fixture file) on `store` (empty, fresh) and check it.
-/// Errors are problems with the fixture file itself, not failed expectations.
-pub async fn check_fixture(fixture: &Value, store: Arc<dyn Store>) -> Result<FixtureVerdict> {
+/// Resume one fixture (a parsed fixture file) on `store` (empty, fresh) with the caller's
+/// `tools` and check it against its `expect` block: outcome; for an error, its kind (AFK's
+/// `AgentCheckpointCorruptionError` is `Corrupt` or `NotFound`) and, when stored records are
+/// rejected as corrupt ([`rejected_keys`]), that it names one of them; model calls and tool
+/// executions during the resume; for a completed resume, final text, state, replayed
+/// effects and the uninterrupted result.
+///
+/// A fixture whose script calls a tool not in `tools` is not resumed: its verdict lists the
+/// [`missing_tools`](FixtureVerdict::missing_tools). Errors are problems with the fixture file
+/// itself, not failed expectations.
+pub async fn check_fixture(
+    fixture: &Value,
+    store: Arc<dyn Store>,
+    tools: &[ToolRef],
+) -> Result<FixtureVerdict> {
     let name = field(fixture, "name")?.as_str().unwrap_or("?").to_owned();
+    let given: BTreeSet<String> = tools.iter().map(|t| t.spec().name).collect();
+    let missing_tools: Vec<String> = tools_needed(fixture)
+        .into_iter()
+        .filter(|n| !given.contains(n))
+        .collect();
+    if !missing_tools.is_empty() {
+        return Ok(FixtureVerdict {
+            name,
+            problems: Vec::new(),
+            missing_tools,
+        });
+    }
+    let rejected = serde_json::from_value::<Fixture>(fixture.clone())
+        .map(|f| rejected_keys(&f))
+        .unwrap_or_default();
     let thread = ThreadId::new(field(fixture, "thread_id")?.as_str().unwrap_or(""))?;
     let run = RunId::new(field(fixture, "run_id")?.as_str().unwrap_or(""))?;
     let state = field(fixture, "state")?
@@ -60,16 +157,20 @@ pub async fn check_fixture(fixture: &Value, store: Arc<dyn Store>) -> Result<Fix
     load_state(store.as_ref(), &thread, state).await?;
 
     let llm = ScriptedLlm::from_fixture_responses(field(script, "responses")?)?;
-    let counter = InvocationCounter::new();
+    let executions = Executions::default();
     let agent_name = state
         .get(&format!("checkpoint:{run}:0:run_started"))
         .and_then(|r| r.get("payload").and_then(|p| p.get("agent_name")))
         .and_then(Value::as_str)
         .unwrap_or("agent")
         .to_owned();
-    let agent = Agent::new(agent_name, "", "unknown", llm.clone())
-        .with_tool(ScriptedTool::add(counter.clone()))
-        .with_tool(ScriptedTool::echo(counter.clone()));
+    let mut agent = Agent::new(agent_name, "", "unknown", llm.clone());
+    for tool in tools {
+        agent = agent.with_tool(Arc::new(Counted {
+            inner: tool.clone(),
+            executions: executions.clone(),
+        }));
+    }
     // Old timestamps: a clock standing at the newest stored record keeps the wall-time budget
     // meaningful (active time is what the records say, plus nothing).
     let config = RunnerConfig {
@@ -87,10 +188,17 @@ pub async fn check_fixture(fixture: &Value, store: Arc<dyn Store>) -> Result<Fix
             compare_result(r, expect, fixture.get("uninterrupted"), &mut problems);
         }
         (Err(e), "error") => {
-            if !matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::NotFound) {
+            let error_type = expect.get("error_type").and_then(Value::as_str);
+            let corruption = matches!(error_type, None | Some("AgentCheckpointCorruptionError"));
+            if corruption && !matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::NotFound) {
                 problems.push(format!(
                     "error kind {} (want corrupt or not_found): {e}",
                     e.kind()
+                ));
+            }
+            if !rejected.is_empty() && !e.key().is_some_and(|k| rejected.iter().any(|r| r == k)) {
+                problems.push(format!(
+                    "error {e} does not name a rejected record ({rejected:?})"
                 ));
             }
         }
@@ -110,13 +218,15 @@ pub async fn check_fixture(fixture: &Value, store: Arc<dyn Store>) -> Result<Fix
             want_tools.insert(k.clone(), v.as_u64().unwrap_or(0));
         }
     }
-    if counter.snapshot() != want_tools {
-        problems.push(format!(
-            "tool executions {:?} (want {want_tools:?})",
-            counter.snapshot()
-        ));
+    let ran = executions.lock().map(|m| m.clone()).unwrap_or_default();
+    if ran != want_tools {
+        problems.push(format!("tool executions {ran:?} (want {want_tools:?})"));
     }
-    Ok(FixtureVerdict { name, problems })
+    Ok(FixtureVerdict {
+        name,
+        problems,
+        missing_tools,
+    })
 }
 
 fn compare_result(

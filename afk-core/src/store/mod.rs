@@ -149,6 +149,60 @@ pub const MAX_LIST_LIMIT: usize = 1000;
 ///
 /// Errors: backends map their native errors to the coarse kinds of [`crate::ErrorKind`];
 /// network failures, timeouts and overload are `Unavailable` (retryable).
+///
+/// # Writing a store: a guide
+///
+/// A store keeps bytes under `(thread, key)`; it never parses them. Run the conformance suite
+/// (`afk-conformance`) on yours from a `tests/conformance.rs` of one macro line,
+/// `afk_conformance::store_suite!(store(), reopen = open_at);`, and read
+/// `examples/custom-store` (an append-only log file) for a whole store in 300 lines.
+///
+/// **Keys.** Every key is printable ASCII, 1 to [`MAX_KEY_LEN`](crate::ids::MAX_KEY_LEN)
+/// bytes ([`validate_key`](crate::ids::validate_key)). The keys of run `<run>` are the families
+/// of [`KEY_FAMILIES`] (`<family>:<run>:…`) plus the fence `run:<run>`; [`run_of_key`] finds
+/// the run of any key, so a store may lay a run out together (a hash slot, a folder, a key
+/// range). [`Store::delete_run`] removes exactly those keys: every family of [`KEY_FAMILIES`]
+/// and the fence, not `run_10`'s when deleting `run_1` (match `<family>:<run>:`, with the
+/// colon). Keys of no run (`other:x`) are valid to read, list and delete, never to commit.
+///
+/// **The fence `run:<run>`.** Written only by [`Store::claim`], never by a commit
+/// ([`validate_commit`] rejects it). Its *value is private to the store*: keep whatever your
+/// fencing needs there (an epoch counter, JSON, a version) or nothing meaningful; callers and
+/// the suite only check that the key exists after a claim, is listed like any other key, and
+/// is gone after `delete_run`. Only the order of the epochs `claim` returns is contract.
+///
+/// **Cursors.** A cursor is a key. `list(thread, prefix, Some(c), limit)` returns the keys
+/// under `prefix` strictly after `c` in byte order. Any valid key is a valid cursor, not only
+/// one the store returned: a cursor that sorts before the prefix means "from the first key
+/// of the prefix", one that sorts after every key of the prefix gives an empty last page.
+/// Return as `next_cursor` a key such that continuing from it gives the rest (the last key of
+/// the page is the simple choice), and `None` once the listing is complete. A page may be
+/// shorter than `limit`, or empty, and still carry a cursor; a key that existed throughout a
+/// listing appears in exactly one page.
+///
+/// **Commits.** All or nothing, fenced, and atomic for readers: a reader never sees the
+/// pointer name a record that is not there, a record of a commit whose pointer has not
+/// moved, or part of a commit. Two writes (pointer and records), even back to back, break
+/// this; so does acknowledging a commit a crash can lose, if the store reports
+/// [`Capabilities::durable`].
+///
+/// **Which case checks which clause** (`afk_conformance::cases::<group>::<case>`):
+///
+/// | clause | cases |
+/// |---|---|
+/// | `get`, `get_many` (order, repeats) | `basic::*`, `model::model_based` |
+/// | commit all or nothing; invalid commits write nothing | `atomicity::rejected_commit_writes_nothing`, `keys::invalid_commit_keys_are_rejected`, `basic::empty_commit_checks_fence_only` |
+/// | pointer moves with its records, for live readers | `atomicity::pointer_moves_with_its_record`, `torn::concurrent_reader_sees_no_torn_commit` |
+/// | commits survive a killed writer whole, acknowledged ones all | `crash::killed_writer_leaves_whole_commits` (durable stores) |
+/// | `commit_batch`: one result per commit, in order | `basic::commit_batch_applies_each_in_order` |
+/// | fencing: increasing epochs; stale, future and unclaimed epochs `Fenced` | `fencing::*`, `concurrency::racing_resumers_one_finishes` |
+/// | `list`: byte order, prefixes, every page size, cursors anywhere, the fence listed | `list::*`, `model::model_based` (explicit paging), `large::hundred_thousand_keys_list_in_order` |
+/// | `delete`, `delete_run` (every family, prefix-sharing runs untouched) | `delete::*`, `isolation::prefix_sharing_runs_are_isolated` |
+/// | threads and runs isolated | `isolation::*` |
+/// | values: empty, odd bytes, up to `max_value_size` | `values::*` |
+/// | keys: odd valid ones round-trip, invalid ones `InvalidInput` | `keys::*` |
+/// | everything above against the reference store, shrunk to a minimal sequence | `model::model_based` |
+/// | records of real runs: resume, corruption, the AFK corpus | `resume::crash_and_resume`, `corruption::*`, `corpus::*` |
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug {
     /// What this store supports.
@@ -172,9 +226,10 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// List the keys of `thread` that start with `prefix` (the empty prefix lists all), sorted
     /// by byte order, at most `limit` per page (clamped to `1..=`[`MAX_LIST_LIMIT`]). Pass the
-    /// returned `next_cursor` to continue: the next page starts strictly after it (a cursor is
-    /// the last key of the previous page for the in-memory store; treat it as opaque). A page
-    /// may hold fewer than `limit` keys, or none, and still have a `next_cursor`.
+    /// returned `next_cursor` to continue: the next page starts strictly after it. A cursor is
+    /// a key (any valid key, see the guide above): one before the prefix starts at the
+    /// prefix, one after it gives an empty page. A page may hold fewer than `limit` keys, or
+    /// none, and still have a `next_cursor`.
     ///
     /// Errors: `InvalidInput` for a non-empty prefix or a cursor that is not a valid key;
     /// `Unavailable`. The fence key `run:<run>` is listed like any other
@@ -254,18 +309,22 @@ pub trait Store: Send + Sync + fmt::Debug {
     }
 }
 
-/// The run id a logical key belongs to: the second `:`-separated field of `checkpoint:`,
-/// `effect:`, `messages:` and `bgtool:` keys, and the rest of a `run:` key. `None` for a key
-/// that belongs to no run.
+/// The key families of a run: its keys are `<family>:<run>:…` for each of these, plus the
+/// fence `run:<run>` ([`run_key`]). [`Store::delete_run`] removes all of them.
+pub const KEY_FAMILIES: [&str; 4] = ["checkpoint", "effect", "messages", "bgtool"];
+
+/// The run id a logical key belongs to: the second `:`-separated field of a key of one of
+/// the [`KEY_FAMILIES`], and the rest of a `run:` key. `None` for a key that belongs to no
+/// run.
 pub fn run_of_key(key: &str) -> Option<&str> {
     let (family, rest) = key.split_once(':')?;
-    match family {
-        "run" => Some(rest).filter(|r| !r.is_empty() && !r.contains(':')),
-        "checkpoint" | "effect" | "messages" | "bgtool" => {
-            rest.split(':').next().filter(|r| !r.is_empty())
-        }
-        _ => None,
+    if family == "run" {
+        return Some(rest).filter(|r| !r.is_empty() && !r.contains(':'));
     }
+    if KEY_FAMILIES.contains(&family) {
+        return rest.split(':').next().filter(|r| !r.is_empty());
+    }
+    None
 }
 
 /// The logical key of a run's latest pointer.

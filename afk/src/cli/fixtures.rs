@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use afk_core::fixture::load_state;
 use afk_core::fixture::{FixtureFile, check_file_normalize};
-use afk_core::runner::fixture_check::check_fixture;
+use afk_core::runner::fixture_check::{check_fixture, scripted_tools};
 use afk_core::store::run_of_key;
 use afk_core::{Error, RunId, Store, ThreadId};
 use clap::{Subcommand, ValueEnum};
@@ -15,6 +15,17 @@ use serde_json::Value;
 
 use super::EXIT_USAGE;
 use super::common::{runs_of, with_store};
+
+/// Exit code of `fixtures check` when nothing failed but some fixtures need a tool the CLI
+/// does not have.
+const EXIT_UNCHECKED: u8 = 3;
+
+/// What `fixtures check` says about one file.
+enum Verdict {
+    Passed,
+    Failed(String),
+    NeedsTools(Vec<String>),
+}
 
 /// Default store of `fixtures check`.
 pub const FIXTURES_STORE: &str = "memory://";
@@ -28,9 +39,12 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 enum FixturesCommand {
-    /// Check fixture files (a directory means its *.json files). Prints `ok <file>` or
-    /// `FAIL <file>: <what differed>` per file, then `N passed, M failed`; exits 0 only when
-    /// nothing failed.
+    /// Check fixture files (a directory means its *.json files). Every expectation comes from
+    /// each fixture's own `expect` block. Prints `ok <file>`, `FAIL <file>: <what differed>`
+    /// or, for a fixture whose script calls a tool this command does not have (it has the
+    /// scripted `add` and `echo` of AFK's corpus), `SKIP <file>: needs tool <name>`, then
+    /// `N passed, M failed` (and `, K need another tool`). Exits 0 when everything passed,
+    /// 1 when something failed, 3 when nothing failed but some fixtures were not checked.
     Check {
         /// How deep to check.
         #[arg(long, value_enum, default_value_t = Level::Resume)]
@@ -172,17 +186,24 @@ fn unique_suffix() -> String {
     format!("{}-{nanos}", std::process::id())
 }
 
-async fn check_one(
+async fn check_one(path: &Path, level: Level, store: &Arc<dyn Store>, suffix: &str) -> Verdict {
+    match check_file(path, level, store, suffix).await {
+        Ok(v) => v,
+        Err(what) => Verdict::Failed(what),
+    }
+}
+
+async fn check_file(
     path: &Path,
     level: Level,
     store: &Arc<dyn Store>,
     suffix: &str,
-) -> Result<(), String> {
+) -> Result<Verdict, String> {
     let file = FixtureFile::load(path).map_err(|e| e.to_string())?;
     // The resume level includes the normalize level.
     check_file_normalize(&file)?;
     if level == Level::Normalize || matches!(file, FixtureFile::HashVectors(_)) {
-        return Ok(());
+        return Ok(Verdict::Passed);
     }
     let mut value = read_fixture(path).map_err(|e| e.to_string())?;
     let thread = format!(
@@ -193,7 +214,7 @@ async fn check_one(
             .unwrap_or("t")
     );
     rethread(&mut value, &thread);
-    let verdict = check_fixture(&value, store.clone()).await;
+    let verdict = check_fixture(&value, store.clone(), &scripted_tools()).await;
     // Leave nothing behind in a shared store.
     if let Ok(t) = ThreadId::new(&thread)
         && let Ok(runs) = runs_of(store.as_ref(), &t).await
@@ -203,11 +224,13 @@ async fn check_one(
         }
     }
     let verdict = verdict.map_err(|e| e.to_string())?;
-    if verdict.passed() {
-        Ok(())
+    Ok(if !verdict.missing_tools.is_empty() {
+        Verdict::NeedsTools(verdict.missing_tools)
+    } else if verdict.passed() {
+        Verdict::Passed
     } else {
-        Err(verdict.problems.join("; "))
-    }
+        Verdict::Failed(verdict.problems.join("; "))
+    })
 }
 
 fn check(level: Level, url: &str, paths: &[PathBuf]) -> ExitCode {
@@ -220,24 +243,41 @@ fn check(level: Level, url: &str, paths: &[PathBuf]) -> ExitCode {
     };
     with_store("fixtures check", url, |store| async move {
         let suffix = unique_suffix();
-        let (mut passed, mut failed) = (0usize, 0usize);
+        let (mut passed, mut failed, mut unchecked) = (0usize, 0usize, 0usize);
         for file in &files {
             match check_one(file, level, &store, &suffix).await {
-                Ok(()) => {
+                Verdict::Passed => {
                     passed += 1;
                     println!("ok {}", file.display());
                 }
-                Err(what) => {
+                Verdict::Failed(what) => {
                     failed += 1;
                     println!("FAIL {}: {what}", file.display());
                 }
+                Verdict::NeedsTools(tools) => {
+                    unchecked += 1;
+                    let s = if tools.len() == 1 { "" } else { "s" };
+                    println!(
+                        "SKIP {}: needs tool{s} {} (this command has only the scripted add \
+                         and echo; check it with afk_core::runner::fixture_check::check_fixture \
+                         and your tools)",
+                        file.display(),
+                        tools.join(", ")
+                    );
+                }
             }
         }
-        println!("{passed} passed, {failed} failed");
-        Ok(if failed == 0 {
-            ExitCode::SUCCESS
+        if unchecked == 0 {
+            println!("{passed} passed, {failed} failed");
         } else {
+            println!("{passed} passed, {failed} failed, {unchecked} need another tool");
+        }
+        Ok(if failed > 0 {
             ExitCode::FAILURE
+        } else if unchecked > 0 {
+            ExitCode::from(EXIT_UNCHECKED)
+        } else {
+            ExitCode::SUCCESS
         })
     })
 }

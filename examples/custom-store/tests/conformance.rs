@@ -3,11 +3,17 @@
 //! One log file per test binary, shared by every case (each case uses its own random thread
 //! ids, so sharing also runs the cases concurrently against one store, as a process would).
 
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use custom_store::LogStore;
 
-afk_conformance::store_suite!(store());
+// `reopen`: the crash level kills a writer process and reopens the log in the same directory.
+afk_conformance::store_suite!(store(), reopen = open_at);
+
+async fn open_at(dir: PathBuf) -> Arc<LogStore> {
+    Arc::new(LogStore::open(dir.join("afk.log")).expect("open the log"))
+}
 
 async fn store() -> Arc<LogStore> {
     static STORE: OnceLock<(tempfile::TempDir, Arc<LogStore>)> = OnceLock::new();

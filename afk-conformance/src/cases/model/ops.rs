@@ -70,6 +70,23 @@ impl PrefixSpec {
     }
 }
 
+/// Where an explicit listing starts: no cursor, or a cursor that is any key (under the prefix,
+/// before it or after it; there or not).
+#[derive(Debug, Clone)]
+pub(super) enum CursorSpec {
+    None,
+    Key(KeySpec),
+}
+
+impl CursorSpec {
+    pub(super) fn render(&self, runs: &[RunId]) -> Option<String> {
+        match self {
+            CursorSpec::None => None,
+            CursorSpec::Key(k) => Some(k.render(&runs[0], runs)),
+        }
+    }
+}
+
 /// A commit: which claimant slot's epoch it carries (none held: epoch 0), its puts and pointer.
 #[derive(Debug, Clone)]
 pub(super) struct CommitSpec {
@@ -97,6 +114,19 @@ pub(super) enum Op {
     List {
         thread: usize,
         prefix: PrefixSpec,
+        limit: usize,
+    },
+    /// `get_many` of keys in any order, repeats included.
+    GetMany {
+        thread: usize,
+        keys: Vec<KeySpec>,
+    },
+    /// Explicit paging: `list` from a cursor with a limit, page by page, each page compared
+    /// with the model's next keys.
+    Page {
+        thread: usize,
+        prefix: PrefixSpec,
+        cursor: CursorSpec,
         limit: usize,
     },
     Delete {
@@ -163,6 +193,22 @@ fn put_key() -> impl Strategy<Value = KeySpec> {
     })
 }
 
+/// A key for `get_many`: few families and suffixes, so a list often repeats a key.
+fn read_key() -> impl Strategy<Value = KeySpec> {
+    (family(false), run(), 0u8..4).prop_map(|(family, r, suffix)| KeySpec {
+        family,
+        run: Some(r),
+        suffix,
+    })
+}
+
+fn cursor() -> impl Strategy<Value = CursorSpec> {
+    prop_oneof![
+        1 => Just(CursorSpec::None),
+        4 => any_key().prop_map(CursorSpec::Key),
+    ]
+}
+
 fn value() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..24)
 }
@@ -202,6 +248,10 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (thread(), any_key()).prop_map(|(thread, key)| Op::Get { thread, key }),
         2 => (thread(), prefix(), prop::sample::select(vec![1usize, 2, 3, 1000]))
             .prop_map(|(thread, prefix, limit)| Op::List { thread, prefix, limit }),
+        2 => (thread(), prop::collection::vec(read_key(), 0..7))
+            .prop_map(|(thread, keys)| Op::GetMany { thread, keys }),
+        2 => (thread(), prefix(), cursor(), prop::sample::select(vec![0usize, 1, 2, 3, 5]))
+            .prop_map(|(thread, prefix, cursor, limit)| Op::Page { thread, prefix, cursor, limit }),
         1 => (thread(), prop::collection::vec(any_key(), 0..3)).prop_map(|(thread, keys)| Op::Delete { thread, keys }),
         1 => (thread(), run()).prop_map(|(thread, run)| Op::DeleteRun { thread, run }),
     ]

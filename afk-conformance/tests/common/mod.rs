@@ -1,0 +1,5 @@
+//! Shared by this crate's integration tests.
+
+#![allow(dead_code)]
+
+pub mod filelog;
