@@ -192,3 +192,65 @@ fn a_fixture_with_an_unknown_tool_needs_that_tool() {
         Some("0 passed, 0 failed, 1 need another tool")
     );
 }
+
+/// `--json`: one document with the counts and each fixture's result, the same exit code.
+#[test]
+fn the_json_report_names_each_fixture_and_its_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "a-crash-k11-s1-runtime_state.json";
+    let src = std::fs::read_to_string(corpus().join(name)).unwrap();
+    std::fs::write(dir.path().join("good.json"), &src).unwrap();
+    std::fs::write(
+        dir.path().join("multiply.json"),
+        src.replace("\"add\"", "\"multiply\""),
+    )
+    .unwrap();
+    let mut wrong: serde_json::Value = serde_json::from_str(&src).unwrap();
+    wrong["expect"]["llm_calls_during_resume"] = serde_json::json!(7);
+    std::fs::write(dir.path().join("wrong.json"), wrong.to_string()).unwrap();
+
+    let out = afk()
+        .args(["--json", "fixtures", "check"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(doc["command"], "fixtures check");
+    assert_eq!(doc["level"], "resume");
+    assert_eq!(
+        (&doc["passed"], &doc["failed"], &doc["needs_tools"]),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!(1),
+            &serde_json::json!(1)
+        ),
+        "{doc:#}"
+    );
+    let results: Vec<(String, String)> = doc["fixtures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let file = f["file"].as_str().unwrap();
+            let base = file.rsplit('/').next().unwrap().to_owned();
+            (base, f["result"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("good.json".to_owned(), "ok".to_owned()),
+            ("multiply.json".to_owned(), "needs_tools".to_owned()),
+            ("wrong.json".to_owned(), "failed".to_owned()),
+        ]
+    );
+    assert_eq!(doc["fixtures"][1]["tools"], serde_json::json!(["multiply"]));
+    assert!(
+        doc["fixtures"][2]["problem"]
+            .as_str()
+            .is_some_and(|p| !p.is_empty()),
+        "{doc:#}"
+    );
+}

@@ -81,11 +81,18 @@ enum Level {
 /// `store`: the global `--store` value. `check` resumes on it (each fixture under a thread id
 /// made unique per invocation, its runs deleted afterwards; default `memory://`); `load` writes
 /// to it (default [`super::common::DEFAULT_STORE`]).
-pub fn run(args: Args, store: Option<String>) -> ExitCode {
+///
+/// `json` (the global `--json`): `check` prints one JSON document instead of its lines:
+/// `{"command", "level", "passed", "failed", "needs_tools", "fixtures": [{"file", "result",
+/// "problem" | "tools"}]}`, with the same exit codes.
+pub fn run(args: Args, store: Option<String>, json: bool) -> ExitCode {
     match args.command {
-        FixturesCommand::Check { level, paths } => {
-            check(level, store.as_deref().unwrap_or(FIXTURES_STORE), &paths)
-        }
+        FixturesCommand::Check { level, paths } => check(
+            level,
+            store.as_deref().unwrap_or(FIXTURES_STORE),
+            &paths,
+            json,
+        ),
         FixturesCommand::Load { thread, file } => load(
             store.as_deref().unwrap_or(super::common::DEFAULT_STORE),
             thread,
@@ -233,7 +240,39 @@ async fn check_file(
     })
 }
 
-fn check(level: Level, url: &str, paths: &[PathBuf]) -> ExitCode {
+/// One human line for a fixture's verdict.
+fn verdict_line(file: &Path, verdict: &Verdict) -> String {
+    match verdict {
+        Verdict::Passed => format!("ok {}", file.display()),
+        Verdict::Failed(what) => format!("FAIL {}: {what}", file.display()),
+        Verdict::NeedsTools(tools) => {
+            let s = if tools.len() == 1 { "" } else { "s" };
+            format!(
+                "SKIP {}: needs tool{s} {} (this command has only the scripted add and echo; \
+                 check it with afk_core::runner::fixture_check::check_fixture and your tools)",
+                file.display(),
+                tools.join(", ")
+            )
+        }
+    }
+}
+
+/// A fixture's verdict in the `--json` document: `file`, `result` (`ok`, `failed`,
+/// `needs_tools`), and `problem` or `tools`.
+fn verdict_json(file: &Path, verdict: &Verdict) -> Value {
+    let file = file.display().to_string();
+    match verdict {
+        Verdict::Passed => serde_json::json!({"file": file, "result": "ok"}),
+        Verdict::Failed(what) => {
+            serde_json::json!({"file": file, "result": "failed", "problem": what})
+        }
+        Verdict::NeedsTools(tools) => {
+            serde_json::json!({"file": file, "result": "needs_tools", "tools": tools})
+        }
+    }
+}
+
+fn check(level: Level, url: &str, paths: &[PathBuf], json: bool) -> ExitCode {
     let files = match expand(paths) {
         Ok(f) => f,
         Err(e) => {
@@ -244,30 +283,31 @@ fn check(level: Level, url: &str, paths: &[PathBuf]) -> ExitCode {
     with_store("fixtures check", url, |store| async move {
         let suffix = unique_suffix();
         let (mut passed, mut failed, mut unchecked) = (0usize, 0usize, 0usize);
+        let mut rows = Vec::new();
         for file in &files {
-            match check_one(file, level, &store, &suffix).await {
-                Verdict::Passed => {
-                    passed += 1;
-                    println!("ok {}", file.display());
-                }
-                Verdict::Failed(what) => {
-                    failed += 1;
-                    println!("FAIL {}: {what}", file.display());
-                }
-                Verdict::NeedsTools(tools) => {
-                    unchecked += 1;
-                    let s = if tools.len() == 1 { "" } else { "s" };
-                    println!(
-                        "SKIP {}: needs tool{s} {} (this command has only the scripted add \
-                         and echo; check it with afk_core::runner::fixture_check::check_fixture \
-                         and your tools)",
-                        file.display(),
-                        tools.join(", ")
-                    );
-                }
+            let verdict = check_one(file, level, &store, &suffix).await;
+            match &verdict {
+                Verdict::Passed => passed += 1,
+                Verdict::Failed(_) => failed += 1,
+                Verdict::NeedsTools(_) => unchecked += 1,
+            }
+            if json {
+                rows.push(verdict_json(file, &verdict));
+            } else {
+                println!("{}", verdict_line(file, &verdict));
             }
         }
-        if unchecked == 0 {
+        if json {
+            let doc = serde_json::json!({
+                "command": "fixtures check",
+                "level": format!("{level:?}").to_ascii_lowercase(),
+                "passed": passed,
+                "failed": failed,
+                "needs_tools": unchecked,
+                "fixtures": rows,
+            });
+            println!("{doc:#}");
+        } else if unchecked == 0 {
             println!("{passed} passed, {failed} failed");
         } else {
             println!("{passed} passed, {failed} failed, {unchecked} need another tool");

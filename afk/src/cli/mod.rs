@@ -9,7 +9,9 @@
 //! listed in the module docs of each command and only ever gain fields. An error is
 //! `{"error": {"command", "store", "kind", "message", "key", "retryable", "hint"}}` (see
 //! [`output`]). Errors always name the store (passwords redacted), the key when there is one,
-//! and what to do. `demo` and `fixtures` print text only.
+//! and what to do. `fixtures check --json` prints its verdicts as one document (see
+//! `fixtures`; exit 3 when nothing failed but a fixture needs another tool); `demo` and
+//! `fixtures load` print text only (`demo` is a narrative, `load` one line).
 
 mod common;
 mod demo;
@@ -103,7 +105,7 @@ pub fn main() -> ExitCode {
         Command::Verify(args) => verify::run(args, &ctx),
         Command::Migrate(args) => migrate::run(args, &ctx),
         Command::Prune(args) => prune::run(args, &ctx),
-        Command::Fixtures(args) => fixtures::run(args, store),
+        Command::Fixtures(args) => fixtures::run(args, store, cli.json),
         Command::Settle(args) => settle::settle(args, &ctx),
         Command::Decide(args) => settle::decide(args, &ctx),
         Command::Export(args) => transfer::export(args, &ctx),
