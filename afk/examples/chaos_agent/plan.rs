@@ -12,6 +12,8 @@ use afk::runner::scripted::ScriptedLlm;
 use afk::runner::{Agent, EffectPolicy, Limits, Tool, ToolContext, ToolError, ToolSpec};
 use afk::schema::LlmResponse;
 use async_trait::async_trait;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 /// The at-most-once tool of the parent: a charge (one ledger line per real execution).
@@ -41,39 +43,17 @@ pub struct Plan {
     pub calls: Vec<Call>,
 }
 
-/// splitmix64: small, seedable, good enough to pick a script.
-#[derive(Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 impl Plan {
     /// 6–15 tool steps; every third step delegates, the others charge or look up (at least
     /// one of each).
     pub fn from_seed(seed: u64) -> Plan {
-        let mut rng = Rng::new(seed);
-        let steps = 6 + rng.below(10) as usize;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let steps = 6 + rng.random_range(0..10usize);
         let mut calls: Vec<Call> = (0..steps)
             .map(|i| {
                 let tool = if i % 3 == 2 {
                     REFUNDER
-                } else if rng.below(2) == 0 {
+                } else if rng.random_bool(0.5) {
                     CHARGE
                 } else {
                     LOOKUP
@@ -81,7 +61,7 @@ impl Plan {
                 Call {
                     id: format!("call_{i}"),
                     tool,
-                    amount: 1 + rng.below(99),
+                    amount: rng.random_range(1..100u64),
                 }
             })
             .collect();
