@@ -11,7 +11,7 @@ use crate::test::{self, ROCKSDB_DEBS};
 
 /// `cargo package` of every crate meant to be published, verified (built from the packaged
 /// sources alone). `--allow-dirty`: it checks what a package would hold, also before a commit.
-const PACKAGE: [&str; 14] = [
+const PACKAGE: [&str; 16] = [
     "package",
     "--allow-dirty",
     "-p",
@@ -26,6 +26,8 @@ const PACKAGE: [&str; 14] = [
     "afk-store-s3",
     "-p",
     "afk",
+    "-p",
+    "afk-cli",
 ];
 
 /// Runs format check, clippy, rustdoc, the package check, every test and the quick chaos campaign, stopping at the

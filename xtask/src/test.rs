@@ -16,11 +16,13 @@ use crate::system;
 pub enum Store {
     /// Core, the conformance suite and the example store (in-memory; no server).
     Memory,
-    /// The RocksDB store and the `afk` facade with its default features.
+    /// The RocksDB store, the `afk` facade and the `afk` command line with their default
+    /// features.
     Rocksdb,
-    /// The Redis store, against a single node and a 3-master cluster.
+    /// The Redis store, against a single node and a 3-master cluster, and the command line's
+    /// Redis tests.
     Redis,
-    /// The S3 store, against moto's server.
+    /// The S3 store, against moto's server, and the command line's S3 tests.
     S3,
 }
 
@@ -55,27 +57,38 @@ impl Selection {
             s3: false,
         };
         let mut build_debs = BTreeSet::new();
+        // Features of the command line crate: its Redis and S3 tests are behind them (it
+        // always builds with RocksDB, its default store).
+        let mut features = BTreeSet::new();
         for store in stores {
             match store {
                 Store::Memory => packages.extend(["afk-core", "afk-conformance", "custom-store"]),
                 Store::Rocksdb => {
-                    packages.extend(["afk-store-rocksdb", "afk"]);
+                    packages.extend(["afk-store-rocksdb", "afk", "afk-cli"]);
                     build_debs.extend(ROCKSDB_DEBS);
                 }
                 Store::Redis => {
-                    packages.insert("afk-store-redis");
+                    packages.extend(["afk-store-redis", "afk-cli"]);
+                    features.insert("afk-cli/redis");
+                    build_debs.extend(ROCKSDB_DEBS);
                     needs.redis = true;
                 }
                 Store::S3 => {
-                    packages.insert("afk-store-s3");
+                    packages.extend(["afk-store-s3", "afk-cli"]);
+                    features.insert("afk-cli/s3");
+                    build_debs.extend(ROCKSDB_DEBS);
                     needs.s3 = true;
                 }
             }
         }
-        let cargo_args = packages
+        let mut cargo_args: Vec<String> = packages
             .iter()
             .flat_map(|p| ["-p".to_string(), p.to_string()])
             .collect();
+        if !features.is_empty() {
+            let list: Vec<&str> = features.into_iter().collect();
+            cargo_args.extend(["--features".to_string(), list.join(",")]);
+        }
         Selection {
             cargo_args,
             needs,
@@ -185,7 +198,18 @@ mod tests {
         let both = Selection::new(&[Store::S3, Store::Rocksdb]);
         assert_eq!(
             both.cargo_args,
-            ["-p", "afk", "-p", "afk-store-rocksdb", "-p", "afk-store-s3"]
+            [
+                "-p",
+                "afk",
+                "-p",
+                "afk-cli",
+                "-p",
+                "afk-store-rocksdb",
+                "-p",
+                "afk-store-s3",
+                "--features",
+                "afk-cli/s3"
+            ]
         );
         assert_eq!(
             both.needs,

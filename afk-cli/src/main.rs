@@ -1,3 +1,5 @@
+//! The `afk` command-line tool (crate `afk-cli`; see its README).
+//!
 //! Command-line parsing and dispatch. Add a subcommand: a module with an `Args` struct (clap
 //! derive) and a `run(args, &Ctx) -> ExitCode` that builds a [`output::Report`] (its `--json`
 //! document and its text) inside [`output::Ctx::run`], plus one variant in [`Command`].
@@ -84,7 +86,7 @@ enum Command {
 pub(crate) const EXIT_USAGE: u8 = 2;
 
 /// Parse the command line and run the subcommand.
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let store = cli.store;
     let url = || {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::script::{CALLS, tool_of};
-use crate::cli::common::{latest, list_all, newest_snapshot};
+use crate::common::{latest, list_all, newest_snapshot};
 
 /// What one process did: its model, its tool counter, its events.
 pub struct Process {
