@@ -31,7 +31,7 @@ where
         }
     };
     let res = rt.block_on(async {
-        let store = afk::open(url).await?;
+        let store = open(cmd, url).await?;
         body(store).await
     });
     match res {
@@ -42,6 +42,15 @@ where
         }
         .fail(cmd, &e),
     }
+}
+
+/// Open the store `url` names for command `cmd`, logging it (info) with its password hidden and
+/// its capabilities (debug).
+pub async fn open(cmd: &str, url: &str) -> Result<Arc<dyn Store>> {
+    let store = afk::open(url).await?;
+    tracing::info!(command = cmd, store = %afk::redact_url(url), "store opened");
+    tracing::debug!(capabilities = ?store.capabilities(), "store capabilities");
+    Ok(store)
 }
 
 /// Every key of one run (records, pointer, effect rows, transcript log, background rows, fence).

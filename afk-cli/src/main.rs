@@ -18,6 +18,7 @@
 mod common;
 mod demo;
 mod fixtures;
+mod logging;
 mod migrate;
 mod output;
 mod prune;
@@ -46,6 +47,10 @@ struct Cli {
     /// Print one JSON document on stdout instead of text (errors too: `{"error": {...}}`).
     #[arg(long, global = true)]
     json: bool,
+    /// Log more on stderr: -v info, -vv debug, -vvv trace (default: warnings). `RUST_LOG`
+    /// directives are honoured too.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -88,6 +93,7 @@ pub(crate) const EXIT_USAGE: u8 = 2;
 /// Parse the command line and run the subcommand.
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init(cli.verbose);
     let store = cli.store;
     let url = || {
         store

@@ -85,7 +85,7 @@ impl Ctx {
         };
         let url = self.url.clone();
         let res = rt.block_on(async move {
-            let store = afk::open(&url).await?;
+            let store = super::common::open(cmd, &url).await?;
             body(store).await
         });
         match res {

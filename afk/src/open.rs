@@ -55,7 +55,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
         (_, Some("redis")) if cfg!(feature = "redis") => open_redis(url).await,
         (_, feature) => Err(Error::unsupported(format!(
             "store URL scheme `{scheme}` needs the `{f}` Cargo feature of the `afk` crate \
-             (afk = {{ features = [\"{f}\"] }}, or `cargo run -p afk --features {f}`)",
+             (afk = {{ features = [\"{f}\"] }}, or `cargo install afk-cli --features {f}` for the command line)",
             f = feature.unwrap_or("?"),
         ))),
     }

@@ -12,12 +12,19 @@ pub struct Out {
     pub stderr: String,
 }
 
-/// Run `afk` with `args` in `dir`.
+/// Run `afk` with `args` in `dir` (no `AFK_STORE`, no `RUST_LOG`).
 pub fn afk_in(dir: &Path, args: &[&str]) -> Out {
+    afk_env(dir, args, &[])
+}
+
+/// [`afk_in`] with environment variables set.
+pub fn afk_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Out {
     let out = Command::new(env!("CARGO_BIN_EXE_afk"))
         .args(args)
         .current_dir(dir)
         .env_remove("AFK_STORE")
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
         .output()
         .expect("run afk");
     Out {
