@@ -5,6 +5,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::chaos;
+use crate::features;
 use crate::services::Needs;
 use crate::system;
 use crate::test::{self, ROCKSDB_DEBS};
@@ -30,8 +31,8 @@ const PACKAGE: [&str; 16] = [
     "afk-cli",
 ];
 
-/// Runs format check, clippy, rustdoc, the package check, every test and the quick chaos campaign, stopping at the
-/// first failure. Returns the exit code. Prints how long each step took.
+/// Runs format check, clippy, rustdoc, the package check, the feature combinations, every test
+/// and the quick chaos campaign, stopping at the first failure. Returns the exit code. Prints how long each step took.
 pub fn run() -> Result<i32> {
     // Install everything up front: clippy and rustdoc already build the RocksDB crate.
     let mut debs = Needs::ALL.debs();
@@ -76,6 +77,15 @@ pub fn run() -> Result<i32> {
             eprintln!("ci: {name} failed");
             return Ok(test::code(status));
         }
+    }
+    // Each feature combination users build, alone (`cargo check`).
+    let start = Instant::now();
+    let code = features::run()?;
+    times.push(("features", start.elapsed()));
+    if code != 0 {
+        report(&times);
+        eprintln!("ci: features failed");
+        return Ok(code);
     }
     let start = Instant::now();
     let code = test::run(&[], &[])?;

@@ -4,6 +4,7 @@
 mod bench;
 mod chaos;
 mod ci;
+mod features;
 mod services;
 mod system;
 mod test;
@@ -30,7 +31,8 @@ enum Cli {
         #[command(subcommand)]
         action: ServicesCmd,
     },
-    /// What CI runs: fmt, clippy, rustdoc, `test`, then `chaos --quick`.
+    /// What CI runs: fmt, clippy, rustdoc, package, feature combinations, `test`, then
+    /// `chaos --quick`.
     Ci,
     /// Run the benchmarks that exist and write target/bench-report.md.
     Bench,

@@ -1,0 +1,78 @@
+//! The feature combinations of the published crates that users build, each checked on its own
+//! (`cargo check`: type checking is what a feature mistake breaks; the full builds run in
+//! `test`). A `cfg` that is wrong only without a feature (an unused import, a missing stub)
+//! shows here and nowhere else, since clippy and the tests build with `--all-features`.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::system;
+
+/// `(what, cargo arguments after "check")`.
+pub const COMBINATIONS: [(&str, &[&str]); 7] = [
+    (
+        "afk without a store",
+        &["-p", "afk", "--no-default-features"],
+    ),
+    ("afk with rocksdb only (default)", &["-p", "afk"]),
+    (
+        "afk with redis only",
+        &["-p", "afk", "--no-default-features", "--features", "redis"],
+    ),
+    (
+        "afk with s3 only",
+        &["-p", "afk", "--no-default-features", "--features", "s3"],
+    ),
+    ("afk with every store", &["-p", "afk", "--all-features"]),
+    ("afk-cli (default)", &["-p", "afk-cli"]),
+    (
+        "afk-cli with every store",
+        &["-p", "afk-cli", "--all-features"],
+    ),
+];
+
+/// Checks every combination, stopping at the first that fails. Returns the exit code (0 when
+/// all build). Prints how long each took.
+pub fn run() -> Result<i32> {
+    for (what, args) in COMBINATIONS {
+        let start = Instant::now();
+        let mut cmd = system::cargo();
+        cmd.arg("check").args(args);
+        let status = system::run_status(&mut cmd)?;
+        eprintln!(
+            "features: {what}: {} in {:.1} s",
+            if status.success() { "ok" } else { "FAILED" },
+            start.elapsed().as_secs_f64()
+        );
+        if !status.success() {
+            return Ok(crate::test::code(status));
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::COMBINATIONS;
+
+    /// Each store feature of the facade is checked alone, and none is checked twice.
+    #[test]
+    fn every_store_is_checked_alone_once() {
+        for store in ["redis", "s3"] {
+            let alone = COMBINATIONS
+                .iter()
+                .filter(|(_, args)| {
+                    args.contains(&"afk")
+                        && args.contains(&"--no-default-features")
+                        && args.last() == Some(&store)
+                })
+                .count();
+            assert_eq!(alone, 1, "{store}");
+        }
+        let mut seen: Vec<&[&str]> = COMBINATIONS.iter().map(|(_, a)| *a).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), COMBINATIONS.len());
+    }
+}
