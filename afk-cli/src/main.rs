@@ -12,8 +12,8 @@
 //! `{"error": {"command", "store", "kind", "message", "key", "retryable", "hint"}}` (see
 //! [`output`]). Errors always name the store (passwords redacted), the key when there is one,
 //! and what to do. `fixtures check --json` prints its verdicts as one document (see
-//! `fixtures`; exit 3 when nothing failed but a fixture needs another tool); `demo` and
-//! `fixtures load` print text only (`demo` is a narrative, `load` one line).
+//! `fixtures`; exit 3 when nothing failed but a fixture needs another tool), `demo --json` its
+//! facts as one document (see `demo`); `fixtures load` prints text only (a summary line).
 
 mod common;
 mod demo;
@@ -105,7 +105,7 @@ fn main() -> ExitCode {
         json: cli.json,
     };
     match cli.command {
-        Command::Demo(args) => demo::run(args, store),
+        Command::Demo(args) => demo::run(args, store, cli.json),
         Command::Threads(args) => threads::run(args, &ctx),
         Command::Runs(args) => runs::run(args, &ctx),
         Command::Show(args) => show::run(args, &ctx),

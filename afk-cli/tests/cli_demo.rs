@@ -100,3 +100,112 @@ fn every_crash_point_resumes_to_the_uncrashed_result() {
         "a crash between the charge's intent and result"
     );
 }
+
+/// `stdout` parsed as exactly one JSON document.
+fn one_document(stdout: &str) -> serde_json::Value {
+    serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{stdout}"))
+}
+
+#[test]
+fn demo_json_is_one_document_with_the_facts_the_narrative_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = afk_in(dir.path(), &["demo"]);
+    let out = afk_in(dir.path(), &["demo", "--json"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let d = one_document(&out.stdout);
+    assert_eq!(d["mode"], "crash_and_resume");
+    assert_eq!(d["ok"], true);
+    assert_eq!(d["problems"], serde_json::json!([]));
+    assert_eq!(
+        (d["thread"].as_str(), d["run"].as_str()),
+        (Some("afk-demo"), Some("demo-order-42"))
+    );
+    // The same figures as the narrative.
+    let crash = numbers(line(&text.stdout, "CRASH: commit #"))[0];
+    assert_eq!(d["crash_after"], crash - 1);
+    assert_eq!(d["first_process"]["commits_saved"], crash - 1);
+    assert_eq!(d["first_process"]["crashed"], true);
+    let commits = d["first_process"]["commits"].as_array().unwrap();
+    assert_eq!(commits.len() as u64, crash - 1);
+    assert_eq!(
+        numbers(line(&text.stdout, "reference:"))[0],
+        d["reference"]["commits"].as_u64().unwrap()
+    );
+    let calls = numbers(line(&text.stdout, "model calls:"));
+    let m = &d["model_calls"];
+    assert_eq!(
+        [
+            &m["before_crash"],
+            &m["on_resume"],
+            &m["total"],
+            &m["uncrashed"]
+        ],
+        [calls[0], calls[1], calls[2], calls[3]]
+    );
+    for t in d["tools"].as_array().unwrap() {
+        let tool = t["tool"].as_str().unwrap();
+        let (c1, c2, total, base) = tool_counts(&text.stdout, tool);
+        assert_eq!(
+            (
+                &t["before_crash"],
+                &t["on_resume"],
+                &t["total"],
+                &t["uncrashed"]
+            ),
+            (&c1.into(), &c2.into(), &total.into(), &base.into()),
+            "{tool}"
+        );
+    }
+    let r = &d["resume"];
+    assert_eq!(r["outcome"], "completed");
+    assert_eq!(r["identical_to_uncrashed"], true);
+    assert_eq!(r["replayed_effects"], 2);
+    let replayed: Vec<&str> = r["tool_results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["replayed"] == true)
+        .map(|t| t["call"].as_str().unwrap())
+        .collect();
+    assert_eq!(replayed, ["call_reserve", "call_charge"]);
+    let charge = d["stored"]["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["call"] == "call_charge")
+        .unwrap();
+    assert_eq!(charge["status"], "result");
+    assert!(!out.stdout.contains("== 1."), "no narrative in --json");
+}
+
+#[test]
+fn demo_json_reports_an_uncertain_stop_and_resume_json_its_refusal() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = afk_in(dir.path(), &["--json", "demo", "--crash-after", "10"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let d = one_document(&out.stdout);
+    assert_eq!(d["resume"]["outcome"], "effect_uncertain", "{d}");
+    assert_eq!(d["resume"]["llm_calls"], 0);
+    assert!(
+        d["resume"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("call_charge"),
+        "{d}"
+    );
+    let statuses: Vec<&str> = d["stored"]["effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["status"].as_str().unwrap())
+        .collect();
+    // Commit 10 holds the reservation's result; the charge's intent has no result.
+    assert_eq!(statuses, ["result", "intent", "none"]);
+    // The application's plain resume refuses too: an error document, exit 1.
+    let again = afk_in(dir.path(), &["--json", "demo", "--resume"]);
+    assert_eq!(again.code, Some(1), "{}", again.stdout);
+    let e = one_document(&again.stdout);
+    assert_eq!(e["error"]["kind"], "effect_uncertain", "{e}");
+    assert_eq!(e["error"]["command"], "demo");
+}

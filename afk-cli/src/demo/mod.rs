@@ -1,5 +1,33 @@
-//! `afk demo [--store URL] [--crash-after N]`: run a scripted durable agent, crash it part way,
-//! resume it in a new runner on the same store, and explain every step in plain lines.
+//! `afk demo [--store URL] [--crash-after N] [--resume]`: run a scripted durable agent, crash it
+//! part way, resume it in a new runner on the same store, and explain every step in plain lines.
+//!
+//! `--json` prints one document instead (every figure comes from a counter or the store; fields
+//! only ever gain members):
+//!
+//! * always: `mode` (`"crash_and_resume"` or `"resume"`), `store` (redacted), `thread`, `run`,
+//!   `ok` (false exactly when the exit code is 1), `problems` (strings; empty when `ok`).
+//! * `crash_and_resume`: `crash_after` (commits before the crash), `reference` (`commits`,
+//!   `llm_calls`, `tool_executions` of the same run without a crash), `first_process`
+//!   (`crashed`, `error` or null, `commits_saved`, `commits`: `[{number, keys, latest_moved}]`,
+//!   `llm_calls`, `tool_executions`: `{call id: count}`), `stored` (`latest`: `{step, phase}` or
+//!   null, `snapshot`: `{step, transcript_messages, pending_tool_calls}` or null, `effects`:
+//!   `[{call, tool, policy, status}]` with status `none`, `intent`, `result` or `unreadable`),
+//!   `resume` (`outcome`: `completed`, `effect_uncertain`, `nothing_to_resume`, `paused` or
+//!   `failed`; `error` or null; `llm_calls`, `saved_answers_reused`, `model_answers`:
+//!   `[{step, model_called}]`, `tool_results`: `[{step, call, tool, replayed, success}]`,
+//!   `replayed_effects`, `final_text`, `identical_to_uncrashed` (null unless completed)),
+//!   `model_calls` (`before_crash`, `on_resume`, `total`, `uncrashed`), `tools`:
+//!   `[{call, tool, policy, before_crash, on_resume, total, uncrashed}]`.
+//! * `resume`: `llm_calls`, `tool_executions` (`{call id: count}`), `outcome` (`completed` or
+//!   `paused`), `state`, `final_text` (completed) or `reason` (paused).
+
+/// Append one line to a narrative `String`.
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
 
 mod report;
 mod script;
@@ -12,8 +40,10 @@ use afk_core::runner::scripted::InvocationCounter;
 use afk_core::schema::AgentResult;
 use afk_core::store::{CrashMode, FaultEvent};
 use afk_core::{Commit, FaultStore, MemoryStore, Result, RunId, Store, ThreadId};
+use serde_json::{Value, json};
 
-use super::common::{runs_of, with_store};
+use super::common::runs_of;
+use super::output::{Ctx, Report};
 use report::{Process, drain};
 use script::{RUN, THREAD, rig, runner};
 
@@ -34,25 +64,33 @@ pub struct Args {
 }
 
 /// Run the demo on `store` (default [`DEMO_STORE`]). Wipes the demo's own thread first.
-pub fn run(args: Args, store: Option<String>) -> ExitCode {
-    let url = store.unwrap_or_else(|| DEMO_STORE.to_owned());
+pub fn run(args: Args, store: Option<String>, json: bool) -> ExitCode {
+    let ctx = Ctx {
+        url: store.unwrap_or_else(|| DEMO_STORE.to_owned()),
+        json,
+    };
+    let name = ctx.store_name();
     if args.resume {
-        println!("AFK demo: the application resumes its stored run.");
-        println!("store: {}", afk::redact_url(&url));
-        return with_store("demo", &url, resume_only);
+        return ctx.run("demo", |store| resume_only(store, name));
     }
-    println!("AFK demo: a durable agent run that crashes part way and is resumed.");
-    println!("store: {}", afk::redact_url(&url));
-    with_store("demo", &url, |store| demo(store, args.crash_after))
+    ctx.run("demo", |store| demo(store, args.crash_after, name))
+}
+
+/// A call counter as `{call id: count}`.
+fn counts(c: &InvocationCounter) -> Value {
+    json!(c.snapshot())
 }
 
 /// One plain resume of the demo run, with a fresh agent, as its application would do it.
-async fn resume_only(store: Arc<dyn Store>) -> Result<ExitCode> {
+async fn resume_only(store: Arc<dyn Store>, name: String) -> Result<Report> {
+    let mut out = String::new();
+    say!(out, "AFK demo: the application resumes its stored run.");
+    say!(out, "store: {name}");
     let thread = ThreadId::new(THREAD)?;
     let run = RunId::new(RUN)?;
     let counter = InvocationCounter::new();
     let rig = rig(&counter)?;
-    let out = runner(store)
+    let result = runner(store)
         .resume(&rig.agent, &thread, &run)
         .result()
         .await;
@@ -61,7 +99,8 @@ async fn resume_only(store: Arc<dyn Store>) -> Result<ExitCode> {
         .into_iter()
         .map(|(call, n)| format!("{call} x{n}"))
         .collect();
-    println!(
+    say!(
+        out,
         "model calls: {}; tool executions: {}",
         rig.llm.calls(),
         if executed.is_empty() {
@@ -70,15 +109,29 @@ async fn resume_only(store: Arc<dyn Store>) -> Result<ExitCode> {
             executed.join(", ")
         }
     );
-    match out? {
+    let mut doc = json!({
+        "mode": "resume", "store": name, "thread": THREAD, "run": RUN, "ok": true,
+        "problems": [], "llm_calls": rig.llm.calls(), "tool_executions": counts(&counter),
+    });
+    match result? {
         Outcome::Completed(r) => {
-            println!("run {run}: {} - {:?}", r.state, r.final_text);
+            say!(out, "run {run}: {} - {:?}", r.state, r.final_text);
+            doc["outcome"] = json!("completed");
+            doc["state"] = json!(r.state);
+            doc["final_text"] = json!(r.final_text);
         }
         Outcome::Paused { request } => {
-            println!("run {run}: paused again, waiting for {:?}", request.reason);
+            say!(
+                out,
+                "run {run}: paused again, waiting for {:?}",
+                request.reason
+            );
+            doc["outcome"] = json!("paused");
+            doc["state"] = json!("paused");
+            doc["reason"] = json!(request.reason);
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Report::ok(doc, out))
 }
 
 /// The uncrashed reference run, on a throw-away in-memory store.
@@ -130,12 +183,19 @@ fn default_crash_point(commits: &[Commit]) -> u64 {
     first_batch_results.map_or(commits.len() as u64 / 2, |i| i as u64 + 1)
 }
 
-async fn demo(store: Arc<dyn Store>, crash_after: Option<u64>) -> Result<ExitCode> {
+async fn demo(store: Arc<dyn Store>, crash_after: Option<u64>, name: String) -> Result<Report> {
+    let mut out = String::new();
+    say!(
+        out,
+        "AFK demo: a durable agent run that crashes part way and is resumed."
+    );
+    say!(out, "store: {name}");
     let thread = ThreadId::new(THREAD)?;
     let run = RunId::new(RUN)?;
     let base = baseline(&thread, &run).await?;
     let n = crash_after.unwrap_or_else(|| default_crash_point(&base.commits));
-    println!(
+    say!(
+        out,
         "reference: the same run without a crash makes {} commits, {} model calls, {} tool executions",
         base.commits.len(),
         base.llm_calls,
@@ -144,10 +204,16 @@ async fn demo(store: Arc<dyn Store>, crash_after: Option<u64>) -> Result<ExitCod
     for old in runs_of(store.as_ref(), &thread).await? {
         store.delete_run(&thread, &old).await?;
     }
-    println!("thread {thread}, run {run} (wiped first, so the demo can be rerun)");
+    say!(
+        out,
+        "thread {thread}, run {run} (wiped first, so the demo can be rerun)"
+    );
 
-    println!();
-    println!("== 1. first process: run the agent; the store crashes after {n} commits ==");
+    say!(out, "");
+    say!(
+        out,
+        "== 1. first process: run the agent; the store crashes after {n} commits =="
+    );
     let fault = Arc::new(FaultStore::from_arc(store.clone()));
     fault.crash_after_commits(n, CrashMode::Down);
     let counter1 = InvocationCounter::new();
@@ -155,11 +221,14 @@ async fn demo(store: Arc<dyn Store>, crash_after: Option<u64>) -> Result<ExitCod
     let mut handle = runner(fault.clone()).run_with_id(&rig1.agent, &thread, run.clone(), INPUT);
     let events = handle.events();
     let first = handle.result().await;
-    let mut k = 0;
+    let mut commits = Vec::new();
     for event in fault.log() {
         if let FaultEvent::Commit(c) = event {
-            k += 1;
-            println!("  saved #{k}: {}", script::describe_commit(&c));
+            let number = commits.len() + 1;
+            say!(out, "  saved #{number}: {}", script::describe_commit(&c));
+            let keys: Vec<&String> = c.puts.iter().map(|(k, _)| k).collect();
+            commits
+                .push(json!({"number": number, "keys": keys, "latest_moved": c.latest.is_some()}));
         }
     }
     let first_proc = Process {
@@ -167,14 +236,18 @@ async fn demo(store: Arc<dyn Store>, crash_after: Option<u64>) -> Result<ExitCod
         tools: counter1.clone(),
         events: drain(events),
     };
-    report::crash(&first, fault.persisted_commits(), &first_proc);
+    let mut first_doc = report::crash(&mut out, &first, fault.persisted_commits(), &first_proc);
+    first_doc["commits"] = json!(commits);
 
-    println!();
-    println!("== 2. what the store holds now ==");
-    let durable = report::stored(store.as_ref(), &thread, &run).await?;
+    say!(out, "");
+    say!(out, "== 2. what the store holds now ==");
+    let (durable, stored) = report::stored(&mut out, store.as_ref(), &thread, &run).await?;
 
-    println!();
-    println!("== 3. second process: a NEW Runner resumes the run from the same store ==");
+    say!(out, "");
+    say!(
+        out,
+        "== 3. second process: a NEW Runner resumes the run from the same store =="
+    );
     let counter2 = InvocationCounter::new();
     let rig2 = rig(&counter2)?;
     let mut handle = runner(store.clone()).resume(&rig2.agent, &thread, &run);
@@ -185,15 +258,35 @@ async fn demo(store: Arc<dyn Store>, crash_after: Option<u64>) -> Result<ExitCod
         tools: counter2,
         events: drain(events),
     };
-    report::resume_events(&second_proc);
+    let resumed = report::resume_events(&mut out, &second_proc);
 
-    println!();
-    println!("== 4. summary ==");
+    say!(out, "");
+    say!(out, "== 4. summary ==");
     let reference = (&base.result, base.llm_calls, &base.tools);
-    let ok = report::summary(&second, &first_proc, &second_proc, &durable, reference);
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    let summary = report::summary(
+        &mut out,
+        &second,
+        &first_proc,
+        &second_proc,
+        &durable,
+        reference,
+    );
+    let mut resume = summary.resume;
+    for (k, v) in resumed {
+        resume[k] = v;
+    }
+    let ok = summary.problems.is_empty();
+    let doc = json!({
+        "mode": "crash_and_resume", "store": name, "thread": THREAD, "run": RUN,
+        "ok": ok, "problems": summary.problems, "crash_after": n,
+        "reference": {"commits": base.commits.len(), "llm_calls": base.llm_calls,
+            "tool_executions": base.tools.total()},
+        "first_process": first_doc, "stored": stored, "resume": resume,
+        "model_calls": summary.model_calls, "tools": summary.tools,
+    });
+    Ok(Report {
+        json: doc,
+        human: out,
+        failed: !ok,
     })
 }

@@ -48,34 +48,56 @@ fn tool_counts(c: &InvocationCounter) -> String {
         .join(", ")
 }
 
-/// How the first process ended.
-pub fn crash(first: &Result<Outcome>, persisted: u64, p: &Process) {
+/// How the first process ended: the narrative, and the `first_process` fields of `--json`.
+pub fn crash(out: &mut String, first: &Result<Outcome>, persisted: u64, p: &Process) -> Value {
     match first {
-        Err(e) => println!(
+        Err(e) => say!(
+            out,
             "  CRASH: commit #{} failed ({e}); the process is gone, nothing after saved #{persisted} exists",
             persisted + 1
         ),
-        Ok(_) => println!(
+        Ok(_) => say!(
+            out,
             "  no crash: the run finished after {persisted} commits (the crash point is past its end)"
         ),
     }
-    println!(
+    say!(
+        out,
         "  before the crash: model called {}; tools executed: {}",
         times(p.llm.calls()),
         tool_counts(&p.tools)
     );
+    json!({
+        "crashed": first.is_err(),
+        "error": first.as_ref().err().map(ToString::to_string),
+        "commits_saved": persisted,
+        "llm_calls": p.llm.calls(),
+        "tool_executions": p.tools.snapshot(),
+    })
 }
 
-/// Describe what the store holds for the run; returns the call ids with a durable result.
-pub async fn stored(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result<Vec<String>> {
+/// Describe what the store holds for the run; returns the call ids with a durable result and
+/// the `stored` fields of `--json`.
+pub async fn stored(
+    out: &mut String,
+    store: &dyn Store,
+    thread: &ThreadId,
+    run: &RunId,
+) -> Result<(Vec<String>, Value)> {
     let latest = latest(store, thread, run).await?;
     match &latest {
-        Some(l) => println!(
+        Some(l) => say!(
+            out,
             "  latest pointer: step {} {} (the last record the first process saved)",
-            l.step, l.phase
+            l.step,
+            l.phase
         ),
-        None => println!("  no latest pointer: nothing of the run was saved"),
+        None => say!(out, "  no latest pointer: nothing of the run was saved"),
     }
+    let mut doc = json!({
+        "latest": latest.as_ref().map(|l| json!({"step": l.step, "phase": l.phase})),
+        "snapshot": null,
+    });
     match newest_snapshot(store, thread, run, latest.as_ref()).await? {
         Some(rec) => {
             let pending = rec
@@ -86,7 +108,8 @@ pub async fn stored(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result
                 .snapshot()
                 .and_then(|s| s.transcript.as_ref())
                 .map_or(0, |t| t.message_count);
-            println!(
+            say!(
+                out,
                 "  newest snapshot: step {}, {msgs} transcript messages{}",
                 rec.step,
                 if pending > 0 {
@@ -95,10 +118,16 @@ pub async fn stored(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result
                     String::new()
                 }
             );
+            doc["snapshot"] = json!({"step": rec.step, "transcript_messages": msgs,
+                "pending_tool_calls": pending});
         }
-        None => println!("  no snapshot: the user's request itself was never saved"),
+        None => say!(
+            out,
+            "  no snapshot: the user's request itself was never saved"
+        ),
     }
     let mut durable = Vec::new();
+    let mut rows = Vec::new();
     let effects = list_all(store, thread, &afk_core::keys::effect_prefix(run)).await?;
     for (id, tool, policy) in CALLS {
         let key = effects.iter().find(|k| k.ends_with(&format!(":{id}")));
@@ -106,29 +135,37 @@ pub async fn stored(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result
             Some(k) => store.get(thread, k).await?,
             None => None,
         };
-        let status = match row.map(|b| afk_core::normalize::normalize_effect_row(&b, id)) {
-            None => "nothing saved".to_owned(),
-            Some(Err(e)) => format!("unreadable row: {e}"),
-            Some(Ok(r)) if r.status() == EffectStatus::Intent => {
-                "intent saved, no result: it may or may not have run".to_owned()
-            }
+        let (status, text) = match row.map(|b| afk_core::normalize::normalize_effect_row(&b, id)) {
+            None => ("none", "nothing saved".to_owned()),
+            Some(Err(e)) => ("unreadable", format!("unreadable row: {e}")),
+            Some(Ok(r)) if r.status() == EffectStatus::Intent => (
+                "intent",
+                "intent saved, no result: it may or may not have run".to_owned(),
+            ),
             Some(Ok(r)) => {
                 durable.push(id.to_owned());
-                format!("result saved in the effect journal: {}", r.output)
+                (
+                    "result",
+                    format!("result saved in the effect journal: {}", r.output),
+                )
             }
         };
-        println!("  {tool} ({policy}, {id}): {status}");
+        say!(out, "  {tool} ({policy}, {id}): {text}");
+        rows.push(json!({"call": id, "tool": tool, "policy": policy, "status": status}));
     }
-    Ok(durable)
+    doc["effects"] = json!(rows);
+    Ok((durable, doc))
 }
 
-/// The resumed run's events, one line each.
-pub fn resume_events(p: &Process) {
+/// The resumed run's events, one line each; returns the `model_answers` and `tool_results`
+/// fields of `--json`'s `resume`.
+pub fn resume_events(out: &mut String, p: &Process) -> [(&'static str, Value); 2] {
     let asked = p.llm.asked();
+    let (mut answers, mut results) = (Vec::new(), Vec::new());
     for e in &p.events {
         match e {
-            RunEvent::RunStarted { run_id, .. } => println!("  resumed run {run_id}"),
-            RunEvent::StepStarted { step } => println!("  step {step} starts"),
+            RunEvent::RunStarted { run_id, .. } => say!(out, "  resumed run {run_id}"),
+            RunEvent::StepStarted { step } => say!(out, "  step {step} starts"),
             RunEvent::LlmCompleted { step, tool_calls } => {
                 let called = asked.contains(&(step.saturating_sub(1) as usize));
                 let how = if called {
@@ -136,7 +173,11 @@ pub fn resume_events(p: &Process) {
                 } else {
                     "saved model answer reused (no model call)"
                 };
-                println!("  step {step}: {how}; it asks for {tool_calls} tool call(s)");
+                say!(
+                    out,
+                    "  step {step}: {how}; it asks for {tool_calls} tool call(s)"
+                );
+                answers.push(json!({"step": step, "model_called": called}));
             }
             RunEvent::ToolCompleted {
                 step,
@@ -150,13 +191,19 @@ pub fn resume_events(p: &Process) {
                 } else {
                     format!("executed now ({})", if *success { "ok" } else { "failed" })
                 };
-                println!("  step {step}: {tool} ({tool_call_id}): {what}");
+                say!(out, "  step {step}: {tool} ({tool_call_id}): {what}");
+                results.push(json!({"step": step, "call": tool_call_id, "tool": tool,
+                    "replayed": replayed, "success": success}));
             }
-            RunEvent::Finished { state } => println!("  run finished: {state}"),
-            RunEvent::Failed { kind, message } => println!("  run stopped: {kind}: {message}"),
-            other => println!("  {other:?}"),
+            RunEvent::Finished { state } => say!(out, "  run finished: {state}"),
+            RunEvent::Failed { kind, message } => say!(out, "  run stopped: {kind}: {message}"),
+            other => say!(out, "  {other:?}"),
         }
     }
+    [
+        ("model_answers", json!(answers)),
+        ("tool_results", json!(results)),
+    ]
 }
 
 fn essence(r: &AgentResult) -> Value {
@@ -170,15 +217,28 @@ fn essence(r: &AgentResult) -> Value {
         "llm": r.state_snapshot.llm_calls, "tool_calls": r.state_snapshot.tool_calls})
 }
 
-/// The closing facts. Returns whether everything held (same result as the uncrashed run, no
-/// durable result executed again, the at-most-once tool at most once).
+/// The closing facts, and the `--json` fields they give.
+pub struct Summary {
+    /// What did not hold (empty: the same result as the uncrashed run, no durable result
+    /// executed again, the at-most-once tool at most once).
+    pub problems: Vec<String>,
+    /// `resume` (without its events).
+    pub resume: Value,
+    /// `model_calls`.
+    pub model_calls: Value,
+    /// `tools`.
+    pub tools: Value,
+}
+
+/// The closing facts.
 pub fn summary(
+    out: &mut String,
     second: &Result<Outcome>,
     first: &Process,
     resumed: &Process,
     durable: &[String],
     reference: (&AgentResult, u64, &InvocationCounter),
-) -> bool {
+) -> Summary {
     let (base, base_llm, base_tools) = reference;
     let (a, b) = (first.llm.calls(), resumed.llm.calls());
     let answers = resumed
@@ -186,15 +246,22 @@ pub fn summary(
         .iter()
         .filter(|e| matches!(e, RunEvent::LlmCompleted { .. }))
         .count() as u64;
-    println!(
-        "  model calls: {a} before the crash + {b} on resume = {} (uncrashed run: {base_llm}); {} saved answer(s) reused without calling the model",
+    let reused = answers.saturating_sub(b);
+    say!(
+        out,
+        "  model calls: {a} before the crash + {b} on resume = {} (uncrashed run: {base_llm}); {reused} saved answer(s) reused without calling the model",
         a + b,
-        answers.saturating_sub(b)
     );
-    let mut ok = true;
+    let mut problems = Vec::new();
+    let mut problem = |out: &mut String, p: String| {
+        say!(out, "  PROBLEM: {p}");
+        problems.push(p);
+    };
+    let mut tools = Vec::new();
     for (id, tool, policy) in CALLS {
         let (t1, t2) = (first.tools.get(id), resumed.tools.get(id));
-        println!(
+        say!(
+            out,
             "  {tool} ({policy}): executed {} before the crash, {} {} on resume, {} in total (uncrashed run: {})",
             times(t1),
             times(t2),
@@ -206,50 +273,77 @@ pub fn summary(
             t1 + t2,
             base_tools.get(id)
         );
+        tools.push(
+            json!({"call": id, "tool": tool, "policy": policy, "before_crash": t1,
+            "on_resume": t2, "total": t1 + t2, "uncrashed": base_tools.get(id)}),
+        );
         if durable.iter().any(|d| d == id) && t2 > 0 {
-            println!("  PROBLEM: {tool} had a saved result and ran again");
-            ok = false;
+            problem(out, format!("{tool} had a saved result and ran again"));
         }
     }
     if first.tools.get("call_charge") + resumed.tools.get("call_charge") > 1 {
-        println!("  PROBLEM: the at-most-once charge ran more than once");
-        ok = false;
+        problem(out, "the at-most-once charge ran more than once".to_owned());
     }
+    let mut resume = json!({
+        "outcome": "failed", "error": second.as_ref().err().map(ToString::to_string),
+        "llm_calls": b, "saved_answers_reused": reused, "replayed_effects": null,
+        "final_text": null, "identical_to_uncrashed": null,
+    });
     match second {
         Ok(Outcome::Completed(r)) => {
-            println!(
-                "  effects replayed from the journal: {}",
-                r.state_snapshot.replayed_effect_count
-            );
-            println!("  final answer: {}", r.final_text);
+            let replayed = r.state_snapshot.replayed_effect_count;
+            say!(out, "  effects replayed from the journal: {replayed}");
+            say!(out, "  final answer: {}", r.final_text);
             let same = essence(r) == essence(base);
-            println!(
+            say!(
+                out,
                 "  result identical to the uncrashed run: {}",
                 if same { "yes" } else { "NO" }
             );
-            ok && same
+            if !same {
+                problem(out, "the result differs from the uncrashed run".to_owned());
+            }
+            resume["outcome"] = json!("completed");
+            resume["replayed_effects"] = json!(replayed);
+            resume["final_text"] = json!(r.final_text);
+            resume["identical_to_uncrashed"] = json!(same);
         }
         Err(e) if e.kind() == ErrorKind::EffectUncertain => {
-            println!(
+            say!(
+                out,
                 "  resume stopped with EffectUncertain: the at-most-once charge_card has an intent \
                  but no result, so it may have charged the card; a person must decide ({e})"
             );
-            ok && b == 0
+            if b != 0 {
+                problem(out, "resume called the model before stopping".to_owned());
+            }
+            resume["outcome"] = json!("effect_uncertain");
         }
         Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Corrupt) => {
-            println!(
+            say!(
+                out,
                 "  nothing to resume: the crash came before the first snapshot, so the request \
                  was never durable ({e})"
             );
-            ok && b == 0 && resumed.tools.total() == 0
+            if b != 0 || resumed.tools.total() != 0 {
+                problem(
+                    out,
+                    "a run with nothing saved called the model or a tool on resume".to_owned(),
+                );
+            }
+            resume["outcome"] = json!("nothing_to_resume");
         }
         Ok(Outcome::Paused { .. }) => {
-            println!("  PROBLEM: the demo run paused");
-            false
+            problem(out, "the demo run paused".to_owned());
+            resume["outcome"] = json!("paused");
         }
-        Err(e) => {
-            println!("  PROBLEM: resume failed: {e}");
-            false
-        }
+        Err(e) => problem(out, format!("resume failed: {e}")),
+    }
+    Summary {
+        problems,
+        resume,
+        model_calls: json!({"before_crash": a, "on_resume": b, "total": a + b,
+            "uncrashed": base_llm}),
+        tools: json!(tools),
     }
 }
