@@ -1,20 +1,22 @@
 //! `afk fixtures check [--level normalize|resume] PATH...` and `afk fixtures load FILE`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
 use std::sync::Arc;
 
 use afk_core::fixture::load_state;
 use afk_core::fixture::{FixtureFile, check_file_normalize};
+use afk_core::keys::{ParsedKey, parse_key};
 use afk_core::runner::fixture_check::{check_fixture, scripted_tools};
 use afk_core::store::run_of_key;
 use afk_core::{Error, RunId, Store, ThreadId};
 use clap::{Subcommand, ValueEnum};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::EXIT_USAGE;
-use super::common::{runs_of, with_store};
+use super::common::{keys_of_run, latest, runs_of, with_store};
+use super::output::{Ctx, Progress, Report, table, wl};
 
 /// Exit code of `fixtures check` when nothing failed but some fixtures need a tool the CLI
 /// does not have.
@@ -55,7 +57,7 @@ enum FixturesCommand {
     },
     /// Load a fixture's stored state into the store (`--store`, default rocksdb) without
     /// resuming it, for inspection with `runs`, `show`, `timeline`, `verify`, `migrate`.
-    /// Prints the thread and run ids.
+    /// Prints what each run now holds (keys by kind, latest record) and the thread id.
     Load {
         /// The thread to load into (default: the fixture's own `thread_id`). Runs of the
         /// fixture already there are deleted first.
@@ -93,11 +95,13 @@ pub fn run(args: Args, store: Option<String>, json: bool) -> ExitCode {
             &paths,
             json,
         ),
-        FixturesCommand::Load { thread, file } => load(
-            store.as_deref().unwrap_or(super::common::DEFAULT_STORE),
-            thread,
-            &file,
-        ),
+        FixturesCommand::Load { thread, file } => {
+            let ctx = Ctx {
+                url: store.unwrap_or_else(|| super::common::DEFAULT_STORE.to_owned()),
+                json,
+            };
+            load(&ctx, thread, &file)
+        }
     }
 }
 
@@ -130,8 +134,22 @@ fn rethread(fixture: &mut Value, to: &str) {
     }
 }
 
-fn load(url: &str, thread: Option<String>, file: &Path) -> ExitCode {
-    with_store("fixtures load", url, |store| async move {
+/// What one loaded run holds, by key family.
+#[derive(Default)]
+struct Loaded {
+    keys: usize,
+    records: usize,
+    effects: usize,
+    transcript: usize,
+    replaced: bool,
+}
+
+/// `fixtures load`: the fixture's runs written into the store (runs of the same ids deleted
+/// first), then a summary of what each run now holds. `--json`: `{"command", "file", "store",
+/// "thread", "keys", "runs": [{"run", "keys", "records", "effect_rows", "transcript_entries",
+/// "replaced", "latest": {"step", "phase", "schema_version"} | null}]}`.
+fn load(ctx: &Ctx, thread: Option<String>, file: &Path) -> ExitCode {
+    ctx.run("fixtures load", |store| async move {
         let mut fixture = read_fixture(file)?;
         if let Some(t) = &thread {
             rethread(&mut fixture, t);
@@ -140,18 +158,69 @@ fn load(url: &str, thread: Option<String>, file: &Path) -> ExitCode {
         let state = fixture["state"]
             .as_object()
             .ok_or_else(|| Error::invalid_input("fixture state is not an object"))?;
-        let mut runs: Vec<&str> = state.keys().filter_map(|k| run_of_key(k)).collect();
-        runs.dedup();
-        for run in runs {
-            store.delete_run(&thread, &RunId::new(run)?).await?;
+        let mut runs: BTreeMap<&str, Loaded> = BTreeMap::new();
+        for key in state.keys() {
+            let Some(run) = run_of_key(key) else { continue };
+            let r = runs.entry(run).or_default();
+            r.keys += 1;
+            match parse_key(key) {
+                Ok(ParsedKey::Checkpoint { .. }) => r.records += 1,
+                Ok(ParsedKey::Effect { .. }) => r.effects += 1,
+                Ok(ParsedKey::Messages { .. }) => r.transcript += 1,
+                _ => {}
+            }
+        }
+        for (run, loaded) in &mut runs {
+            let run = RunId::new(*run)?;
+            loaded.replaced = !keys_of_run(store.as_ref(), &thread, &run).await?.is_empty();
+            store.delete_run(&thread, &run).await?;
         }
         load_state(store.as_ref(), &thread, state).await?;
-        println!(
-            "loaded {} keys into thread {thread}, run {}",
-            state.len(),
-            fixture["run_id"].as_str().unwrap_or("?")
+        let (mut rows, mut docs) = (Vec::new(), Vec::new());
+        for (run, l) in &runs {
+            let latest = latest(store.as_ref(), &thread, &RunId::new(*run)?).await?;
+            rows.push(vec![
+                (*run).to_owned(),
+                l.keys.to_string(),
+                l.records.to_string(),
+                l.effects.to_string(),
+                l.transcript.to_string(),
+                latest.as_ref().map_or("none".to_owned(), |r| {
+                    format!("step {} {} ({})", r.step, r.phase, r.schema_version)
+                }),
+                if l.replaced { "yes" } else { "no" }.to_owned(),
+            ]);
+            docs.push(json!({
+                "run": run, "keys": l.keys, "records": l.records, "effect_rows": l.effects,
+                "transcript_entries": l.transcript, "replaced": l.replaced,
+                "latest": latest.map(|r| json!({"step": r.step, "phase": r.phase,
+                    "schema_version": r.schema_version})),
+            }));
+        }
+        let mut human = table(
+            &[
+                "RUN",
+                "KEYS",
+                "RECORDS",
+                "EFFECT_ROWS",
+                "TRANSCRIPT",
+                "LATEST",
+                "REPLACED",
+            ],
+            &rows,
         );
-        Ok(ExitCode::SUCCESS)
+        wl!(
+            human,
+            "loaded {} keys of {} run(s) into thread {thread}; inspect with `afk runs --thread \
+             {thread}`",
+            state.len(),
+            runs.len(),
+        );
+        let doc = json!({
+            "command": "fixtures load", "file": file.display().to_string(),
+            "store": ctx.store_name(), "thread": thread, "keys": state.len(), "runs": docs,
+        });
+        Ok(Report::ok(doc, human))
     })
 }
 
@@ -280,12 +349,15 @@ fn check(level: Level, url: &str, paths: &[PathBuf], json: bool) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    let progress = Progress::on_terminal(json);
     with_store("fixtures check", url, |store| async move {
         let suffix = unique_suffix();
         let (mut passed, mut failed, mut unchecked) = (0usize, 0usize, 0usize);
         let mut rows = Vec::new();
-        for file in &files {
+        for (i, file) in files.iter().enumerate() {
+            progress.tick("checking fixtures", i + 1, Some(files.len()));
             let verdict = check_one(file, level, &store, &suffix).await;
+            progress.done();
             match &verdict {
                 Verdict::Passed => passed += 1,
                 Verdict::Failed(_) => failed += 1,

@@ -12,8 +12,8 @@
 //! `{"error": {"command", "store", "kind", "message", "key", "retryable", "hint"}}` (see
 //! [`output`]). Errors always name the store (passwords redacted), the key when there is one,
 //! and what to do. `fixtures check --json` prints its verdicts as one document (see
-//! `fixtures`; exit 3 when nothing failed but a fixture needs another tool), `demo --json` its
-//! facts as one document (see `demo`); `fixtures load` prints text only (a summary line).
+//! `fixtures`; exit 3 when nothing failed but a fixture needs another tool), `demo --json` and
+//! `fixtures load --json` their facts as one document (see `demo` and `fixtures`).
 
 mod common;
 mod demo;

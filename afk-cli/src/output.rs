@@ -52,9 +52,7 @@ impl Ctx {
 
     /// Whether to show progress: stdout is a terminal and the output is for humans.
     pub fn progress(&self) -> Progress {
-        Progress {
-            on: !self.json && std::io::stderr().is_terminal() && std::io::stdout().is_terminal(),
-        }
+        Progress::on_terminal(self.json)
     }
 
     /// Open the store, run `body` on a fresh runtime and print its report or its error.
@@ -186,6 +184,13 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Progress that shows only when stdout and stderr are a terminal and `json` is off.
+    pub fn on_terminal(json: bool) -> Self {
+        Progress {
+            on: !json && std::io::stderr().is_terminal() && std::io::stdout().is_terminal(),
+        }
+    }
+
     /// Show `what` (`n` of `total`) on one overwritten line.
     pub fn tick(&self, what: &str, n: usize, total: Option<usize>) {
         if self.on {

@@ -254,3 +254,65 @@ fn the_json_report_names_each_fixture_and_its_result() {
         "{doc:#}"
     );
 }
+
+/// `fixtures load` ends with what each run now holds, counted from the fixture's own state,
+/// and says when it replaced runs already there.
+#[test]
+fn fixtures_load_summarises_what_each_run_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = corpus().join("b-crash-k42-s3-pre_llm.json");
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let state = fixture["state"].as_object().unwrap();
+    let count = |prefix: &str| {
+        state
+            .keys()
+            .filter(|k| k.starts_with(prefix) && !k.ends_with(":latest"))
+            .count()
+    };
+    let url = format!("rocksdb://{}", dir.path().join("db").display());
+    let load = |json: bool| {
+        let mut cmd = afk();
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .args(["--store", &url, "fixtures", "load", "--thread", "fx"])
+            .arg(&file)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{:?}", out);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let first: serde_json::Value = serde_json::from_str(&load(true)).unwrap();
+    assert_eq!(first["thread"], "fx");
+    assert_eq!(first["keys"], state.len());
+    let run = &first["runs"][0];
+    assert_eq!(run["run"], fixture["run_id"]);
+    assert_eq!(run["keys"], state.len());
+    assert_eq!(run["records"], count("checkpoint:"));
+    assert_eq!(run["effect_rows"], count("effect:"));
+    assert_eq!(run["transcript_entries"], count("messages:"));
+    assert_eq!(run["replaced"], false);
+    let latest_key = format!("checkpoint:{}:latest", fixture["run_id"].as_str().unwrap());
+    let pointer = &state[&latest_key];
+    assert_eq!(run["latest"]["step"], pointer["step"], "{run}");
+    assert_eq!(run["latest"]["phase"], pointer["phase"], "{run}");
+    // Again, as text: the same run, now replacing the first load.
+    let text = load(false);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(fixture["run_id"].as_str().unwrap()))
+        .unwrap_or_else(|| panic!("no row for the run:\n{text}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[1], state.len().to_string(), "{row}");
+    assert_eq!(cells.last(), Some(&"yes"), "{row}");
+    assert!(
+        text.contains(&format!(
+            "loaded {} keys of 1 run(s) into thread fx",
+            state.len()
+        )),
+        "{text}"
+    );
+}
