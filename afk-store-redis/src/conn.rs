@@ -51,6 +51,28 @@ fn again_after(err: &RedisError) -> Option<Duration> {
     }
 }
 
+/// The primaries' addresses in a `CLUSTER NODES` answer (`<id> <host>:<port>@<cport> <flags>
+/// …`; failed nodes left out).
+fn primaries(nodes: &str) -> Vec<(String, u16)> {
+    let mut out = Vec::new();
+    for line in nodes.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(addr), Some(flags)) = (f.get(1), f.get(2)) else {
+            continue;
+        };
+        if !flags.split(',').any(|x| x == "master") || flags.contains("fail") {
+            continue;
+        }
+        let hostport = addr.split('@').next().unwrap_or(addr);
+        if let Some((host, port)) = hostport.rsplit_once(':')
+            && let Ok(port) = port.parse()
+        {
+            out.push((host.to_owned(), port));
+        }
+    }
+    out
+}
+
 /// One script invocation: its KEYS and its ARGV.
 pub(crate) type ScriptCall = (Vec<Vec<u8>>, Vec<Vec<u8>>);
 
@@ -167,6 +189,58 @@ impl Client {
         // a cluster node fails here with MOVED, not later).
         let _: Value = client.query(&redis::cmd("PING"), "ping").await?;
         Ok(client)
+    }
+
+    /// Every key matching `pattern` (`SCAN MATCH`, on every primary of a Cluster), as UTF-8
+    /// strings (others are skipped). Reads only; each page is bounded by the deadline.
+    pub(crate) async fn scan_primaries(&self, pattern: &str) -> Result<Vec<String>> {
+        let nodes: Vec<Option<(String, u16)>> = match &self.conn {
+            Conn::Single(_) => vec![None],
+            Conn::Cluster(_) => {
+                let text: String = self
+                    .query(
+                        &redis::cmd("CLUSTER").arg("NODES").clone(),
+                        "list cluster nodes",
+                    )
+                    .await?;
+                primaries(&text).into_iter().map(Some).collect()
+            }
+        };
+        let mut out = Vec::new();
+        for node in nodes {
+            let mut cursor = 0u64;
+            loop {
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let page: (u64, Vec<Vec<u8>>) = match (&self.conn, &node) {
+                    (Conn::Cluster(c), Some((host, port))) => {
+                        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                            host: host.clone(),
+                            port: *port,
+                        });
+                        let mut conn = c.clone();
+                        let v = tokio::time::timeout(self.deadline, conn.route_command(cmd, route))
+                            .await
+                            .map_err(|_| timeout_err("scan a cluster node", self.deadline))?
+                            .map_err(|e| map_err(e, "scan a cluster node"))?;
+                        redis::from_redis_value(v)
+                            .map_err(|e| map_err(e.into(), "scan a cluster node"))?
+                    }
+                    _ => self.query(&cmd, "scan").await?,
+                };
+                out.extend(page.1.into_iter().filter_map(|k| String::from_utf8(k).ok()));
+                cursor = page.0;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(out)
     }
 
     pub(crate) fn is_cluster(&self) -> bool {

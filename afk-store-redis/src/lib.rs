@@ -12,3 +12,4 @@ pub use config::{
     DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT_MS, RedisConfig, SCHEMES,
 };
 pub use store::{MAX_VALUE_SIZE, RedisStore};
+pub use threads::{FORGOTTEN_TTL_MS, IndexRebuild};

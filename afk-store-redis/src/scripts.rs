@@ -68,13 +68,31 @@ if ttl > 0 then touch_run(KEYS[1], kp, ARGV[4], ttl, fresh) end
 return 'ok'
 "#;
 
-/// Claim body. KEYS: index, fence. ARGV: kp, run, ttl_ms.
+/// Claim body. KEYS: index, fence, removal marker, last removal (see `threads.rs`). ARGV: kp,
+/// run, ttl_ms, the thread index's removal counter as the claim's `ZADD` saw it. Returns
+/// `{epoch, add_again}`: `add_again` is 1 when a removal of the thread from the thread index
+/// may have come after that `ZADD`.
 pub(crate) const CLAIM_BODY: &str = r#"
 local e = redis.call('INCR', KEYS[2])
 redis.call('ZADD', KEYS[1], 0, 'run:' .. ARGV[2])
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then touch_run(KEYS[1], ARGV[1], ARGV[2], ttl, {}) end
-return e
+local again = redis.call('EXISTS', KEYS[3])
+local r = redis.call('GET', KEYS[4])
+if r and tonumber(r) > tonumber(ARGV[4]) then again = 1 end
+return {e, again}
+"#;
+
+/// The end of a delete: when the thread holds no key any more, set the marker of a removal from
+/// the thread index (step 1 in `threads.rs`; the marker `{<prefix>:T}#forgetting` sits beside the
+/// index `{<prefix>:T}#index`, in its slot). Returns `{n, empty}`.
+const MARK_IF_EMPTY: &str = r#"
+local empty = 0
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('SET', string.sub(KEYS[1], 1, #KEYS[1] - 6) .. '#forgetting', '1')
+  empty = 1
+end
+return {n, empty}
 "#;
 
 /// List one page. KEYS: index. ARGV: kp, min, max, limit. Returns `{more, last, keys}`:
@@ -98,7 +116,7 @@ end
 return {more, last, out}
 "#;
 
-/// Delete keys. KEYS: index, data keys…. ARGV: kp. Returns how many existed.
+/// Delete keys. KEYS: index, data keys…. ARGV: kp. Returns `{how many existed, empty}`.
 pub(crate) const DELETE: &str = r#"
 local plen = #ARGV[1]
 local n = 0
@@ -106,18 +124,18 @@ for i = 2, #KEYS do
   n = n + redis.call('DEL', KEYS[i])
   redis.call('ZREM', KEYS[1], string.sub(KEYS[i], plen + 1))
 end
-return n
 "#;
 
-/// Delete a run. KEYS: index, fence. ARGV: kp, run. Returns how many keys existed.
+/// Delete a run. KEYS: index, fence. ARGV: kp, run. Returns `{how many keys existed, empty}`.
 pub(crate) const DELETE_RUN_BODY: &str = r#"
 local n = 0
 for _, m in ipairs(run_members(KEYS[1], ARGV[2])) do
   n = n + redis.call('DEL', ARGV[1] .. m)
   redis.call('ZREM', KEYS[1], m)
 end
-return n
 "#;
+
+use crate::threads;
 
 /// A script's full text (helpers + body) and its SHA-1, for `EVALSHA` with an `EVAL` fallback.
 #[derive(Debug)]
@@ -141,6 +159,10 @@ pub(crate) struct Scripts {
     pub(crate) list: Lua,
     pub(crate) delete: Lua,
     pub(crate) delete_run: Lua,
+    pub(crate) index_add: Lua,
+    pub(crate) index_forget: Lua,
+    pub(crate) index_forgotten: Lua,
+    pub(crate) index_mark_empty: Lua,
 }
 
 impl Scripts {
@@ -150,8 +172,12 @@ impl Scripts {
             commit: with(COMMIT_BODY),
             claim: with(CLAIM_BODY),
             list: Lua::new(LIST.to_string()),
-            delete: Lua::new(DELETE.to_string()),
-            delete_run: with(DELETE_RUN_BODY),
+            delete: Lua::new(format!("{DELETE}{MARK_IF_EMPTY}")),
+            delete_run: with(&format!("{DELETE_RUN_BODY}{MARK_IF_EMPTY}")),
+            index_add: Lua::new(threads::ADD.to_string()),
+            index_forget: Lua::new(threads::FORGET.to_string()),
+            index_forgotten: Lua::new(threads::FORGOTTEN.to_string()),
+            index_mark_empty: Lua::new(threads::MARK_EMPTY.to_string()),
         }
     }
 }

@@ -84,6 +84,67 @@ impl RedisStore {
         &self.cfg
     }
 
+    /// Bring the thread index (what [`Store::list_threads`] reads) in line with the data: add
+    /// every thread that holds keys but is missing from it (data written before the index
+    /// existed), remove every member whose thread holds nothing. Walks the whole key space with
+    /// `SCAN` (every primary of a Cluster): a maintenance operation, safe while the store is in
+    /// use (a claim racing a removal keeps its thread listed, see the crate's thread-index
+    /// notes). Returns what it changed.
+    pub async fn rebuild_thread_index(&self) -> Result<crate::threads::IndexRebuild> {
+        crate::threads::rebuild(&self.client, &self.scripts, &self.cfg).await
+    }
+
+    /// The claim script, after the claim's `ZADD` to the thread index saw removal counter
+    /// `seen` (split from `claim` so tests can put a removal between the two).
+    pub(crate) async fn claim_after_remember(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        seen: u64,
+    ) -> Result<Epoch> {
+        let kp = kp(&self.cfg, thread);
+        let keys = [
+            index_key(&self.cfg, thread),
+            phys(&kp, &run_key(run)),
+            crate::threads::marker_key(&self.cfg, thread.as_str()),
+            crate::threads::forgotten_key(&self.cfg, thread.as_str()),
+        ];
+        let args = [
+            kp.into_bytes(),
+            run.as_str().as_bytes().to_vec(),
+            self.ttl_ms(),
+            seen.to_string().into_bytes(),
+        ];
+        match self
+            .client
+            .eval::<(u64, i64)>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
+            .await
+        {
+            Ok((e, again)) => {
+                if again == 1 {
+                    crate::threads::add_again(&self.client, &self.cfg, thread.as_str()).await?;
+                }
+                Ok(Epoch(e))
+            }
+            Err(e) if e.to_string().contains("not an integer") => Err(Error::corrupt_record(
+                run_key(run),
+                "the fence key does not hold an integer epoch",
+            )
+            .with_source(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    #[cfg(test)]
+    pub(crate) fn scripts(&self) -> &Scripts {
+        &self.scripts
+    }
+
     fn ttl_ms(&self) -> Vec<u8> {
         self.cfg
             .ttl_s
@@ -299,7 +360,7 @@ impl Store for RedisStore {
             validate_key(k)?;
             ks.push(phys(&kp, k));
         }
-        let _: i64 = self
+        let (_, empty): (i64, i64) = self
             .client
             .eval(
                 &self.scripts.delete,
@@ -309,6 +370,9 @@ impl Store for RedisStore {
                 "delete",
             )
             .await?;
+        if empty == 1 {
+            crate::threads::forget(&self.client, &self.scripts, &self.cfg, thread.as_str()).await?;
+        }
         Ok(())
     }
 
@@ -316,7 +380,7 @@ impl Store for RedisStore {
         let kp = kp(&self.cfg, thread);
         let keys = [index_key(&self.cfg, thread), phys(&kp, &run_key(run))];
         let args = [kp.into_bytes(), run.as_str().as_bytes().to_vec()];
-        let n: u64 = self
+        let (n, empty): (u64, i64) = self
             .client
             .eval(
                 &self.scripts.delete_run,
@@ -327,31 +391,15 @@ impl Store for RedisStore {
                 "delete_run",
             )
             .await?;
+        if empty == 1 {
+            crate::threads::forget(&self.client, &self.scripts, &self.cfg, thread.as_str()).await?;
+        }
         Ok(n)
     }
 
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
-        crate::threads::remember(&self.client, &self.cfg, thread).await?;
-        let kp = kp(&self.cfg, thread);
-        let keys = [index_key(&self.cfg, thread), phys(&kp, &run_key(run))];
-        let args = [
-            kp.into_bytes(),
-            run.as_str().as_bytes().to_vec(),
-            self.ttl_ms(),
-        ];
-        match self
-            .client
-            .eval::<u64>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
-            .await
-        {
-            Ok(e) => Ok(Epoch(e)),
-            Err(e) if e.to_string().contains("not an integer") => Err(Error::corrupt_record(
-                run_key(run),
-                "the fence key does not hold an integer epoch",
-            )
-            .with_source(e)),
-            Err(e) => Err(e),
-        }
+        let seen = crate::threads::remember(&self.client, &self.scripts, &self.cfg, thread).await?;
+        self.claim_after_remember(thread, run, seen).await
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {
