@@ -16,6 +16,10 @@ pub struct Args {
     /// Show at most this many threads (the newest).
     #[arg(long)]
     limit: Option<usize>,
+    /// Redis only: first rebuild the store's thread index from the data (adds threads written
+    /// before the index existed, drops threads that hold nothing; walks every key with SCAN).
+    #[arg(long)]
+    rebuild_index: bool,
 }
 
 #[derive(Debug, Default, serde::Serialize)]
@@ -31,11 +35,18 @@ struct Row {
 
 /// JSON: `{"store", "threads": [{"thread", "runs", "paused", "uncertain", "failed",
 /// "in_progress", "last_activity_ms"}]}`, newest activity first; threads without runs left
-/// out. Exit 1 when the store cannot list its threads.
+/// out; with `--rebuild-index` also `"index_rebuild": {"added", "removed"}`. Exit 1 when the
+/// store cannot list its threads.
 pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
     let progress = ctx.progress();
     let store_name = ctx.store_name();
+    let url = ctx.url.clone();
     ctx.run("threads", |store| async move {
+        let rebuilt = if args.rebuild_index {
+            Some(rebuild_index(&url).await?)
+        } else {
+            None
+        };
         let threads = list_all_threads(store.as_ref()).await?;
         let mut rows = Vec::new();
         for (i, thread) in threads.iter().enumerate() {
@@ -69,8 +80,11 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
         if let Some(n) = args.limit {
             rows.truncate(n);
         }
-        let human = if rows.is_empty() {
-            format!("no threads in {store_name}\n")
+        let mut human = rebuilt.map_or_else(String::new, |(added, removed)| {
+            format!("thread index rebuilt: {added} thread(s) added, {removed} removed\n")
+        });
+        if rows.is_empty() {
+            human.push_str(&format!("no threads in {store_name}\n"));
         } else {
             let cells: Vec<Vec<String>> = rows
                 .iter()
@@ -86,7 +100,7 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
                     ]
                 })
                 .collect();
-            table(
+            human.push_str(&table(
                 &[
                     "THREAD",
                     "RUNS",
@@ -97,11 +111,37 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
                     "LAST_ACTIVITY",
                 ],
                 &cells,
-            )
-        };
-        Ok(Report::ok(
-            json!({"store": store_name, "threads": rows}),
-            human,
-        ))
+            ));
+        }
+        let mut doc = json!({"store": store_name, "threads": rows});
+        if let Some((added, removed)) = rebuilt {
+            doc["index_rebuild"] = json!({"added": added, "removed": removed});
+        }
+        Ok(Report::ok(doc, human))
     })
+}
+
+/// `--rebuild-index`: (threads added, threads removed). Only Redis keeps a thread index; the
+/// other stores list threads from their data and have nothing to rebuild.
+async fn rebuild_index(url: &str) -> afk_core::Result<(u64, u64)> {
+    let scheme = url
+        .split_once("://")
+        .map_or("", |(s, _)| s)
+        .to_ascii_lowercase();
+    if !scheme.starts_with("redis") {
+        return Err(afk_core::Error::unsupported(format!(
+            "--rebuild-index is for Redis stores; `{scheme}://` lists threads from its data \
+             and keeps no index"
+        )));
+    }
+    #[cfg(feature = "redis")]
+    {
+        let store = afk::backend::RedisStore::open(url).await?;
+        let r = store.rebuild_thread_index().await?;
+        Ok((r.added, r.removed))
+    }
+    #[cfg(not(feature = "redis"))]
+    Err(afk_core::Error::unsupported(
+        "--rebuild-index needs the `redis` feature of afk-cli",
+    ))
 }
