@@ -1,14 +1,17 @@
-//! The write-behind writer merges a run's queued commits: a scripted run of `n` tool steps on a
-//! store with network-like latency makes a few commits per step in async mode, against about
-//! eleven in sync mode, and the result is the same. Counted at the store, per tool step.
+//! The write-behind writer merges a run's queued commits and holds them until the run's barrier:
+//! a scripted run of `n` tool steps on a store with network-like latency makes one commit per
+//! step in async mode, against about eleven in sync mode, and the result is the same; a step
+//! this process began reads no effect journal. Counted at the store, per tool step.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
+
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{Agent, Limits, Outcome, Runner, RunnerConfig};
+use afk_core::runner::{Agent, Limits, LlmClient, LlmRequest, Outcome, Runner, RunnerConfig};
 use afk_core::schema::LlmResponse;
 use afk_core::store::Op;
 use afk_core::{CheckpointConfig, FaultStore, MemoryStore, RunId, Store, ThreadId};
@@ -27,7 +30,8 @@ fn agent() -> Agent {
         })
         .collect();
     script.push(r(json!({"text": "done", "tool_calls": []})));
-    let mut agent = Agent::new("merge", "Add.", "scripted-1", ScriptedLlm::new(script))
+    let llm = Arc::new(Slow(ScriptedLlm::new(script)));
+    let mut agent = Agent::new("merge", "Add.", "scripted-1", llm)
         .with_tool(ScriptedTool::add(InvocationCounter::new()));
     agent.limits = Limits {
         max_steps: STEPS + 5,
@@ -39,9 +43,37 @@ fn agent() -> Agent {
     agent
 }
 
-/// Runs the agent on a store with `latency` per call; returns the final text, the commits the
-/// store applied and the store calls that carried them (`commit` + `commit_batch`).
-async fn run(async_writes: bool) -> (String, u64, u64) {
+/// A model that takes 50 ms to answer: the writer's task runs meanwhile, so what the step
+/// queued before the call is written then unless the writer holds it.
+#[derive(Debug)]
+struct Slow(Arc<ScriptedLlm>);
+
+#[async_trait]
+impl LlmClient for Slow {
+    fn provider(&self) -> String {
+        self.0.provider()
+    }
+    async fn complete(&self, request: LlmRequest) -> afk_core::Result<LlmResponse> {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.0.complete(request).await
+    }
+}
+
+/// What one run cost at the store.
+struct Counts {
+    text: String,
+    /// Commits the store applied.
+    commits: u64,
+    /// Store calls that carried them (`commit` or `commit_batch`).
+    commit_calls: u64,
+    /// Every store call (round trips).
+    trips: u64,
+    /// `get_many` calls (the effect journal).
+    journal_reads: u64,
+}
+
+/// Runs the agent on a store with 1 ms latency per call and counts the store calls.
+async fn run(async_writes: bool) -> Counts {
     let fault = Arc::new(FaultStore::from_arc(
         Arc::new(MemoryStore::new()) as Arc<dyn Store>
     ));
@@ -51,6 +83,8 @@ async fn run(async_writes: bool) -> (String, u64, u64) {
         RunnerConfig {
             checkpoint: CheckpointConfig {
                 async_writes,
+                // Longer than the model's answer: only barriers and the terminal flush write.
+                hold: Duration::from_secs(60),
                 ..CheckpointConfig::default()
             },
             ..RunnerConfig::default()
@@ -69,37 +103,58 @@ async fn run(async_writes: bool) -> (String, u64, u64) {
     let Outcome::Completed(r) = out else {
         panic!("not completed: {out:?}")
     };
-    let calls = if async_writes {
-        fault.calls(Op::CommitBatch)
+    let (commit_calls, inner_commits) = if async_writes {
+        (fault.calls(Op::CommitBatch), fault.calls(Op::Commit))
     } else {
-        fault.calls(Op::Commit)
+        (fault.calls(Op::Commit), 0)
     };
-    (r.final_text, fault.persisted_commits(), calls)
+    Counts {
+        text: r.final_text,
+        commits: fault.persisted_commits(),
+        commit_calls,
+        // A batch's commits are counted once more each as `Commit`: not round trips.
+        trips: fault.total_calls() - inner_commits,
+        journal_reads: fault.calls(Op::GetMany),
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn async_writes_merge_a_steps_commits() {
-    let (text_sync, commits_sync, calls_sync) = run(false).await;
-    let (text_async, commits_async, calls_async) = run(true).await;
-    assert_eq!(text_sync, text_async);
+    let sync = run(false).await;
+    let asy = run(true).await;
+    assert_eq!(sync.text, asy.text);
     let per_step = |n: u64| n as f64 / STEPS as f64;
     eprintln!(
-        "commits per tool step: sync {:.1} ({:.1} calls), async {:.1} ({:.1} calls)",
-        per_step(commits_sync),
-        per_step(calls_sync),
-        per_step(commits_async),
-        per_step(calls_async)
+        "per tool step: sync {:.1} commits, {:.1} round trips; async {:.1} commits, {:.1} round trips",
+        per_step(sync.commits),
+        per_step(sync.trips),
+        per_step(asy.commits),
+        per_step(asy.trips)
     );
     assert!(
-        per_step(commits_sync) >= 8.0,
-        "sync writes every commit: {commits_sync}"
+        per_step(sync.commits) >= 8.0,
+        "sync writes every commit: {}",
+        sync.commits
     );
-    // The design's floor is one wait per tool step (the barrier before the side effect); one
-    // commit may be in flight when a barrier comes, so two store calls per step, plus the
-    // run's first and last.
+    // The design's floor is one wait per tool step (the barrier before the side effect): the
+    // writer holds everything a step queues until then, so one commit per tool step, plus the
+    // closing answer's terminal flush.
+    assert_eq!(
+        asy.commit_calls,
+        STEPS + 1,
+        "async made {} store calls for {STEPS} steps",
+        asy.commit_calls
+    );
+    assert_eq!(
+        asy.commits, asy.commit_calls,
+        "one commit per call: one run"
+    );
+    // Every step of a fresh run is begun by this process: no effect-journal read.
+    assert_eq!((sync.journal_reads, asy.journal_reads), (0, 0));
+    // The claim and the existence check, then one round trip per step.
     assert!(
-        calls_async <= 2 * STEPS + 2,
-        "async made {calls_async} store calls for {STEPS} steps"
+        asy.trips <= STEPS + 3,
+        "async made {} round trips for {STEPS} steps",
+        asy.trips
     );
-    assert_eq!(commits_async, calls_async, "one commit per call: one run");
 }

@@ -193,6 +193,11 @@ impl RunTask {
             resumed,
         });
 
+        if !resumed {
+            self.ckpt.steps_fresh_after(0);
+        } else if self.ckpt.logged() {
+            self.ckpt.steps_fresh_after(self.st.step);
+        }
         let mut reuse_pending = self.st.pending_llm_response.is_some();
         // A snapshot taken at the top of a step whose model turn had not finished: redo that
         // step under the same number (a redone step is the same logical step).
@@ -435,6 +440,12 @@ impl RunTask {
     /// the run resumable (store outages, fencing, uncertain effects, interrupts, any error of a
     /// child run that stopped without a final outcome) write nothing.
     pub async fn on_error(&mut self, e: &Error) {
+        // What the run queued before it stopped is made durable before the handle resolves (the
+        // writer may be holding it, see `CheckpointConfig::hold`); a store that fails or hangs
+        // bounds this by the flush timeout, and its error is already the run's.
+        if let Err(we) = self.ckpt.flush().await {
+            tracing::debug!(error = %we, "could not flush the run's queued commits");
+        }
         let terminal_state = match e.kind() {
             // A child run stopped without a final outcome: resumable once its cause is dealt
             // with, even a `Corrupt` child (see `subagent.rs`).

@@ -39,6 +39,9 @@ pub(crate) struct Checkpointer {
     log_subagents: u64,
     /// Digest of the last entry.
     log_digest: String,
+    /// Steps after this one are begun by this claim, so they hold no effect row this claim
+    /// did not write; `None`: any step may (the default, e.g. a run AFK Python wrote).
+    fresh_after: Option<u64>,
     /// Number of commits made (for tests and metrics).
     pub commits: u64,
 }
@@ -66,8 +69,28 @@ impl Checkpointer {
             log_tools: 0,
             log_subagents: 0,
             log_digest: String::new(),
+            fresh_after: None,
             commits: 0,
         }
+    }
+
+    /// Declare that the steps after `step` are begun by this claim: a fresh run (`step` 0), or
+    /// a v2 run resumed from its newest snapshot at `step`. Sound because of per-run order: an
+    /// effect row of step n is committed after step n's snapshot, so the newest snapshot of a
+    /// v2 run is at or past every step with a row, and a fresh run has none.
+    pub fn steps_fresh_after(&mut self, step: u64) {
+        self.fresh_after = Some(step);
+    }
+
+    /// Whether effect rows of `step` may exist that this claim did not write (then the batch
+    /// reads the journal before running anything).
+    pub fn journal_may_hold(&self, step: u64) -> bool {
+        self.fresh_after.is_none_or(|fresh| step <= fresh)
+    }
+
+    /// Whether the run's snapshots reference the transcript log (a v2 run of this version).
+    pub fn logged(&self) -> bool {
+        self.log_len > 0
     }
 
     /// Continue the log after a restore from a snapshot that referenced `tref`.

@@ -111,16 +111,20 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
         }
     }
 
-    // 2. The effect journal, one round trip.
+    // 2. The effect journal, one round trip; skipped for a step this claim began (it can hold
+    //    no row yet, see `Checkpointer::steps_fresh_after`).
     let effect_keys = ids
         .iter()
         .map(|id| keys::effect_key(&task.ckpt.run, step, id))
         .collect::<Result<Vec<String>>>()?;
-    let rows = task
-        .ckpt
-        .store()
-        .get_many(&task.ckpt.thread, &effect_keys)
-        .await?;
+    let rows = if task.ckpt.journal_may_hold(step) {
+        task.ckpt
+            .store()
+            .get_many(&task.ckpt.thread, &effect_keys)
+            .await?
+    } else {
+        vec![None; effect_keys.len()]
+    };
     let mut hashes = Vec::with_capacity(calls.len());
     // Markers a `did_not_run` settlement puts on the rows of the call's re-execution.
     let mut marks = vec![Extra::new(); calls.len()];

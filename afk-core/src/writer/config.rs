@@ -33,6 +33,13 @@ pub struct CheckpointConfig {
     /// Most commits handed to [`Store::commit_batch`](crate::Store::commit_batch) in one call
     /// (default 64; clamped to at least 1).
     pub max_batch_size: usize,
+    /// How long the background writer may hold a run's commits, merging what the run queues
+    /// meanwhile, before writing them unasked (default 5 ms). A barrier, a flush or a waiting
+    /// [`Ticket`](super::Ticket) writes them at once, so a step costs one commit (its barrier's)
+    /// while a commit nobody waits for is still written within this bound. `Duration::ZERO`
+    /// writes every commit as soon as the run has none in flight; so does
+    /// `coalesce_runtime_state: false`.
+    pub hold: Duration,
 }
 
 impl Default for CheckpointConfig {
@@ -45,6 +52,7 @@ impl Default for CheckpointConfig {
             retry: RetryPolicy::default(),
             shutdown_timeout: Duration::from_secs(30),
             max_batch_size: 64,
+            hold: Duration::from_millis(5),
         }
     }
 }

@@ -3,11 +3,11 @@
 //! The runner hands every checkpoint [`Commit`] to a [`Writer`]. With
 //! [`CheckpointConfig::async_writes`] on (the default) commits go through a bounded queue to one
 //! background tokio task that merges a run's consecutive unwritten commits into one atomic
-//! commit, keeps one commit of each run in flight and sends the next (everything the run queued
-//! meanwhile, merged) as soon as it is acknowledged, batches commits of different runs into one
-//! [`Store::commit_batch`] call, and retries retryable failures; with it off,
-//! [`Writer::submit`] writes inline. A step thus costs about one store round trip, the barrier's,
-//! instead of one per commit. The guarantees are the same in both modes:
+//! commit, holds them until someone waits for them (a barrier, a flush, a ticket) or they are
+//! [`CheckpointConfig::hold`] old, keeps one commit of each run in flight, batches commits of
+//! different runs into one [`Store::commit_batch`] call, and retries retryable failures; with
+//! it off, [`Writer::submit`] writes inline. A step thus costs one store round trip, the
+//! barrier's, instead of one per commit. The guarantees are the same in both modes:
 //!
 //! - **per-run order**: a run's commits reach the store in submission order; merging only joins
 //!   a commit to the run's newest queued one (records unioned, the newer value and the newer
@@ -41,6 +41,8 @@ mod worker;
 
 #[cfg(test)]
 mod claim_tests;
+#[cfg(test)]
+mod hold_tests;
 #[cfg(test)]
 mod merge_tests;
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
@@ -50,6 +50,9 @@ impl WriterStats {
 pub(crate) struct RunState {
     pub(crate) submitted: u64,
     pub(crate) durable: u64,
+    /// The newest sequence number someone waits for (a barrier, a flush, a ticket): the
+    /// background task writes the run's held commits up to it without waiting for more.
+    pub(crate) wanted: u64,
     pub(crate) error: Option<Arc<Error>>,
 }
 
@@ -121,6 +124,9 @@ pub(crate) fn stopped(why: &str) -> Error {
 pub(crate) struct Shared {
     state: Mutex<State>,
     progress: watch::Sender<u64>,
+    /// Wakes the background task when a waiter raises a run's `wanted` (it may be holding
+    /// that run's commits).
+    pub(crate) wake: Notify,
 }
 
 impl Shared {
@@ -128,6 +134,7 @@ impl Shared {
         Shared {
             state: Mutex::new(State::default()),
             progress: watch::channel(0).0,
+            wake: Notify::new(),
         }
     }
 
@@ -141,13 +148,15 @@ impl Shared {
     }
 
     /// Wait until commit `seq` of `key` is durable (`Ok`), its run failed (that error), or the
-    /// background task is gone with it unwritten (`Unavailable`, not retryable).
+    /// background task is gone with it unwritten (`Unavailable`, not retryable). Tells the
+    /// background task that `seq` is wanted, so it stops holding it.
     pub(crate) async fn wait_for(&self, key: &RunKey, seq: u64) -> Result<()> {
         let mut rx = self.progress.subscribe();
         loop {
             {
-                let st = self.lock();
-                let Some(run) = st.runs.get(key) else {
+                let mut guard = self.lock();
+                let st = &mut *guard;
+                let Some(run) = st.runs.get_mut(key) else {
                     return Ok(());
                 };
                 if run.durable >= seq {
@@ -158,6 +167,11 @@ impl Shared {
                 }
                 if let Some(why) = st.dead {
                     return Err(stopped(why));
+                }
+                if run.wanted < seq {
+                    run.wanted = seq;
+                    drop(guard);
+                    self.wake.notify_one();
                 }
             }
             if rx.changed().await.is_err() {

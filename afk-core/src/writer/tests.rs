@@ -146,8 +146,10 @@ async fn batches_hold_at_most_one_commit_per_run() {
 
 #[tokio::test(start_paused = true)]
 async fn max_batch_size_bounds_a_store_call() {
+    // Not held: all five are due at once.
     let config = CheckpointConfig {
         max_batch_size: 2,
+        hold: Duration::ZERO,
         ..Default::default()
     };
     let (fs, w) = writer(config);

@@ -10,10 +10,16 @@
 //!   run's commits applied in order, atomically (every put of both, the newer value for a key
 //!   in both, the newer latest pointer). A crash leaves the run at a prefix of its submitted
 //!   commits, as before, only with coarser steps;
+//! - **holding**: a run's queued entry is handed over only once someone waits for it (a
+//!   barrier, a flush or a ticket raises the run's `wanted`), once its oldest commit is
+//!   [`CheckpointConfig::hold`] old, once a newer entry of the run exists (a merge was refused
+//!   by the limits), or when the queue is full or the writer shuts down. Until then everything
+//!   the run submits merges into it, so the commits between two barriers of a run travel as
+//!   one; the runner waits only at barriers, so holding never delays it;
 //! - **pipelining per run**: at most one commit of a run claim is in a store call at a time;
-//!   the run's next entry (everything it queued meanwhile, merged) is handed over as soon as
-//!   that call answers. Runs do not wait for each other: up to [`MAX_CALLS`] store calls are
-//!   in flight at once, each for runs that have none in flight;
+//!   the run's next entry (everything it queued meanwhile, merged) is handed over once that
+//!   call answers and it is due. Runs do not wait for each other: up to [`MAX_CALLS`] store
+//!   calls are in flight at once, each for runs that have none in flight;
 //! - **batching**: the entries handed over together, at most one per run claim and at most
 //!   `max_batch_size`, go to one `commit_batch` call. One per run claim because a batch is not
 //!   atomic as a whole: if a run's first commit failed and its second succeeded, the second
@@ -30,6 +36,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::config::CheckpointConfig;
 use super::state::{AliveGuard, RunKey, Shared};
@@ -63,6 +70,12 @@ pub(crate) enum Msg {
 #[derive(Debug)]
 struct Queued {
     entry: Entry,
+    /// Sequence number of the oldest commit merged into it.
+    first: u64,
+    /// When its oldest commit was accepted (`None` when the writer does not hold).
+    since: Option<Instant>,
+    /// A newer entry of its run exists (a merge into this one was refused): it is due.
+    sealed: bool,
     index: Option<HashMap<String, usize>>,
 }
 
@@ -127,6 +140,11 @@ impl Worker {
             finished: false,
         };
         let mut open = true;
+        let shared = self.shared.clone();
+        // One timer for the earliest held entry, re-armed only when that changes.
+        let timer = tokio::time::sleep(std::time::Duration::ZERO);
+        tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
         loop {
             // Take everything already submitted before handing anything over, so it merges.
             while open && self.queue.len() < self.config.queue_maxsize {
@@ -136,17 +154,28 @@ impl Worker {
                     Err(mpsc::error::TryRecvError::Disconnected) => open = false,
                 }
             }
-            self.launch();
-            if self.queue.is_empty() && self.calls.is_empty() && (self.closing || !open) {
+            if !open {
+                self.closing = true;
+            }
+            let due = self.launch();
+            if self.queue.is_empty() && self.calls.is_empty() && self.closing {
                 break;
             }
-            let room = open && !self.closing && self.queue.len() < self.config.queue_maxsize;
+            if due != armed {
+                if let Some(at) = due {
+                    timer.as_mut().reset(at);
+                }
+                armed = due;
+            }
+            let room = !self.closing && self.queue.len() < self.config.queue_maxsize;
             tokio::select! {
                 Some(done) = self.calls.next(), if !self.calls.is_empty() => self.finish(done),
                 msg = rx.recv(), if room => match msg {
                     Some(msg) => self.accept(msg),
                     None => open = false,
                 },
+                () = shared.wake.notified() => {}
+                () = &mut timer, if armed.is_some() => armed = None,
             }
         }
         guard.finished = true;
@@ -179,33 +208,72 @@ impl Worker {
                     st.stats.coalesced += 1;
                     return;
                 }
-                Some(refused) => entry = refused,
+                Some(refused) => {
+                    last.sealed = true;
+                    entry = refused;
+                }
             }
         }
         drop(st);
-        self.queue.push_back(Queued { entry, index: None });
+        let since = self.holds().then(Instant::now);
+        self.queue.push_back(Queued {
+            first: entry.seq,
+            entry,
+            since,
+            sealed: false,
+            index: None,
+        });
     }
 
-    /// Hand the queued entries of runs with no commit in flight to the store, up to
-    /// [`MAX_CALLS`] calls.
-    fn launch(&mut self) {
+    /// Whether entries are held (there is nothing to merge into a held entry with merging off).
+    fn holds(&self) -> bool {
+        self.config.coalesce_runtime_state && !self.config.hold.is_zero()
+    }
+
+    /// Hand the due entries of runs with no commit in flight to the store, up to
+    /// [`MAX_CALLS`] calls. Returns when the earliest entry still held falls due, if any.
+    fn launch(&mut self) -> Option<Instant> {
+        if self.queue.is_empty() {
+            return None;
+        }
+        let hold = self.config.hold;
+        let now = self.holds().then(Instant::now);
+        let full = self.closing || self.queue.len() >= self.config.queue_maxsize;
+        let mut held_until: Option<Instant> = None;
         while self.calls.len() < MAX_CALLS {
             let max = self.config.max_batch_size;
             let mut picked: Vec<(RunKey, u64)> = Vec::new();
             let mut commits: Vec<Commit> = Vec::new();
             let mut rest = VecDeque::with_capacity(self.queue.len());
-            for q in self.queue.drain(..) {
-                if picked.len() < max && !self.busy.contains(&q.entry.key) {
-                    self.busy.insert(q.entry.key.clone());
-                    picked.push((q.entry.key, q.entry.seq));
-                    commits.push(q.entry.commit);
-                } else {
-                    rest.push_back(q);
+            held_until = None;
+            {
+                let st = self.shared.lock();
+                for q in self.queue.drain(..) {
+                    let until = match (q.since, now) {
+                        (Some(since), Some(now)) if !full && !q.sealed => {
+                            let wanted = st.runs.get(&q.entry.key).map_or(0, |r| r.wanted);
+                            (wanted < q.first && since + hold > now).then_some(since + hold)
+                        }
+                        _ => None,
+                    };
+                    let free = !self.busy.contains(&q.entry.key);
+                    if let Some(until) = until {
+                        if free {
+                            held_until = Some(held_until.map_or(until, |h| h.min(until)));
+                        }
+                        rest.push_back(q);
+                    } else if picked.len() < max && free {
+                        self.busy.insert(q.entry.key.clone());
+                        picked.push((q.entry.key, q.entry.seq));
+                        commits.push(q.entry.commit);
+                    } else {
+                        rest.push_back(q);
+                    }
                 }
             }
             self.queue = rest;
             if picked.is_empty() {
-                return;
+                return held_until;
             }
             let store = self.store.clone();
             self.calls.push(Box::pin(async move {
@@ -213,6 +281,7 @@ impl Worker {
                 (picked, results)
             }));
         }
+        held_until
     }
 
     fn finish(&mut self, (picked, results): Done) {

@@ -86,10 +86,12 @@ pub fn section(rows: &[Row]) -> String {
          (a counting wrapper): commits applied and store calls of any kind (claim, reads, \
          commits, batches), per tool step. On Redis a call is one round trip. On S3 a call is \
          several requests (a commit: head GET, object PUTs in parallel, head PUT); *S3 requests* \
-         counts them all. *async* merges a run's queued commits and keeps one in flight; the \
-         design's floor is one wait per tool step (the barrier before the side effect).\n"
+         counts them all. *async* merges a run's queued commits and holds them until the \
+         run's barrier (before each side effect) or the terminal flush asks for them: one \
+         commit per tool step, the design's floor; a step the process began reads no effect \
+         journal.\n"
     );
-    s.push_str("| store | mode | commits/step | store calls/step | S3 requests/step |\n");
+    s.push_str("| store | mode | commits/step | store round trips/step | S3 requests/step |\n");
     s.push_str("|---|---|---:|---:|---:|\n");
     let per = |n: u64| n as f64 / STEPS as f64;
     for r in rows {

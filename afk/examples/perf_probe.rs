@@ -1,0 +1,86 @@
+//! The bench workload once, for profilers and side-by-side scripts (`../shared/peer/`):
+//! `perf_probe run N MODE RUNS [memory|redis]` runs RUNS runs of the scripted N-step agent
+//! (`benches/support`: one tool call per step, instant model and tool) with MODE `async` or
+//! `sync` checkpoint writes, and prints one JSON line: steps/s, and commits and store round
+//! trips per step counted at the store (`PROBE_RAW=1`: no counting wrapper, for profiles).
+//! Redis needs `AFK_TEST_REDIS_URL` and `--features redis`.
+//!
+//! `valgrind --tool=callgrind perf_probe run 10 async 101` minus the same with RUNS 1 gives the
+//! instructions of 100 runs (see BENCHMARKS.md).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a probe: failures should stop it
+
+#[path = "../benches/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use afk::{MemoryStore, RunId, Store};
+use support::counting::CountingStore;
+
+fn usage() -> ! {
+    eprintln!("usage: perf_probe run N async|sync RUNS [memory|redis]");
+    std::process::exit(2)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 4 || args[0] != "run" {
+        usage();
+    }
+    let steps: u64 = args[1].parse().unwrap_or_else(|_| usage());
+    let async_writes = match args[2].as_str() {
+        "async" => true,
+        "sync" => false,
+        _ => usage(),
+    };
+    let runs: u64 = args[3].parse().unwrap_or_else(|_| usage());
+    let backend = args.get(4).map_or("memory", String::as_str).to_owned();
+    let rt = support::runtime();
+    rt.block_on(async move {
+        let store: Arc<dyn Store> = match backend.as_str() {
+            "memory" => Arc::new(MemoryStore::new()),
+            #[cfg(feature = "redis")]
+            "redis" => {
+                let url = support::servers::redis_url().expect("AFK_TEST_REDIS_URL");
+                Arc::new(support::servers::redis_store(&url).await)
+            }
+            _ => usage(),
+        };
+        let counting = Arc::new(CountingStore::new(store.clone()));
+        let raw = std::env::var_os("PROBE_RAW").is_some_and(|v| v == "1");
+        let runner = if raw {
+            support::runner(store, async_writes)
+        } else {
+            support::runner(counting.clone(), async_writes)
+        };
+        let agent = support::agent(steps);
+        let tag = support::servers::unique("probe");
+        let t0 = Instant::now();
+        for i in 0..runs {
+            let run = RunId::new(format!("run_{tag}_{i}")).expect("run id");
+            support::run_to_end(&runner, &agent, run).await;
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        let total = (steps * runs) as f64;
+        let calls = counting.calls() as f64;
+        let commits = counting.totals().0 as f64;
+        if backend != "memory" {
+            let t = support::thread();
+            for i in 0..runs {
+                let run = RunId::new(format!("run_{tag}_{i}")).expect("run id");
+                let _ = counting.delete_run(&t, &run).await;
+            }
+        }
+        println!(
+            "{{\"backend\": \"{backend}\", \"mode\": \"{}\", \"steps\": {steps}, \"runs\": {runs}, \
+             \"seconds\": {secs:.4}, \"steps_per_s\": {:.1}, \"commits_per_step\": {:.2}, \
+             \"round_trips_per_step\": {:.2}}}",
+            args[2],
+            total / secs,
+            commits / total,
+            calls / total,
+        );
+    });
+}
