@@ -10,7 +10,7 @@ pub mod runner;
 pub mod schema;
 pub mod store;
 pub mod verify;
-pub mod writer;
+mod writer;
 
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{RunId, ThreadId};
@@ -18,4 +18,4 @@ pub use store::{
     Capabilities, Commit, Epoch, FaultStore, ListPage, MemoryStore, RandomSource, RetryPolicy,
     RetryStore, Store, ThreadPage,
 };
-pub use writer::{CheckpointConfig, Ticket, Writer, WriterStats};
+pub use writer::CheckpointConfig;
