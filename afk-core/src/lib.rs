@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
-pub mod error;
+mod error;
+#[cfg(feature = "test-kit")]
 pub mod fixture;
 pub mod hash;
 pub mod ids;
@@ -12,10 +13,8 @@ pub mod store;
 pub mod verify;
 mod writer;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{BoxError, Error, ErrorKind, Result};
 pub use ids::{RunId, ThreadId};
-pub use store::{
-    Capabilities, Commit, Epoch, FaultStore, ListPage, MemoryStore, RandomSource, RetryPolicy,
-    RetryStore, Store, ThreadPage,
-};
+pub use store::memory::MemoryStore;
+pub use store::{Capabilities, Commit, Epoch, ListPage, Store};
 pub use writer::CheckpointConfig;

@@ -14,11 +14,13 @@
 mod agent;
 mod clock;
 mod exec;
+#[cfg(feature = "test-kit")]
 pub mod fixture_check;
 mod llm;
 mod operator;
 mod persist;
 mod resume;
+#[cfg(any(test, feature = "test-kit"))]
 pub mod scripted;
 mod settle;
 mod state;
