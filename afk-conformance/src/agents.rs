@@ -409,7 +409,7 @@ pub(crate) struct Durable {
 }
 
 /// What the store under test holds, rebuilt from the commits it accepted (the
-/// [`FaultStore`](afk_core::FaultStore) log of every process), so the properties can be
+/// [`FaultStore`](afk_core::store::FaultStore) log of every process), so the properties can be
 /// checked before each process without reading the whole thread back (on a remote store
 /// that costs a request per key); compared with the store itself at the end of a case.
 #[derive(Debug, Default, Clone)]

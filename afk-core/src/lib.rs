@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
-pub mod error;
+mod error;
+#[cfg(feature = "test-kit")]
 pub mod fixture;
 pub mod hash;
 pub mod ids;
@@ -10,12 +11,10 @@ pub mod runner;
 pub mod schema;
 pub mod store;
 pub mod verify;
-pub mod writer;
+mod writer;
 
-pub use error::{Error, ErrorKind, Result};
+pub use error::{BoxError, Error, ErrorKind, Result};
 pub use ids::{RunId, ThreadId};
-pub use store::{
-    Capabilities, Commit, Epoch, FaultStore, ListPage, MemoryStore, RandomSource, RetryPolicy,
-    RetryStore, Store, ThreadPage,
-};
-pub use writer::{CheckpointConfig, Ticket, Writer, WriterStats};
+pub use store::memory::MemoryStore;
+pub use store::{Capabilities, Commit, Epoch, ListPage, Store};
+pub use writer::CheckpointConfig;

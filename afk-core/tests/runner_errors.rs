@@ -7,8 +7,9 @@ use std::sync::Arc;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, EffectPolicy, Outcome, Runner, RunnerConfig, child_run_id};
 use afk_core::schema::LlmResponse;
+use afk_core::store::FaultStore;
 use afk_core::store::{Op, RetryPolicy};
-use afk_core::{CheckpointConfig, ErrorKind, FaultStore, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{CheckpointConfig, ErrorKind, MemoryStore, RunId, Store, ThreadId};
 use serde_json::{Value, json};
 
 fn r(v: Value) -> LlmResponse {

@@ -15,8 +15,9 @@ use afk_core::runner::{
     Agent, Decision, EffectPolicy, GateDecision, Outcome, Settlement, ToolGate, child_run_id,
 };
 use afk_core::schema::{AgentResult, ToolCall};
+use afk_core::store::FaultStore;
 use afk_core::store::{CrashMode, FaultEvent, Op};
-use afk_core::{ErrorKind, FaultStore, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
 use common::{resp, runner};
 use serde_json::{Value, json};
 

@@ -13,8 +13,9 @@ use async_trait::async_trait;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, Limits, LlmClient, LlmRequest, Outcome, Runner, RunnerConfig};
 use afk_core::schema::LlmResponse;
+use afk_core::store::FaultStore;
 use afk_core::store::Op;
-use afk_core::{CheckpointConfig, FaultStore, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{CheckpointConfig, MemoryStore, RunId, Store, ThreadId};
 use serde_json::json;
 
 const STEPS: u64 = 10;

@@ -3,7 +3,7 @@
 //!
 //! [`MemoryStore`] is always there (it lives in `afk-core`).
 
-pub use afk_core::store::MemoryStore;
+pub use afk_core::MemoryStore;
 
 /// The embedded RocksDB store (feature `rocksdb`, on by default).
 #[cfg(feature = "rocksdb")]

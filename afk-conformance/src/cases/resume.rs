@@ -48,8 +48,9 @@ use std::time::Duration;
 
 use afk_core::normalize::normalize_record;
 use afk_core::runner::Outcome;
+use afk_core::store::FaultStore;
 use afk_core::store::{CrashMode, FaultEvent, Op};
-use afk_core::{ErrorKind, FaultStore, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::Value;

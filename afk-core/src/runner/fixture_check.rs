@@ -22,7 +22,7 @@ use crate::ids::{RunId, ThreadId};
 use crate::schema::AgentResult;
 use crate::store::Store;
 
-pub use crate::fixture::load_state;
+use crate::fixture::load_state;
 
 /// The verdict on one fixture.
 #[derive(Debug, Clone, PartialEq, Eq)]

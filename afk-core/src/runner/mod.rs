@@ -14,14 +14,17 @@
 mod agent;
 mod clock;
 mod exec;
+#[cfg(feature = "test-kit")]
 pub mod fixture_check;
 mod llm;
 mod operator;
 mod persist;
 mod resume;
+#[cfg(any(test, feature = "test-kit"))]
 pub mod scripted;
 mod settle;
 mod state;
+mod stats;
 mod subagent;
 mod tool;
 mod tools;
@@ -36,6 +39,7 @@ pub use clock::{Clock, IdGen, ManualClock, RandomIds, SequentialIds, SystemClock
 pub use llm::{LlmClient, LlmRequest};
 pub use operator::Recorded;
 pub use settle::Settlement;
+pub use stats::RunnerStats;
 pub use subagent::child_run_id;
 pub use tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
 
@@ -224,6 +228,17 @@ impl Runner {
     /// The store this runner writes to.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.shared.store
+    }
+
+    /// Checkpoint statistics of every run of this runner so far (queue depth, commits,
+    /// store writes, retries, the durable watermark), for metrics. All zero before the first
+    /// run starts its writer. See [`RunnerStats`] for what each counter means.
+    pub fn stats(&self) -> RunnerStats {
+        self.shared
+            .writer
+            .get()
+            .map(|w| RunnerStats::from(w.stats()))
+            .unwrap_or_default()
     }
 
     /// Start a fresh run of `agent` in `thread` with the user's `input`, under a new run id.

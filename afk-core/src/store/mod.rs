@@ -21,14 +21,18 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
 
-pub mod fault;
-pub mod memory;
-pub mod retry;
+#[cfg(any(test, feature = "test-kit"))]
+mod fault;
+// `MemoryStore` is named at the crate root only (`afk_core::MemoryStore`).
+pub(crate) mod memory;
+mod retry;
 mod threads;
 mod validate;
 
+#[cfg(any(test, feature = "test-kit"))]
 pub use fault::{CrashMode, FaultEvent, FaultStore, Op};
-pub use memory::MemoryStore;
+#[cfg(test)]
+pub(crate) use memory::MemoryStore;
 pub use retry::{RandomSource, RetryPolicy, RetryStore};
 pub use threads::{ThreadPage, list_all_threads, thread_list_limit, threads_unsupported};
 pub use validate::{validate_commit, validate_list};

@@ -23,6 +23,7 @@
 //!   one of its run succeeded would move the latest pointer backwards); those keep their error.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -133,6 +134,7 @@ impl RetryPolicy {
 pub(crate) async fn with_retry<T, F, Fut>(
     policy: &RetryPolicy,
     rng: &Mutex<RandomSource>,
+    retries: &AtomicU64,
     mut op: F,
 ) -> Result<T>
 where
@@ -150,6 +152,7 @@ where
                     return Err(e);
                 };
                 tracing::debug!(attempt, ?delay, error = %e, "retrying store call");
+                retries.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(delay).await;
                 attempt += 1;
             }
@@ -183,6 +186,7 @@ pub struct RetryStore<S: ?Sized = dyn Store> {
     inner: Arc<S>,
     policy: RetryPolicy,
     rng: Mutex<RandomSource>,
+    retries: AtomicU64,
 }
 
 impl<S: Store> RetryStore<S> {
@@ -199,6 +203,7 @@ impl<S: Store + ?Sized> RetryStore<S> {
             inner,
             policy,
             rng: Mutex::new(rng),
+            retries: AtomicU64::new(0),
         }
     }
 
@@ -210,6 +215,12 @@ impl<S: Store + ?Sized> RetryStore<S> {
     /// The policy in force.
     pub fn policy(&self) -> &RetryPolicy {
         &self.policy
+    }
+
+    /// Retries made so far, over every call (attempts after a call's first; a retried
+    /// [`Store::commit_batch`] counts once per retry round).
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
     }
 }
 
@@ -229,11 +240,14 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
     }
 
     async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
-        with_retry(&self.policy, &self.rng, || self.inner.get(thread, key)).await
+        with_retry(&self.policy, &self.rng, &self.retries, || {
+            self.inner.get(thread, key)
+        })
+        .await
     }
 
     async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
-        with_retry(&self.policy, &self.rng, || {
+        with_retry(&self.policy, &self.rng, &self.retries, || {
             self.inner.get_many(thread, keys)
         })
         .await
@@ -246,18 +260,21 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ListPage> {
-        with_retry(&self.policy, &self.rng, || {
+        with_retry(&self.policy, &self.rng, &self.retries, || {
             self.inner.list(thread, prefix, cursor, limit)
         })
         .await
     }
 
     async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
-        with_retry(&self.policy, &self.rng, || self.inner.delete(thread, keys)).await
+        with_retry(&self.policy, &self.rng, &self.retries, || {
+            self.inner.delete(thread, keys)
+        })
+        .await
     }
 
     async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
-        with_retry(&self.policy, &self.rng, || {
+        with_retry(&self.policy, &self.rng, &self.retries, || {
             self.inner.delete_run(thread, run)
         })
         .await
@@ -268,18 +285,24 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<crate::store::ThreadPage> {
-        with_retry(&self.policy, &self.rng, || {
+        with_retry(&self.policy, &self.rng, &self.retries, || {
             self.inner.list_threads(cursor, limit)
         })
         .await
     }
 
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
-        with_retry(&self.policy, &self.rng, || self.inner.claim(thread, run)).await
+        with_retry(&self.policy, &self.rng, &self.retries, || {
+            self.inner.claim(thread, run)
+        })
+        .await
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {
-        with_retry(&self.policy, &self.rng, || self.inner.commit(commit)).await
+        with_retry(&self.policy, &self.rng, &self.retries, || {
+            self.inner.commit(commit)
+        })
+        .await
     }
 
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
@@ -307,6 +330,7 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
             let Some(delay) = next_delay(&self.policy, &self.rng, attempts, start) else {
                 return results;
             };
+            self.retries.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(delay).await;
             attempts += 1;
             let again: Vec<Commit> = retry.iter().map(|&i| commits[i].clone()).collect();

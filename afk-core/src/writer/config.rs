@@ -4,21 +4,22 @@ use std::time::Duration;
 
 use crate::store::RetryPolicy;
 
-/// Settings of the checkpoint [`Writer`](super::Writer).
+/// Settings of the runner's checkpoint writer (write-behind), in
+/// [`RunnerConfig::checkpoint`](crate::runner::RunnerConfig::checkpoint).
 ///
 /// The first four are AFK's (`checkpoint_async_writes`, `checkpoint_queue_maxsize`,
 /// `checkpoint_flush_timeout_s`, `checkpoint_coalesce_runtime_state`) with AFK's defaults; the
 /// rest are ours. Out-of-range values are clamped as AFK does (see [`CheckpointConfig::clamped`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckpointConfig {
-    /// Queue commits to a background task (`true`, AFK's default) or write each one inline in
-    /// [`Writer::submit`](super::Writer::submit) (`false`, "sync mode").
+    /// Queue commits to a background task (`true`, AFK's default) or write each one inline
+    /// before the run goes on (`false`, "sync mode").
     pub async_writes: bool,
-    /// Most commits waiting in the queue; a full queue makes `submit` wait (backpressure).
+    /// Most commits waiting in the queue; a full queue makes the run wait (backpressure).
     /// Default 1024; clamped to at least 1.
     pub queue_maxsize: usize,
-    /// Bound of the terminal flush (AFK's `checkpoint_flush_timeout_s`, default 10 s). The
-    /// runner passes it to [`Writer::flush`](super::Writer::flush).
+    /// Bound of the terminal flush (AFK's `checkpoint_flush_timeout_s`, default 10 s): the
+    /// run's result is returned once its terminal record is durable, or fails with `Timeout`.
     pub flush_timeout: Duration,
     /// Merge a run's consecutive queued commits that have not been written yet into one atomic
     /// commit (default `true`). AFK's flag merged only snapshots; here every commit merges, as
@@ -27,9 +28,6 @@ pub struct CheckpointConfig {
     /// Retries of failed writes (retryable errors only). Keep its `max_elapsed` below
     /// `flush_timeout` so a failing store fails the run with its own error, not a timeout.
     pub retry: RetryPolicy,
-    /// Bound of [`Writer::shutdown`](super::Writer::shutdown) when the caller has none
-    /// (default 30 s).
-    pub shutdown_timeout: Duration,
     /// Most commits handed to [`Store::commit_batch`](crate::Store::commit_batch) in one call
     /// (default 64; clamped to at least 1).
     pub max_batch_size: usize,
@@ -50,7 +48,6 @@ impl Default for CheckpointConfig {
             flush_timeout: Duration::from_secs(10),
             coalesce_runtime_state: true,
             retry: RetryPolicy::default(),
-            shutdown_timeout: Duration::from_secs(30),
             max_batch_size: 64,
             hold: Duration::from_millis(5),
         }

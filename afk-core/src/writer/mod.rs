@@ -34,6 +34,11 @@
 //! Commits are atomic in the store, and a merged commit is one commit, so aborting the writer at
 //! any point leaves every run at some prefix of its commits: never a pointer to a missing
 //! record.
+//!
+//! Private: the writer is an internal of the [`Runner`](crate::runner::Runner), which builds
+//! its own and exposes its counters as [`RunnerStats`](crate::runner::RunnerStats). The runner
+//! uses `new`, `submit`, `barrier`, `flush` and `stats`; `shutdown`, `abort`, `run_error` and
+//! [`Ticket`] complete the contract above and are exercised by the writer's tests.
 
 mod config;
 mod state;
@@ -58,7 +63,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 pub use config::CheckpointConfig;
-pub use state::{Ticket, WriterStats};
+pub(crate) use state::{Ticket, WriterStats};
 
 use state::{RunKey, Shared, replay, stopped};
 use worker::{Entry, Msg, Worker};
@@ -80,6 +85,7 @@ struct Inner {
     retrying: Arc<RetryStore<dyn Store>>,
     config: CheckpointConfig,
     tx: Option<mpsc::Sender<Msg>>,
+    #[cfg_attr(not(test), allow(dead_code))] // see "Private" in the module docs
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -132,11 +138,7 @@ impl Writer {
         })
     }
 
-    /// The store written to (without the retry wrapper).
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.inner.store
-    }
-
+    #[cfg_attr(not(test), allow(dead_code))] // see "Private" in the module docs
     /// The settings in force (after clamping).
     pub fn config(&self) -> &CheckpointConfig {
         &self.inner.config
@@ -144,9 +146,15 @@ impl Writer {
 
     /// Counters so far.
     pub fn stats(&self) -> WriterStats {
-        self.inner.shared.lock().stats
+        let st = self.inner.shared.lock();
+        WriterStats {
+            durable: st.durable_total(),
+            retries: self.inner.retrying.retries(),
+            ..st.stats
+        }
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // see "Private" in the module docs
     /// The error that failed the run's claim `epoch`, if one did.
     pub fn run_error(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Option<Error> {
         let key = (thread.clone(), run.clone(), epoch);
@@ -292,13 +300,14 @@ impl Writer {
                     .get(&key)
                     .is_some_and(|r| r.error.is_none() && r.durable >= r.submitted)
                 {
-                    st.runs.remove(&key);
+                    st.forget(&key);
                 }
                 Ok(())
             }
         }
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // see "Private" in the module docs
     /// Stop accepting commits, write what is queued, and stop the background task, within
     /// `timeout`. Later `submit`s fail with `Unavailable`. Calling it again is harmless.
     ///
@@ -365,6 +374,7 @@ impl Writer {
         }
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // see "Private" in the module docs
     /// Abort the background task at once, without draining (a crash, or a hard stop). Pending
     /// and later calls get `Unavailable`. No effect in sync mode.
     pub fn abort(&self) {

@@ -20,10 +20,10 @@ use crate::store::Epoch;
 /// attempt left queued (which fail `Fenced` after the new claim) never touch the new attempt.
 pub(crate) type RunKey = (ThreadId, RunId, Epoch);
 
-/// Counters of a [`Writer`](super::Writer), for tests and metrics.
+/// Counters of a [`Writer`](super::Writer), for tests and metrics (the public view is
+/// [`RunnerStats`](crate::runner::RunnerStats)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WriterStats {
+pub(crate) struct WriterStats {
     /// Commits accepted by `submit`.
     pub submitted: u64,
     /// Commits handed to the store and acknowledged (a merged commit counts once).
@@ -36,6 +36,12 @@ pub struct WriterStats {
     pub batches: u64,
     /// Most commits handed to the store in one call.
     pub max_batch_len: u64,
+    /// Accepted commits known durable (written, or merged into a written commit); filled in
+    /// by [`Writer::stats`](super::Writer::stats).
+    pub durable: u64,
+    /// Store calls retried by the retry policy; filled in by
+    /// [`Writer::stats`](super::Writer::stats).
+    pub retries: u64,
 }
 
 impl WriterStats {
@@ -65,6 +71,8 @@ pub(crate) struct State {
     pub(crate) dead: Option<&'static str>,
     pub(crate) stats: WriterStats,
     pub(crate) first_failure: Option<Arc<Error>>,
+    /// Durable commits of claims whose state was forgotten (see [`State::durable_total`]).
+    pub(crate) retired_durable: u64,
 }
 
 impl State {
@@ -83,12 +91,32 @@ impl State {
     /// (called when a newer claim submits its first commit). A claim with commits still
     /// unresolved is kept, so its waiters still learn how they end.
     pub(crate) fn forget_older_claims(&mut self, key: &RunKey) {
+        let mut retired = 0;
         self.runs.retain(|k, r| {
-            !(k.0 == key.0
+            let forget = k.0 == key.0
                 && k.1 == key.1
                 && k.2 < key.2
-                && (r.error.is_some() || r.durable >= r.submitted))
+                && (r.error.is_some() || r.durable >= r.submitted);
+            if forget {
+                retired += r.durable;
+            }
+            !forget
         });
+        self.retired_durable += retired;
+    }
+
+    /// Forget the state of claim `key` (its commits are all durable).
+    pub(crate) fn forget(&mut self, key: &RunKey) {
+        if let Some(r) = self.runs.remove(key) {
+            self.retired_durable += r.durable;
+        }
+    }
+
+    /// Accepted commits known durable, over every claim this writer has seen: per-run order
+    /// makes each claim's `durable` a watermark (every commit at or below it is written), so
+    /// the sum counts exactly the durable commits.
+    pub(crate) fn durable_total(&self) -> u64 {
+        self.retired_durable + self.runs.values().map(|r| r.durable).sum::<u64>()
     }
 
     /// Record that `key` failed with `error`: every later call for the run returns it.
@@ -203,22 +231,19 @@ impl Drop for AliveGuard {
 
 /// Proof that a commit was accepted; [`Ticket::wait`] awaits its durability.
 #[derive(Debug, Clone)]
+#[cfg_attr(not(test), allow(dead_code))] // see "Private" in the module docs
 pub struct Ticket {
     pub(crate) shared: Arc<Shared>,
     pub(crate) key: RunKey,
     pub(crate) seq: u64,
 }
 
+#[cfg_attr(not(test), allow(dead_code))]
 impl Ticket {
     /// Returns once this commit (and, per-run order, every earlier one of its run) is durable,
     /// or the error that failed its run, or `Unavailable` if the writer stopped before writing
     /// it. Never hangs on a dead writer.
     pub async fn wait(&self) -> Result<()> {
         self.shared.wait_for(&self.key, self.seq).await
-    }
-
-    /// The commit's sequence number within its run (1, 2, …, in submission order).
-    pub fn seq(&self) -> u64 {
-        self.seq
     }
 }

@@ -63,6 +63,7 @@ pub(crate) struct Entry {
 pub(crate) enum Msg {
     Commit(Entry),
     /// Drain what is queued, then stop.
+    #[cfg_attr(not(test), allow(dead_code))] // Writer::shutdown
     Shutdown,
 }
 
