@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use afk_core::store::{Store, latest_key};
+use afk_core::store::{Store, StoreExt, latest_key};
 use afk_core::{Epoch, ErrorKind, RunId, ThreadId};
 use afk_store_redis::{RedisConfig, RedisStore};
 use common::*;
@@ -195,30 +195,19 @@ async fn server_restart_mid_stream_fails_fast_then_recovers_without_half_writes(
         Some(b"record" as &[u8]),
         "{rec}"
     );
-    let mut cursor = None;
-    loop {
-        let page = s
-            .list(&t, "checkpoint:", cursor.as_deref(), 100)
-            .await
-            .unwrap();
-        for k in &page.keys {
-            let Some(step) = k
-                .strip_suffix(":post_tool")
-                .and_then(|x| x.rsplit(':').next())
-            else {
-                continue;
-            };
-            let step: u32 = step.parse().expect("step number");
-            let msg = format!("messages:{r}:{step:020}");
-            assert!(
-                s.get(&t, &msg).await.unwrap().is_some(),
-                "{k} without {msg}"
-            );
-        }
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
-        }
+    for k in &s.list_all(&t, "checkpoint:").await.unwrap() {
+        let Some(step) = k
+            .strip_suffix(":post_tool")
+            .and_then(|x| x.rsplit(':').next())
+        else {
+            continue;
+        };
+        let step: u32 = step.parse().expect("step number");
+        let msg = format!("messages:{r}:{step:020}");
+        assert!(
+            s.get(&t, &msg).await.unwrap().is_some(),
+            "{k} without {msg}"
+        );
     }
 }
 

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use afk_core::store::StoreExt;
 use afk_core::{Commit, ErrorKind, RunId, Store, ThreadId};
 use afk_store_rocksdb::RocksDbStore;
 
@@ -210,19 +211,7 @@ fn parent() {
             );
             // Every record on disk is whole, and none lies beyond the pointer.
             let prefix = format!("checkpoint:{run}:");
-            let mut keys = Vec::new();
-            let mut cursor: Option<String> = None;
-            loop {
-                let page = store
-                    .list(&th, &prefix, cursor.as_deref(), 1000)
-                    .await
-                    .expect("list");
-                keys.extend(page.keys);
-                cursor = page.next_cursor;
-                if cursor.is_none() {
-                    break;
-                }
-            }
+            let keys = store.list_all(&th, &prefix).await.expect("list");
             let mut records = 0;
             for key in keys.iter().filter(|k| !k.ends_with(":latest")) {
                 let step: u64 = key

@@ -21,16 +21,18 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
 
+mod ext;
 pub mod fault;
 pub mod memory;
 pub mod retry;
 mod threads;
 mod validate;
 
+pub use ext::StoreExt;
 pub use fault::{CrashMode, FaultEvent, FaultStore, Op};
 pub use memory::MemoryStore;
 pub use retry::{RandomSource, RetryPolicy, RetryStore};
-pub use threads::{ThreadPage, list_all_threads, thread_list_limit, threads_unsupported};
+pub use threads::{ThreadPage, thread_list_limit, threads_unsupported};
 pub use validate::{validate_commit, validate_list};
 
 /// A fencing epoch. Epoch 0 means "never claimed"; [`Store::claim`] returns 1, 2, ….

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use afk_core::runner::Outcome;
 use afk_core::runner::scripted::InvocationCounter;
 use afk_core::schema::AgentResult;
+use afk_core::store::StoreExt;
 use afk_core::store::{CrashMode, FaultEvent};
 use afk_core::{Commit, FaultStore, MemoryStore, Result, RunId, Store, ThreadId};
 
-use super::common::{runs_of, with_store};
+use super::common::with_store;
 use report::{Process, drain};
 use script::{RUN, THREAD, rig, runner};
 
@@ -141,7 +142,7 @@ async fn demo(store: Arc<dyn Store>, crash_after: Option<u64>) -> Result<ExitCod
         base.llm_calls,
         base.tools.total()
     );
-    for old in runs_of(store.as_ref(), &thread).await? {
+    for old in store.list_runs(&thread).await? {
         store.delete_run(&thread, &old).await?;
     }
     println!("thread {thread}, run {run} (wiped first, so the demo can be rerun)");
