@@ -274,7 +274,7 @@ async fn passwords_never_appear_and_bad_credentials_are_invalid_config() {
     let secret = "s3cr3t-Pass-word";
     let server = OwnServer::start(&["--requirepass", secret]);
     let wrong = "wr0ng-Pass-word";
-    let bad = RedisStore::open(&format!(
+    let bad = RedisStore::from_url(&format!(
         "redis://:{wrong}@127.0.0.1:{}/0?connect_timeout_ms=300",
         server.port
     ))
@@ -288,14 +288,14 @@ async fn passwords_never_appear_and_bad_credentials_are_invalid_config() {
         "the redacted URL names the server: {shown}"
     );
 
-    let none = RedisStore::open(&format!(
+    let none = RedisStore::from_url(&format!(
         "redis://127.0.0.1:{}?connect_timeout_ms=300",
         server.port
     ))
     .await;
     assert_eq!(none.unwrap_err().kind(), ErrorKind::InvalidConfig);
 
-    let s = RedisStore::open(&format!(
+    let s = RedisStore::from_url(&format!(
         "redis://default:{secret}@127.0.0.1:{}",
         server.port
     ))
@@ -320,7 +320,7 @@ async fn no_server_is_unavailable_quickly() {
     }
     let port = free_port();
     let start = Instant::now();
-    let err = RedisStore::open(&format!(
+    let err = RedisStore::from_url(&format!(
         "redis://127.0.0.1:{port}?connect_timeout_ms=200&response_timeout_ms=200"
     ))
     .await
