@@ -7,7 +7,8 @@ use std::sync::Arc;
 use afk_core::keys::messages_key;
 use afk_core::normalize::normalize_transcript_entry;
 use afk_core::schema::{RuntimeSnapshot, StepRecords, reassemble};
-pub use afk_core::verify::{latest_record as latest, list_all, newest_snapshot, runs_of};
+use afk_core::store::StoreExt;
+pub use afk_core::verify::{latest_record as latest, newest_snapshot};
 use afk_core::{Error, Result, RunId, Store, ThreadId};
 
 /// The store used when neither `--store` nor a command default says otherwise.
@@ -57,7 +58,7 @@ pub async fn open(cmd: &str, url: &str) -> Result<Arc<dyn Store>> {
 pub async fn keys_of_run(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for prefix in afk_core::keys::run_prefixes(run) {
-        out.extend(list_all(store, thread, &prefix).await?);
+        out.extend(store.list_all(thread, &prefix).await?);
     }
     let fence = afk_core::store::run_key(run);
     if store.get(thread, &fence).await?.is_some() {

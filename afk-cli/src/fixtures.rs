@@ -9,13 +9,14 @@ use afk_core::fixture::load_state;
 use afk_core::fixture::{FixtureFile, check_file_normalize};
 use afk_core::keys::{ParsedKey, parse_key};
 use afk_core::runner::fixture_check::{check_fixture, scripted_tools};
+use afk_core::store::StoreExt;
 use afk_core::store::run_of_key;
 use afk_core::{Error, RunId, Store, ThreadId};
 use clap::{Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
 use super::EXIT_USAGE;
-use super::common::{keys_of_run, latest, runs_of, with_store};
+use super::common::{keys_of_run, latest, with_store};
 use super::output::{Ctx, Progress, Report, table, wl};
 
 /// Exit code of `fixtures check` when nothing failed but some fixtures need a tool the CLI
@@ -293,7 +294,7 @@ async fn check_file(
     let verdict = check_fixture(&value, store.clone(), &scripted_tools()).await;
     // Leave nothing behind in a shared store.
     if let Ok(t) = ThreadId::new(&thread)
-        && let Ok(runs) = runs_of(store.as_ref(), &t).await
+        && let Ok(runs) = store.list_runs(&t).await
     {
         for run in runs {
             let _ = store.delete_run(&t, &run).await;

@@ -21,10 +21,11 @@ use afk_core::schema::{
     CheckpointRecord, Message, PhasePayload, SCHEMA_VERSION_V1, StepRecords, TranscriptEntry,
     TranscriptRef,
 };
+use afk_core::store::StoreExt;
 use afk_core::store::latest_key;
 use afk_core::{Commit, Error, Result, RunId, Store, ThreadId};
 
-use super::common::{ids, list_all, runs_of};
+use super::common::ids;
 use super::output::{Ctx, Report, wl};
 
 /// `afk migrate`
@@ -49,7 +50,7 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
         let (thread, run) = ids(&args.thread, args.run.as_deref())?;
         let runs = match run {
             Some(r) => vec![r],
-            None => runs_of(store.as_ref(), &thread).await?,
+            None => store.list_runs(&thread).await?,
         };
         let mut failed = 0;
         let mut o = String::new();
@@ -152,7 +153,7 @@ pub async fn migrate_run(
     let lk = latest_key(run);
     let mut v1: Vec<(String, CheckpointRecord)> = Vec::new();
     let mut has_v2_log = false;
-    for key in list_all(store, thread, &checkpoint_prefix(run)).await? {
+    for key in store.list_all(thread, &checkpoint_prefix(run)).await? {
         let Some(bytes) = store.get(thread, &key).await? else {
             continue;
         };
@@ -167,7 +168,7 @@ pub async fn migrate_run(
         return Ok(format!("{run}: no v1 records, nothing to do"));
     }
     let mut log = Vec::new();
-    for key in list_all(store, thread, &messages_prefix(run)).await? {
+    for key in store.list_all(thread, &messages_prefix(run)).await? {
         if let Some(bytes) = store.get(thread, &key).await? {
             log.push(normalize_transcript_entry(&bytes, &key)?);
         }

@@ -11,10 +11,11 @@
 
 use std::process::ExitCode;
 
+use afk_core::store::StoreExt;
 use afk_core::{Error, RunId};
 use serde_json::json;
 
-use super::common::{ids, keys_of_run, runs_of};
+use super::common::{ids, keys_of_run};
 use super::output::{Ctx, Report, wl};
 use super::status::{RunStatus, run_status};
 
@@ -68,7 +69,7 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
         } else {
             let keep = args.keep_last.unwrap_or(usize::MAX);
             let mut all = Vec::new();
-            for run in runs_of(store.as_ref(), &thread).await? {
+            for run in store.list_runs(&thread).await? {
                 all.push(run_status(store.as_ref(), &thread, &run).await?);
             }
             // Newest first; ties by run id so the choice is stable.

@@ -8,8 +8,9 @@
 use std::process::ExitCode;
 
 use afk_core::schema::{CheckpointRecord, PhasePayload};
+use afk_core::store::StoreExt;
 
-use super::common::{ids, runs_of};
+use super::common::ids;
 use super::output::{Ctx, Report, table, utc};
 use super::status::{call_of, run_status};
 
@@ -42,7 +43,7 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
     ctx.run("runs", |store| async move {
         let (thread, _) = ids(&args.thread, None)?;
         let mut all = Vec::new();
-        for run in runs_of(store.as_ref(), &thread).await? {
+        for run in store.list_runs(&thread).await? {
             all.push(run_status(store.as_ref(), &thread, &run).await?);
         }
         let human = if all.is_empty() {

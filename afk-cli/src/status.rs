@@ -12,10 +12,11 @@
 use afk_core::keys::effect_prefix;
 use afk_core::normalize::normalize_effect_row;
 use afk_core::schema::{EffectStatus, PhasePayload};
+use afk_core::store::StoreExt;
 use afk_core::{Result, RunId, Store, ThreadId};
 use serde::Serialize;
 
-use super::common::{latest, list_all};
+use super::common::latest;
 
 /// One run's state.
 #[derive(Debug, Clone, Serialize)]
@@ -92,7 +93,7 @@ pub async fn run_status(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Re
         st.state = s;
         return Ok(st);
     }
-    let keys = list_all(store, thread, &effect_prefix(run)).await?;
+    let keys = store.list_all(thread, &effect_prefix(run)).await?;
     for (key, v) in keys.iter().zip(store.get_many(thread, &keys).await?) {
         let Some(bytes) = v else { continue };
         if let Ok(row) = normalize_effect_row(&bytes, key)

@@ -3,10 +3,9 @@
 
 use std::process::ExitCode;
 
-use afk_core::store::list_all_threads;
+use afk_core::store::StoreExt;
 use serde_json::json;
 
-use super::common::runs_of;
 use super::output::{Ctx, Report, table, utc};
 use super::status::run_status;
 
@@ -47,7 +46,7 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
         } else {
             None
         };
-        let threads = list_all_threads(store.as_ref()).await?;
+        let threads = store.list_all_threads().await?;
         let mut rows = Vec::new();
         for (i, thread) in threads.iter().enumerate() {
             progress.tick("reading threads", i, Some(threads.len()));
@@ -55,7 +54,7 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
                 thread: thread.to_string(),
                 ..Row::default()
             };
-            for run in runs_of(store.as_ref(), thread).await? {
+            for run in store.list_runs(thread).await? {
                 let st = run_status(store.as_ref(), thread, &run).await?;
                 row.runs += 1;
                 match st.state.as_str() {

@@ -19,12 +19,13 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
+use afk_core::store::StoreExt;
 use afk_core::store::latest_key;
 use afk_core::verify::verify_run;
 use afk_core::{Commit, Error, Result, RunId, Store, ThreadId};
 use serde_json::{Value, json};
 
-use super::common::{ids, keys_of_run, runs_of};
+use super::common::{ids, keys_of_run};
 use super::output::{Ctx, Report, wl};
 
 /// `afk export`
@@ -71,7 +72,7 @@ pub fn export(args: ExportArgs, ctx: &Ctx) -> ExitCode {
         let (thread, run) = ids(&args.thread, args.run.as_deref())?;
         let runs = match run {
             Some(r) => vec![r],
-            None => runs_of(store.as_ref(), &thread).await?,
+            None => store.list_runs(&thread).await?,
         };
         let mut lines = Vec::new();
         let header = json!({"type": "header", "format": "afk-export", "version": 1,

@@ -11,12 +11,12 @@
 
 use std::process::ExitCode;
 
-use afk_core::store::list_all_threads;
+use afk_core::store::StoreExt;
 use afk_core::verify::{NoteKind, verify_run};
 use afk_core::{Error, ThreadId};
 use serde_json::json;
 
-use super::common::{ids, runs_of};
+use super::common::ids;
 use super::output::{Ctx, Report, wl};
 
 /// `afk verify`
@@ -45,13 +45,13 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
                 let (thread, run) = ids(t, args.run.as_deref())?;
                 let runs = match run {
                     Some(r) => vec![r],
-                    None => runs_of(store.as_ref(), &thread).await?,
+                    None => store.list_runs(&thread).await?,
                 };
                 targets.extend(runs.into_iter().map(|r| (thread.clone(), r)));
             }
             None if args.all => {
-                for thread in list_all_threads(store.as_ref()).await? {
-                    for r in runs_of(store.as_ref(), &thread).await? {
+                for thread in store.list_all_threads().await? {
+                    for r in store.list_runs(&thread).await? {
                         targets.push((thread.clone(), r));
                     }
                 }

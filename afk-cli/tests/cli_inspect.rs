@@ -5,7 +5,7 @@
 
 mod common;
 
-use afk::backend::RocksDbStore;
+use afk::backend::{RocksDbConfig, RocksDbStore};
 use afk::{Commit, RunId, Store, ThreadId};
 use common::{afk_in, corpus, line, numbers, rocks};
 
@@ -24,7 +24,7 @@ fn demo_state(dir: &std::path::Path, crash_after: &str) -> String {
 
 fn with_db<T>(dir: &std::path::Path, f: impl AsyncFnOnce(&RocksDbStore) -> T) -> T {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let db = RocksDbStore::open(dir.join("db")).unwrap();
+    let db = RocksDbStore::open(RocksDbConfig::new(dir.join("db"))).unwrap();
     rt.block_on(f(&db))
 }
 

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use afk::backend::RocksDbStore;
+use afk::backend::{RocksDbConfig, RocksDbStore};
 use afk::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk::runner::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
 use afk::{RunId, Store, ThreadId};
@@ -42,7 +42,7 @@ fn load(dir: &Path, db: &str, thread: &str, name: &str) {
 fn resume(db: &Path, f: &Value) -> Value {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let store: Arc<dyn Store> = Arc::new(RocksDbStore::open(db).unwrap());
+        let store: Arc<dyn Store> = Arc::new(RocksDbStore::open(RocksDbConfig::new(db)).unwrap());
         let llm = ScriptedLlm::from_fixture_responses(&f["script"]["responses"]).unwrap();
         let counter = InvocationCounter::new();
         let agent = Agent::new("calculator", "", "unknown", llm.clone())

@@ -73,6 +73,7 @@ impl<S> BrokenStore<S> {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl<S: Store> Store for BrokenStore<S> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
@@ -199,5 +200,10 @@ impl<S: Store> Store for BrokenStore<S> {
                 self.inner.commit(commit).await
             }
         }
+    }
+
+    /// Each commit through the breakage of [`BrokenStore::commit`].
+    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        afk_core::store::commit_each(self, commits).await
     }
 }

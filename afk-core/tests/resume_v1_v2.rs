@@ -16,7 +16,7 @@ use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
 use afk_core::schema::Phase;
 use afk_core::schema::migrate::v1_to_v2;
-use afk_core::store::{Capabilities, Commit, Epoch, ListPage};
+use afk_core::store::{Capabilities, Commit, Epoch, ListPage, ThreadPage};
 use afk_core::{Error, MemoryStore, Result, RunId, Store, ThreadId};
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
@@ -150,6 +150,7 @@ struct SmallCommits {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Store for SmallCommits {
     fn capabilities(&self) -> Capabilities {
         let mut c = self.inner.capabilities();
@@ -159,8 +160,18 @@ impl Store for SmallCommits {
     async fn get(&self, t: &ThreadId, k: &str) -> Result<Option<Vec<u8>>> {
         self.inner.get(t, k).await
     }
+    async fn get_many(&self, t: &ThreadId, k: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.inner.get_many(t, k).await
+    }
     async fn list(&self, t: &ThreadId, p: &str, c: Option<&str>, l: usize) -> Result<ListPage> {
         self.inner.list(t, p, c, l).await
+    }
+    async fn list_threads(&self, c: Option<&str>, l: usize) -> Result<ThreadPage> {
+        self.inner.list_threads(c, l).await
+    }
+    /// Each commit through the limit of [`SmallCommits::commit`].
+    async fn commit_batch(&self, c: &[Commit]) -> Vec<Result<()>> {
+        afk_core::store::commit_each(self, c).await
     }
     async fn delete(&self, t: &ThreadId, k: &[String]) -> Result<()> {
         self.inner.delete(t, k).await

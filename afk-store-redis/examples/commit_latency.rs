@@ -22,7 +22,7 @@ async fn main() -> afk_core::Result<()> {
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(2000);
     let mut cfg = RedisConfig::from_url(&url)?;
     cfg.prefix = format!("bench{}", std::process::id());
-    let s = RedisStore::connect(cfg).await?;
+    let s = RedisStore::open(cfg).await?;
     let t = ThreadId::new("bench_thread")?;
     let r = RunId::new("run_bench")?;
     let e = s.claim(&t, &r).await?;

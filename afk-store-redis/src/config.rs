@@ -39,12 +39,17 @@ const DEFAULT_PORT: u16 = 6379;
 /// webpki roots), `tls_cert` and `tls_key` (PEM client certificate chain and private key for
 /// mutual TLS; both or neither). Option values are percent-decoded (`%2F`, and `+` is a
 /// space). Unknown options are rejected, so a typo does not silently do nothing. The TLS files
-/// are read when connecting ([`crate::RedisStore::connect`]), not when parsing.
+/// are read when connecting ([`crate::RedisStore::open`]), not when parsing.
 ///
 /// `Debug` and [`RedisConfig::redacted_url`] never show the password; `Serialize` does (it is
 /// the configuration itself).
+///
+/// Built with [`RedisConfig::default`] (`localhost:6379`), [`RedisConfig::single`] or
+/// [`RedisConfig::from_url`], then adjusted field by field; the struct is
+/// `#[non_exhaustive]`, so a new option is not a breaking change.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RedisConfig {
     /// Seed nodes as `(host, port)`. Exactly one unless `cluster`.
     pub nodes: Vec<(String, u16)>,
@@ -98,6 +103,13 @@ fn default_connect_timeout_ms() -> u64 {
 }
 fn default_response_timeout_ms() -> u64 {
     DEFAULT_RESPONSE_TIMEOUT_MS
+}
+
+impl Default for RedisConfig {
+    /// A single node at `localhost:6379`, every option at its default (what `redis://` means).
+    fn default() -> Self {
+        RedisConfig::single("localhost", DEFAULT_PORT)
+    }
 }
 
 impl RedisConfig {

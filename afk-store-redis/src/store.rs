@@ -64,7 +64,7 @@ fn phys(kp: &str, key: &str) -> Vec<u8> {
 impl RedisStore {
     /// Connect with `config`. Fails with `InvalidConfig` (bad settings, wrong password, a
     /// cluster node given as a single node) or `Unavailable` (no server within the timeouts).
-    pub async fn connect(config: RedisConfig) -> Result<Self> {
+    pub async fn open(config: RedisConfig) -> Result<Self> {
         config.validate()?;
         let client = Client::connect(&config).await?;
         Ok(RedisStore {
@@ -74,9 +74,9 @@ impl RedisStore {
         })
     }
 
-    /// Parse `url` (see [`RedisConfig::from_url`]) and connect.
-    pub async fn open(url: &str) -> Result<Self> {
-        Self::connect(RedisConfig::from_url(url)?).await
+    /// Parse `url` (see [`RedisConfig::from_url`]) and connect ([`RedisStore::open`]).
+    pub async fn from_url(url: &str) -> Result<Self> {
+        Self::open(RedisConfig::from_url(url)?).await
     }
 
     /// The configuration this store was opened with.

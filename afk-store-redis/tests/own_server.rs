@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use afk_core::store::{Store, latest_key};
+use afk_core::store::{Store, StoreExt, latest_key};
 use afk_core::{Epoch, ErrorKind, RunId, ThreadId};
 use afk_store_redis::{RedisConfig, RedisStore};
 use common::*;
@@ -195,30 +195,19 @@ async fn server_restart_mid_stream_fails_fast_then_recovers_without_half_writes(
         Some(b"record" as &[u8]),
         "{rec}"
     );
-    let mut cursor = None;
-    loop {
-        let page = s
-            .list(&t, "checkpoint:", cursor.as_deref(), 100)
-            .await
-            .unwrap();
-        for k in &page.keys {
-            let Some(step) = k
-                .strip_suffix(":post_tool")
-                .and_then(|x| x.rsplit(':').next())
-            else {
-                continue;
-            };
-            let step: u32 = step.parse().expect("step number");
-            let msg = format!("messages:{r}:{step:020}");
-            assert!(
-                s.get(&t, &msg).await.unwrap().is_some(),
-                "{k} without {msg}"
-            );
-        }
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
-        }
+    for k in &s.list_all(&t, "checkpoint:").await.unwrap() {
+        let Some(step) = k
+            .strip_suffix(":post_tool")
+            .and_then(|x| x.rsplit(':').next())
+        else {
+            continue;
+        };
+        let step: u32 = step.parse().expect("step number");
+        let msg = format!("messages:{r}:{step:020}");
+        assert!(
+            s.get(&t, &msg).await.unwrap().is_some(),
+            "{k} without {msg}"
+        );
     }
 }
 
@@ -285,7 +274,7 @@ async fn passwords_never_appear_and_bad_credentials_are_invalid_config() {
     let secret = "s3cr3t-Pass-word";
     let server = OwnServer::start(&["--requirepass", secret]);
     let wrong = "wr0ng-Pass-word";
-    let bad = RedisStore::open(&format!(
+    let bad = RedisStore::from_url(&format!(
         "redis://:{wrong}@127.0.0.1:{}/0?connect_timeout_ms=300",
         server.port
     ))
@@ -299,14 +288,14 @@ async fn passwords_never_appear_and_bad_credentials_are_invalid_config() {
         "the redacted URL names the server: {shown}"
     );
 
-    let none = RedisStore::open(&format!(
+    let none = RedisStore::from_url(&format!(
         "redis://127.0.0.1:{}?connect_timeout_ms=300",
         server.port
     ))
     .await;
     assert_eq!(none.unwrap_err().kind(), ErrorKind::InvalidConfig);
 
-    let s = RedisStore::open(&format!(
+    let s = RedisStore::from_url(&format!(
         "redis://default:{secret}@127.0.0.1:{}",
         server.port
     ))
@@ -331,7 +320,7 @@ async fn no_server_is_unavailable_quickly() {
     }
     let port = free_port();
     let start = Instant::now();
-    let err = RedisStore::open(&format!(
+    let err = RedisStore::from_url(&format!(
         "redis://127.0.0.1:{port}?connect_timeout_ms=200&response_timeout_ms=200"
     ))
     .await

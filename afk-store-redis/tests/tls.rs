@@ -91,19 +91,19 @@ async fn private_ca_round_trip_and_refusals() {
     let base = format!("rediss://127.0.0.1:{}", server.port);
 
     // The private CA makes the server trusted, by IP and by DNS name (both are in the SAN).
-    let s = RedisStore::open(&url(&base, &ca))
+    let s = RedisStore::from_url(&url(&base, &ca))
         .await
         .expect("connect with tls_ca");
     assert!(s.config().redacted_url().contains("tls_ca="));
     round_trip(&s, "tlsip").await;
-    let by_name = RedisStore::open(&url(&format!("rediss://localhost:{}", server.port), &ca))
+    let by_name = RedisStore::from_url(&url(&format!("rediss://localhost:{}", server.port), &ca))
         .await
         .expect("connect to localhost with tls_ca");
     round_trip(&by_name, "tlsname").await;
 
     // Without the CA (the webpki roots) the server certificate is not trusted.
     let start = Instant::now();
-    let err = RedisStore::open(&url(&base, "")).await.unwrap_err();
+    let err = RedisStore::from_url(&url(&base, "")).await.unwrap_err();
     println!("default roots: {err} / {err:?}");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     assert!(!err.is_retryable());
@@ -113,7 +113,7 @@ async fn private_ca_round_trip_and_refusals() {
 
     // Plain Redis protocol against the TLS port: fails within the timeouts.
     let start = Instant::now();
-    let err = RedisStore::open(&url(&format!("redis://127.0.0.1:{}", server.port), ""))
+    let err = RedisStore::from_url(&url(&format!("redis://127.0.0.1:{}", server.port), ""))
         .await
         .unwrap_err();
     println!(
@@ -126,7 +126,7 @@ async fn private_ca_round_trip_and_refusals() {
     // TLS against a plain port: the peer does not speak TLS.
     let plain = OwnServer::start(&[]);
     let start = Instant::now();
-    let err = RedisStore::open(&url(&format!("rediss://127.0.0.1:{}", plain.port), &ca))
+    let err = RedisStore::from_url(&url(&format!("rediss://127.0.0.1:{}", plain.port), &ca))
         .await
         .unwrap_err();
     println!(
@@ -151,14 +151,14 @@ async fn mutual_tls_needs_the_client_certificate() {
         pki.query("client.pem"),
         pki.query("client.key")
     );
-    let s = RedisStore::open(&url(&base, &mtls))
+    let s = RedisStore::from_url(&url(&base, &mtls))
         .await
         .expect("connect with a client certificate");
     round_trip(&s, "mtls").await;
 
     // Without a client certificate the server ends the handshake.
     let start = Instant::now();
-    let err = RedisStore::open(&url(&base, &ca)).await.unwrap_err();
+    let err = RedisStore::from_url(&url(&base, &ca)).await.unwrap_err();
     println!(
         "no client cert: {err} / {err:?} after {:?}",
         start.elapsed()
@@ -174,7 +174,7 @@ async fn mutual_tls_needs_the_client_certificate() {
         pki.query("server.pem"),
         pki.query("server.key")
     );
-    let err = RedisStore::open(&url(&base, &wrong)).await.unwrap_err();
+    let err = RedisStore::from_url(&url(&base, &wrong)).await.unwrap_err();
     println!("server cert as client cert: {err} / {err:?}");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
 }
@@ -208,7 +208,7 @@ async fn bad_tls_files_are_invalid_config_naming_the_option() {
     ];
     for (options, expect) in cases {
         let u = url(&format!("rediss://127.0.0.1:{port}"), &options);
-        let err = RedisStore::open(&u).await.unwrap_err();
+        let err = RedisStore::from_url(&u).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{options}: {err}");
         assert!(err.message().contains(expect), "{options}: {err}");
         assert!(!format!("{err} {err:?}").contains(secret), "{err:?}");
@@ -220,7 +220,7 @@ async fn bad_tls_files_are_invalid_config_naming_the_option() {
     let mut cfg = RedisConfig::from_url(&format!("rediss://127.0.0.1:{port}")).expect("url");
     cfg.tls_cert = Some(cert);
     cfg.tls_key = Some(garbage);
-    let err = RedisStore::connect(cfg).await.unwrap_err();
+    let err = RedisStore::open(cfg).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     assert!(err.message().contains("option tls_key:"), "{err}");
     assert!(!format!("{err} {err:?}").contains(secret), "{err:?}");
@@ -238,7 +238,7 @@ async fn mismatched_client_key_is_invalid_config() {
         pki.query("client.pem"),
         pki.query("server.key")
     );
-    let err = RedisStore::open(&url(
+    let err = RedisStore::from_url(&url(
         &format!("rediss://127.0.0.1:{}", free_port()),
         &options,
     ))
@@ -310,7 +310,7 @@ async fn cluster_over_tls_with_private_ca() {
     }
     let base = format!("rediss+cluster://127.0.0.1:{}", server.port);
     let ca = format!("tls_ca={}", pki.query("ca.pem"));
-    let s = RedisStore::open(&url(&base, &ca))
+    let s = RedisStore::from_url(&url(&base, &ca))
         .await
         .expect("cluster connect with tls_ca");
     assert!(s.config().cluster && s.config().tls);
@@ -318,7 +318,7 @@ async fn cluster_over_tls_with_private_ca() {
 
     // Without the CA, the cluster client is refused the same way.
     let start = Instant::now();
-    let err = RedisStore::open(&url(&base, "")).await.unwrap_err();
+    let err = RedisStore::from_url(&url(&base, "")).await.unwrap_err();
     println!("cluster, default roots: {err} / {err:?}");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     assert!(start.elapsed() < NO_HANG, "took {:?}", start.elapsed());

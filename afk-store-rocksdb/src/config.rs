@@ -78,8 +78,12 @@ fn default_sync() -> bool {
 /// As serde (JSON, TOML, …): `{"path": "/var/lib/afk", "sync": true, "compression": "lz4",
 /// "block_cache_size": 67108864}`; only `path` is required. As a URL, see
 /// [`RocksDbConfig::from_url`].
+///
+/// Built with [`RocksDbConfig::new`] (or parsed), then adjusted field by field; the struct is
+/// `#[non_exhaustive]`, so a new option is not a breaking change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RocksDbConfig {
     /// Directory of the database; created if missing.
     pub path: PathBuf,

@@ -1,7 +1,7 @@
 //! [`RocksDbStore`]: the [`Store`] contract on an embedded RocksDB database.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use afk_core::{Capabilities, Commit, Epoch, ListPage, Result, RunId, Store, ThreadId};
@@ -33,27 +33,15 @@ impl fmt::Debug for RocksDbStore {
 }
 
 impl RocksDbStore {
-    /// Open (creating if missing) the database at `path` with the default configuration: sync
-    /// writes, snappy compression, default block cache. Blocks while RocksDB opens.
+    /// Open (creating if missing) the database `config` names
+    /// (`RocksDbStore::open(RocksDbConfig::new(path))` for the defaults: sync writes, snappy
+    /// compression, default block cache). Blocks while RocksDB opens.
     ///
     /// Errors: `Unavailable` naming the `LOCK` file when the database is already open (in this
-    /// process or another); `Unavailable` for I/O errors; `Corrupt` for a damaged database.
-    pub fn open(path: impl Into<PathBuf>) -> Result<Self> {
-        Self::open_config(RocksDbConfig::new(path))
-    }
-
-    /// Open with a `rocksdb://` URL; see [`RocksDbConfig::from_url`] for the syntax.
-    ///
-    /// Errors: `InvalidConfig` for a bad URL, plus those of [`RocksDbStore::open`].
-    pub fn from_url(url: &str) -> Result<Self> {
-        Self::open_config(RocksDbConfig::from_url(url)?)
-    }
-
-    /// Open with an explicit configuration. Blocks while RocksDB opens.
-    ///
-    /// Errors: as [`RocksDbStore::open`]; `Unsupported` or `InvalidConfig` when the linked
-    /// RocksDB library cannot honor an option (for example a compression it was built without).
-    pub fn open_config(config: RocksDbConfig) -> Result<Self> {
+    /// process or another); `Unavailable` for I/O errors; `Corrupt` for a damaged database;
+    /// `Unsupported` or `InvalidConfig` when the linked RocksDB library cannot honor an option
+    /// (for example a compression it was built without).
+    pub fn open(config: RocksDbConfig) -> Result<Self> {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.set_compression_type(config.compression.to_rocksdb());
@@ -74,6 +62,13 @@ impl RocksDbStore {
             inner: Arc::new(inner),
             config: Arc::new(config),
         })
+    }
+
+    /// Open with a `rocksdb://` URL; see [`RocksDbConfig::from_url`] for the syntax.
+    ///
+    /// Errors: `InvalidConfig` for a bad URL, plus those of [`RocksDbStore::open`].
+    pub fn from_url(url: &str) -> Result<Self> {
+        Self::open(RocksDbConfig::from_url(url)?)
     }
 
     /// The configuration this store was opened with.

@@ -9,20 +9,21 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use afk_store_rocksdb::RocksDbStore;
+use afk_store_rocksdb::{RocksDbConfig, RocksDbStore};
 
 afk_conformance::store_suite!(store(), reopen = open_at);
 
 /// The database in `dir`, created on first use, reopened after a crash.
 async fn open_at(dir: PathBuf) -> Arc<RocksDbStore> {
-    Arc::new(RocksDbStore::open(dir.join("db")).expect("open rocksdb"))
+    Arc::new(RocksDbStore::open(RocksDbConfig::new(dir.join("db"))).expect("open rocksdb"))
 }
 
 async fn store() -> Arc<RocksDbStore> {
     static STORE: OnceLock<(tempfile::TempDir, Arc<RocksDbStore>)> = OnceLock::new();
     let (_dir, store) = STORE.get_or_init(|| {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
-        let store = RocksDbStore::open(dir.path().join("db")).expect("open rocksdb");
+        let store =
+            RocksDbStore::open(RocksDbConfig::new(dir.path().join("db"))).expect("open rocksdb");
         (dir, Arc::new(store))
     });
     Arc::clone(store)

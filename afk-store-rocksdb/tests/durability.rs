@@ -16,8 +16,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use afk_core::store::StoreExt;
 use afk_core::{Commit, ErrorKind, RunId, Store, ThreadId};
-use afk_store_rocksdb::RocksDbStore;
+use afk_store_rocksdb::{RocksDbConfig, RocksDbStore};
 
 const CHILD_ENV: &str = "AFK_ROCKSDB_WRITER_CHILD";
 const RUNS: usize = 4;
@@ -58,7 +59,7 @@ fn kill_9_keeps_every_acknowledged_commit_and_a_second_process_is_refused() {
 fn writer_child(path: &Path) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let store = RocksDbStore::open(path).expect("child opens the database");
+        let store = RocksDbStore::open(RocksDbConfig::new(path)).expect("child opens the database");
         assert!(store.capabilities().durable);
         // Written to the real stdout (not `println!`, which the harness may capture).
         let mut out = std::io::stdout().lock();
@@ -122,7 +123,8 @@ fn parent() {
     }
 
     // A second process may not open the database while the child holds it.
-    let err = RocksDbStore::open(&path).expect_err("second process must be refused");
+    let err =
+        RocksDbStore::open(RocksDbConfig::new(&path)).expect_err("second process must be refused");
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
     eprintln!("second process: {err}");
     let lock = path.join("LOCK").display().to_string();
@@ -173,7 +175,7 @@ fn parent() {
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let store = RocksDbStore::open(&path).expect("reopen after kill -9");
+        let store = RocksDbStore::open(RocksDbConfig::new(&path)).expect("reopen after kill -9");
         let th = thread();
         for (run, steps) in &acked {
             let keys: Vec<String> = steps.iter().map(|s| record_key(run, *s)).collect();
@@ -210,19 +212,7 @@ fn parent() {
             );
             // Every record on disk is whole, and none lies beyond the pointer.
             let prefix = format!("checkpoint:{run}:");
-            let mut keys = Vec::new();
-            let mut cursor: Option<String> = None;
-            loop {
-                let page = store
-                    .list(&th, &prefix, cursor.as_deref(), 1000)
-                    .await
-                    .expect("list");
-                keys.extend(page.keys);
-                cursor = page.next_cursor;
-                if cursor.is_none() {
-                    break;
-                }
-            }
+            let keys = store.list_all(&th, &prefix).await.expect("list");
             let mut records = 0;
             for key in keys.iter().filter(|k| !k.ends_with(":latest")) {
                 let step: u64 = key

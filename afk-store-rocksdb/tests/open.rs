@@ -11,8 +11,8 @@ async fn data_survives_reopen_and_a_second_open_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("db");
     {
-        let store = RocksDbStore::open(&path).expect("open");
-        let err = RocksDbStore::open(&path).expect_err("second open");
+        let store = RocksDbStore::open(RocksDbConfig::new(&path)).expect("open");
+        let err = RocksDbStore::open(RocksDbConfig::new(&path)).expect_err("second open");
         assert_eq!(err.kind(), ErrorKind::Unavailable);
         let lock = path.join("LOCK").display().to_string();
         assert!(err.message().contains(&lock), "{}", err.message());
@@ -29,7 +29,7 @@ async fn data_survives_reopen_and_a_second_open_is_refused() {
             .await
             .expect("commit");
     }
-    let store = RocksDbStore::open(&path).expect("reopen after drop");
+    let store = RocksDbStore::open(RocksDbConfig::new(&path)).expect("reopen after drop");
     assert_eq!(
         get(&store, "th", "checkpoint:r:0:x").await.as_deref(),
         Some("v")
@@ -82,12 +82,10 @@ async fn every_option_opens_and_capabilities_follow_sync() {
             Some(1 << 20)
         );
     }
-    let cfg = RocksDbConfig {
-        sync: false,
-        ..RocksDbConfig::new(dir.path().join("cfg"))
-    };
+    let mut cfg = RocksDbConfig::new(dir.path().join("cfg"));
+    cfg.sync = false;
     assert!(
-        !RocksDbStore::open_config(cfg)
+        !RocksDbStore::open(cfg)
             .expect("open")
             .capabilities()
             .durable

@@ -40,8 +40,12 @@ impl fmt::Debug for Secret {
 /// `secret_access_key` the standard AWS credentials chain is used (environment, profile files,
 /// web identity, container and instance metadata, `credential_process`). `Debug` never shows
 /// the secret key.
+///
+/// Built with [`S3Config::new`] (or parsed), then adjusted field by field; the struct is
+/// `#[non_exhaustive]`, so a new option is not a breaking change.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct S3Config {
     /// Bucket name.
     pub bucket: String,

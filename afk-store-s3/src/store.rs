@@ -31,7 +31,7 @@ pub const MAX_VALUE_SIZE: usize = 64 * 1024 * 1024;
 /// A [`Store`] on any S3-compatible object store that honors conditional writes.
 ///
 /// See the crate docs for the object layout and the guarantees. Open with [`S3Store::open`] or
-/// [`S3Store::open_url`]; cheap to share as `Arc<S3Store>`.
+/// [`S3Store::from_url`]; cheap to share as `Arc<S3Store>`.
 pub struct S3Store {
     pub(crate) ops: Ops,
     pub(crate) layout: Layout,
@@ -83,7 +83,7 @@ impl S3Store {
     }
 
     /// [`S3Store::open`] with a configuration parsed from an `s3://` URL.
-    pub async fn open_url(url: &str) -> Result<Self> {
+    pub async fn from_url(url: &str) -> Result<Self> {
         S3Store::open(S3Config::from_url(url)?).await
     }
 

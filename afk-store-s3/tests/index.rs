@@ -9,6 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use afk_core::store::StoreExt;
 use afk_core::{Commit, Epoch, RunId, Store, ThreadId};
 use afk_store_s3::S3Store;
 
@@ -85,19 +86,7 @@ async fn a_long_run_keeps_its_head_small_and_every_key_readable() {
                 .all(|v| v.as_deref().is_some_and(|v| v.starts_with(b"v2")))
         );
     }
-    let mut listed = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = cold
-            .list(&t, "checkpoint:run_long:", cursor.as_deref(), 1000)
-            .await
-            .unwrap();
-        listed.extend(page.keys);
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
-        }
-    }
+    let listed = cold.list_all(&t, "checkpoint:run_long:").await.unwrap();
     let mut want: Vec<String> = (0..COMMITS).map(|i| key("run_long", i)).collect();
     want.push("checkpoint:run_long:latest".into());
     want.sort();

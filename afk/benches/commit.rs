@@ -126,7 +126,7 @@ fn rocks(c: &mut Criterion, commits: &[Commit]) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut cfg = RocksDbConfig::new(dir.path().join("ours"));
         cfg.sync = sync;
-        let store = Arc::new(RocksDbStore::open_config(cfg).expect("open rocksdb store"));
+        let store = Arc::new(RocksDbStore::open(cfg).expect("open rocksdb store"));
         let ours = rt.block_on(ours_commits(store.as_ref(), commits));
         let n = ours.len();
         let name = if sync {

@@ -87,8 +87,10 @@ fn benches(c: &mut Criterion) {
     #[cfg(feature = "rocksdb")]
     group(c, &rt, "rocksdb", &states, || {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store =
-            afk_store_rocksdb::RocksDbStore::open(dir.path().join("db")).expect("open rocksdb");
+        let store = afk_store_rocksdb::RocksDbStore::open(afk_store_rocksdb::RocksDbConfig::new(
+            dir.path().join("db"),
+        ))
+        .expect("open rocksdb");
         (Arc::new(store) as Arc<dyn Store>, Some(dir))
     });
 }

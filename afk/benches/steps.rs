@@ -82,7 +82,10 @@ fn benches(c: &mut Criterion) {
     #[cfg(feature = "rocksdb")]
     {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = afk_store_rocksdb::RocksDbStore::open(dir.path()).expect("open rocksdb");
+        let store = afk_store_rocksdb::RocksDbStore::open(afk_store_rocksdb::RocksDbConfig::new(
+            dir.path(),
+        ))
+        .expect("open rocksdb");
         store_group(c, &rt, "rocksdb", Arc::new(store), &[10, 100]);
     }
     #[cfg(feature = "redis")]

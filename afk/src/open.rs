@@ -96,7 +96,7 @@ async fn open_rocksdb(_url: &str) -> Result<Arc<dyn Store>> {
 
 #[cfg(feature = "redis")]
 async fn open_redis(url: &str) -> Result<Arc<dyn Store>> {
-    Ok(Arc::new(afk_store_redis::RedisStore::open(url).await?))
+    Ok(Arc::new(afk_store_redis::RedisStore::from_url(url).await?))
 }
 
 #[cfg(not(feature = "redis"))]
@@ -106,7 +106,7 @@ async fn open_redis(_url: &str) -> Result<Arc<dyn Store>> {
 
 #[cfg(feature = "s3")]
 async fn open_s3(url: &str) -> Result<Arc<dyn Store>> {
-    Ok(Arc::new(afk_store_s3::S3Store::open_url(url).await?))
+    Ok(Arc::new(afk_store_s3::S3Store::from_url(url).await?))
 }
 
 #[cfg(not(feature = "s3"))]

@@ -40,10 +40,10 @@ use afk_core::runner::scripted::InvocationCounter;
 use afk_core::schema::AgentResult;
 use afk_core::store::{CrashMode, FaultEvent};
 use afk_core::store::FaultStore;
+use afk_core::store::StoreExt;
 use afk_core::{Commit, MemoryStore, Result, RunId, Store, ThreadId};
 use serde_json::{Value, json};
 
-use super::common::runs_of;
 use super::output::{Ctx, Report};
 use report::{Process, drain};
 use script::{RUN, THREAD, rig, runner};
@@ -202,7 +202,7 @@ async fn demo(store: Arc<dyn Store>, crash_after: Option<u64>, name: String) -> 
         base.llm_calls,
         base.tools.total()
     );
-    for old in runs_of(store.as_ref(), &thread).await? {
+    for old in store.list_runs(&thread).await? {
         store.delete_run(&thread, &old).await?;
     }
     say!(

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::runner::{Outcome, RunEvent};
 use afk_core::schema::{AgentResult, EffectStatus};
+use afk_core::store::StoreExt;
 use afk_core::{ErrorKind, Result, RunId, Store, ThreadId};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::script::{CALLS, tool_of};
-use crate::common::{latest, list_all, newest_snapshot};
+use crate::common::{latest, newest_snapshot};
 
 /// What one process did: its model, its tool counter, its events.
 pub struct Process {
@@ -128,7 +129,9 @@ pub async fn stored(
     }
     let mut durable = Vec::new();
     let mut rows = Vec::new();
-    let effects = list_all(store, thread, &afk_core::keys::effect_prefix(run)).await?;
+    let effects = store
+        .list_all(thread, &afk_core::keys::effect_prefix(run))
+        .await?;
     for (id, tool, policy) in CALLS {
         let key = effects.iter().find(|k| k.ends_with(&format!(":{id}")));
         let row = match key {

@@ -17,6 +17,7 @@ use afk::runner::{
     ToolSpec,
 };
 use afk::schema::{AgentResult, LlmResponse, ToolCall};
+use afk::store::StoreExt;
 use afk::{Result, RunId, Store, ThreadId};
 use serde_json::{Value, json};
 
@@ -155,20 +156,12 @@ pub fn completed(out: Result<Outcome>) -> AgentResult {
 pub fn contents(url: &str, thread: &str) -> BTreeMap<String, Vec<u8>> {
     with_store(url, async |store| {
         let t = ThreadId::new(thread).unwrap();
-        let mut out = BTreeMap::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = store.list(&t, "", cursor.as_deref(), 1000).await.unwrap();
-            let vals = store.get_many(&t, &page.keys).await.unwrap();
-            for (k, v) in page.keys.iter().zip(vals) {
-                out.insert(k.clone(), v.unwrap_or_default());
-            }
-            match page.next_cursor {
-                Some(c) => cursor = Some(c),
-                None => break,
-            }
-        }
-        out
+        let keys = store.list_all(&t, "").await.unwrap();
+        let vals = store.get_many(&t, &keys).await.unwrap();
+        keys.into_iter()
+            .zip(vals)
+            .map(|(k, v)| (k, v.unwrap_or_default()))
+            .collect()
     })
 }
 

@@ -167,12 +167,19 @@ mod tests {
     struct Broken(MemoryStore, Fault);
 
     #[async_trait]
+    #[deny(clippy::missing_trait_methods)]
     impl Store for Broken {
         fn capabilities(&self) -> Capabilities {
             self.0.capabilities()
         }
         async fn get(&self, t: &ThreadId, k: &str) -> Result<Option<Vec<u8>>> {
             self.0.get(t, k).await
+        }
+        async fn get_many(&self, t: &ThreadId, k: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+            self.0.get_many(t, k).await
+        }
+        async fn commit_batch(&self, c: &[Commit]) -> Vec<Result<()>> {
+            self.0.commit_batch(c).await
         }
         async fn list(&self, t: &ThreadId, p: &str, c: Option<&str>, l: usize) -> Result<ListPage> {
             self.0.list(t, p, c, l).await

@@ -7,6 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use afk_core::store::{ThreadPage, commit_each, threads_unsupported};
 use afk_core::{
     Capabilities, Commit, Epoch, Error, ListPage, MemoryStore, Result, RunId, Store, ThreadId,
 };
@@ -112,6 +113,7 @@ fn append(file: &mut File, entry: &Value) -> Result<()> {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Store for FileLog {
     fn capabilities(&self) -> Capabilities {
         let mut c = Capabilities::new("filelog");
@@ -121,6 +123,20 @@ impl Store for FileLog {
 
     async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
         self.mem.get(thread, key).await
+    }
+
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.mem.get_many(thread, keys).await
+    }
+
+    /// The capability is off (the log keeps no index of threads).
+    async fn list_threads(&self, _cursor: Option<&str>, _limit: usize) -> Result<ThreadPage> {
+        Err(threads_unsupported("filelog"))
+    }
+
+    /// Each commit appended to the log by [`FileLog::commit`].
+    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        commit_each(self, commits).await
     }
 
     async fn list(

@@ -74,7 +74,7 @@ use crate::schema::{
     AgentResult, CheckpointRecord, PauseKind, PauseRequest, Phase, PhasePayload, Reassembled,
     ResumedPayload, StepRecords, TranscriptEntry, TranscriptRef,
 };
-use crate::store::{MAX_LIST_LIMIT, latest_key};
+use crate::store::{StoreExt, latest_key};
 
 /// What the stored state says to do.
 #[derive(Debug)]
@@ -298,33 +298,22 @@ async fn count_lost_call(ckpt: &Checkpointer, state: &mut RunState) -> Result<()
 /// The highest-step `runtime_state` record of the run, by listing its checkpoint keys.
 async fn newest_snapshot(ckpt: &Checkpointer) -> Result<Option<CheckpointRecord>> {
     let prefix = format!("checkpoint:{}:", ckpt.run);
-    let mut cursor: Option<String> = None;
     let mut best: Option<(u64, String)> = None;
-    loop {
-        let page = ckpt
-            .store()
-            .list(&ckpt.thread, &prefix, cursor.as_deref(), MAX_LIST_LIMIT)
-            .await?;
-        for key in &page.keys {
-            let Some(rest) = key.strip_prefix(&prefix) else {
-                continue;
-            };
-            let Some((step, phase)) = rest.split_once(':') else {
-                continue;
-            };
-            if phase != Phase::RuntimeState.as_str() {
-                continue;
-            }
-            let Ok(step) = step.parse::<u64>() else {
-                continue;
-            };
-            if best.as_ref().is_none_or(|(s, _)| step > *s) {
-                best = Some((step, key.clone()));
-            }
+    for key in ckpt.store().list_all(&ckpt.thread, &prefix).await? {
+        let Some(rest) = key.strip_prefix(&prefix) else {
+            continue;
+        };
+        let Some((step, phase)) = rest.split_once(':') else {
+            continue;
+        };
+        if phase != Phase::RuntimeState.as_str() {
+            continue;
         }
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
+        let Ok(step) = step.parse::<u64>() else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|(s, _)| step > *s) {
+            best = Some((step, key.clone()));
         }
     }
     let Some((_, key)) = best else {

@@ -269,6 +269,7 @@ impl<S: Store + ?Sized> fmt::Debug for FaultStore<S> {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl<S: Store + ?Sized> Store for FaultStore<S> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
 
+mod ext;
 #[cfg(any(test, feature = "test-kit"))]
 mod fault;
 // `MemoryStore` is named at the crate root only (`afk_core::MemoryStore`).
@@ -29,12 +30,13 @@ mod retry;
 mod threads;
 mod validate;
 
+pub use ext::StoreExt;
 #[cfg(any(test, feature = "test-kit"))]
 pub use fault::{CrashMode, FaultEvent, FaultStore, Op};
 #[cfg(test)]
 pub(crate) use memory::MemoryStore;
 pub use retry::{RandomSource, RetryPolicy, RetryStore};
-pub use threads::{ThreadPage, list_all_threads, thread_list_limit, threads_unsupported};
+pub use threads::{ThreadPage, thread_list_limit, threads_unsupported};
 pub use validate::{validate_commit, validate_list};
 
 /// A fencing epoch. Epoch 0 means "never claimed"; [`Store::claim`] returns 1, 2, ….
@@ -221,11 +223,7 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Read several keys of one thread; answers are in the order of `keys`. Backends override
     /// this to use one round trip; the default reads them one by one.
     async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            out.push(self.get(thread, key).await?);
-        }
-        Ok(out)
+        get_each(self, thread, keys).await
     }
 
     /// List the keys of `thread` that start with `prefix` (the empty prefix lists all), sorted
@@ -305,12 +303,43 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// batches). Each commit is still atomic and fenced on its own; the answer has one result
     /// per commit, in order. The default applies them one by one.
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
-        let mut out = Vec::with_capacity(commits.len());
-        for c in commits {
-            out.push(self.commit(c).await);
-        }
-        out
+        commit_each(self, commits).await
     }
+}
+
+/// [`Store::get_many`] as [`Store::get`] of each key in turn: the trait's default, for a
+/// wrapper whose `get` does something `get_many` must not skip.
+///
+/// # Writing a wrapper
+///
+/// A store that wraps another implements *every* method of [`Store`], so that nothing falls
+/// back to a default silently (a `get_many` that reads key by key, a `commit_batch` that loses
+/// the backend's batching, a `list_threads` that answers `Unsupported` for a store that can):
+/// put `#[deny(clippy::missing_trait_methods)]` on the `impl`. Each method either forwards to
+/// the inner store's same method or, where the wrapper changes what a single call does (a
+/// limit, a fault, a gate), goes through the wrapper's own single-key method with
+/// [`get_each`] or [`commit_each`].
+pub async fn get_each<S: Store + ?Sized>(
+    store: &S,
+    thread: &ThreadId,
+    keys: &[String],
+) -> Result<Vec<Option<Vec<u8>>>> {
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        out.push(store.get(thread, key).await?);
+    }
+    Ok(out)
+}
+
+/// [`Store::commit_batch`] as [`Store::commit`] of each commit in turn, one result per commit:
+/// the trait's default, for a wrapper whose `commit` does something a batch must not skip (see
+/// [`get_each`]).
+pub async fn commit_each<S: Store + ?Sized>(store: &S, commits: &[Commit]) -> Vec<Result<()>> {
+    let mut out = Vec::with_capacity(commits.len());
+    for c in commits {
+        out.push(store.commit(c).await);
+    }
+    out
 }
 
 /// The key families of a run: its keys are `<family>:<run>:…` for each of these, plus the
@@ -357,3 +386,7 @@ mod tests {
         assert_eq!(run_of_key("run:"), None);
     }
 }
+
+#[cfg(test)]
+#[path = "forward_tests.rs"]
+mod forward_tests;

@@ -234,6 +234,7 @@ impl<S: Store + ?Sized> fmt::Debug for RetryStore<S> {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl<S: Store + ?Sized> Store for RetryStore<S> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()

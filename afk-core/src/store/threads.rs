@@ -1,8 +1,8 @@
 //! Enumerating the threads of a store ([`Store::list_threads`](super::Store::list_threads)), an
 //! optional capability ([`Capabilities::list_threads`](super::Capabilities::list_threads)).
 
-use super::{MAX_LIST_LIMIT, Store};
-use crate::error::{Error, Result};
+use super::MAX_LIST_LIMIT;
+use crate::error::Error;
 use crate::ids::ThreadId;
 
 /// One page of a [`Store::list_threads`](super::Store::list_threads) answer.
@@ -24,20 +24,4 @@ pub fn threads_unsupported(store: &str) -> Error {
     Error::unsupported(format!(
         "the {store} store cannot list its threads; name the thread (--thread)"
     ))
-}
-
-/// Every thread of `store`, walking all pages of [`Store::list_threads`](super::Store::list_threads).
-pub async fn list_all_threads(store: &dyn Store) -> Result<Vec<ThreadId>> {
-    let mut out = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = store
-            .list_threads(cursor.as_deref(), MAX_LIST_LIMIT)
-            .await?;
-        out.extend(page.threads);
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => return Ok(out),
-        }
-    }
 }

@@ -16,12 +16,12 @@ mod tests;
 
 use std::fmt;
 
-pub use read::{latest_record, list_all, newest_snapshot, runs_of};
+pub use read::{latest_record, newest_snapshot};
 
 use crate::keys::{checkpoint_key, effect_prefix, messages_key};
 use crate::normalize::{normalize_effect_row, normalize_transcript_entry};
 use crate::schema::{CheckpointRecord, EffectStatus, SCHEMA_VERSION_V1, reassemble};
-use crate::store::latest_key;
+use crate::store::{StoreExt, latest_key};
 use crate::{Error, ErrorKind, Result, RunId, Store, ThreadId};
 
 /// Which invariant a [`Problem`] breaks.
@@ -140,11 +140,11 @@ impl Report {
     }
 }
 
-/// Check every run of `thread` (see [`runs_of`]), in run-id order. Store errors are returned;
+/// Check every run of `thread` (see [`StoreExt::list_runs`]), in run-id order. Store errors are returned;
 /// broken data is reported in the reports.
 pub async fn verify_thread(store: &dyn Store, thread: &ThreadId) -> Result<Vec<Report>> {
     let mut out = Vec::new();
-    for run in runs_of(store, thread).await? {
+    for run in store.list_runs(thread).await? {
         out.push(verify_run(store, thread, &run).await?);
     }
     Ok(out)
@@ -223,7 +223,7 @@ async fn check_effects(
     run: &RunId,
     r: &mut Report,
 ) -> Result<()> {
-    for key in list_all(store, thread, &effect_prefix(run)).await? {
+    for key in store.list_all(thread, &effect_prefix(run)).await? {
         let Some(bytes) = store.get(thread, &key).await? else {
             continue;
         };

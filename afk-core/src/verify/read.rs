@@ -1,46 +1,11 @@
 //! Reading a thread's runs and records through the [`Store`] trait only: what the verifier and
 //! the CLI's inspection commands share.
 
-use std::collections::BTreeMap;
-
 use crate::keys::{ParsedKey, checkpoint_prefix, parse_key};
 use crate::normalize::normalize_record;
 use crate::schema::CheckpointRecord;
-use crate::store::{MAX_LIST_LIMIT, latest_key};
+use crate::store::{StoreExt, latest_key};
 use crate::{Result, RunId, Store, ThreadId};
-
-/// Every key of `thread` starting with `prefix`, in order (follows the list cursor to the end).
-pub async fn list_all(store: &dyn Store, thread: &ThreadId, prefix: &str) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = store
-            .list(thread, prefix, cursor.as_deref(), MAX_LIST_LIMIT)
-            .await?;
-        out.extend(page.keys);
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => return Ok(out),
-        }
-    }
-}
-
-/// The runs of a thread: every run with a `run:<run>` fence or a `checkpoint:<run>:latest`
-/// pointer, sorted by id.
-pub async fn runs_of(store: &dyn Store, thread: &ThreadId) -> Result<Vec<RunId>> {
-    let mut runs = BTreeMap::new();
-    for key in list_all(store, thread, "run:").await? {
-        if let Ok(ParsedKey::Run { run }) = parse_key(&key) {
-            runs.insert(run.to_string(), run);
-        }
-    }
-    for key in list_all(store, thread, "checkpoint:").await? {
-        if let Ok(ParsedKey::Latest { run }) = parse_key(&key) {
-            runs.insert(run.to_string(), run);
-        }
-    }
-    Ok(runs.into_values().collect())
-}
 
 /// The run's latest record, normalized; `None` when there is no pointer. A pointer that does
 /// not normalize is an error of kind `Corrupt`.
@@ -69,7 +34,7 @@ pub async fn newest_snapshot(
         return Ok(Some(l.clone()));
     }
     let mut best: Option<(u64, String)> = None;
-    for key in list_all(store, thread, &checkpoint_prefix(run)).await? {
+    for key in store.list_all(thread, &checkpoint_prefix(run)).await? {
         if let Ok(ParsedKey::Checkpoint { step, phase, .. }) = parse_key(&key)
             && phase == "runtime_state"
             && best.as_ref().is_none_or(|(s, _)| step >= *s)

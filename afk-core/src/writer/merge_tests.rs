@@ -131,6 +131,7 @@ struct Limited {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Store for Limited {
     fn capabilities(&self) -> Capabilities {
         let mut c = self.inner.capabilities();
@@ -140,6 +141,20 @@ impl Store for Limited {
     }
     async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
         self.inner.get(thread, key).await
+    }
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.inner.get_many(thread, keys).await
+    }
+    async fn list_threads(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::store::ThreadPage> {
+        self.inner.list_threads(cursor, limit).await
+    }
+    /// Each commit through the limits of [`Limited::commit`].
+    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        crate::store::commit_each(self, commits).await
     }
     async fn list(
         &self,

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use afk_core::runner::scripted::InvocationCounter;
 use afk_core::runner::{LlmClient, LlmRequest, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
 use afk_core::schema::LlmResponse;
-use afk_core::store::{Capabilities, Commit, Epoch, ListPage};
+use afk_core::store::{Capabilities, Commit, Epoch, ListPage, ThreadPage};
 use afk_core::{MemoryStore, Result, RunId, Store, ThreadId};
 use async_trait::async_trait;
 use serde_json::Value;
@@ -139,6 +139,7 @@ impl GatedStore {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Store for GatedStore {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
@@ -195,6 +196,16 @@ impl Store for GatedStore {
         let key = commit.puts.last().map_or("", |(k, _)| k.as_str());
         self.gate.point(format!("commit {key}")).await;
         self.inner.commit(commit).await
+    }
+
+    /// Each commit through the gate of [`GatedStore::commit`].
+    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        afk_core::store::commit_each(self, commits).await
+    }
+
+    async fn list_threads(&self, cursor: Option<&str>, limit: usize) -> Result<ThreadPage> {
+        self.gate.point("list_threads".to_owned()).await;
+        self.inner.list_threads(cursor, limit).await
     }
 }
 

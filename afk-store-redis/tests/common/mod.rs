@@ -89,7 +89,7 @@ pub fn commit(
 }
 
 pub async fn connect(cfg: RedisConfig) -> RedisStore {
-    RedisStore::connect(cfg)
+    RedisStore::open(cfg)
         .await
         .expect("connect to the test server")
 }

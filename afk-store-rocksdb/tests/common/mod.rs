@@ -2,11 +2,11 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 use afk_core::{Commit, Epoch, RunId, Store, ThreadId};
-use afk_store_rocksdb::RocksDbStore;
+use afk_store_rocksdb::{RocksDbConfig, RocksDbStore};
 
 pub fn open() -> (tempfile::TempDir, RocksDbStore) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = RocksDbStore::open(dir.path().join("db")).expect("open");
+    let store = RocksDbStore::open(RocksDbConfig::new(dir.path().join("db"))).expect("open");
     (dir, store)
 }
 

@@ -136,6 +136,7 @@ impl CountingStore {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Store for CountingStore {
     fn capabilities(&self) -> afk::Capabilities {
         self.inner.capabilities()
@@ -170,6 +171,11 @@ impl Store for CountingStore {
     async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
         self.call();
         self.inner.delete_run(thread, run).await
+    }
+
+    async fn list_threads(&self, cursor: Option<&str>, limit: usize) -> Result<afk::ThreadPage> {
+        self.call();
+        self.inner.list_threads(cursor, limit).await
     }
 
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {

@@ -63,7 +63,7 @@ pub fn s3_env() -> Option<S3Env> {
 pub async fn redis_store(url: &str) -> afk_store_redis::RedisStore {
     let mut cfg = afk_store_redis::RedisConfig::from_url(url).expect("AFK_TEST_REDIS_URL");
     cfg.prefix = unique("bench");
-    afk_store_redis::RedisStore::connect(cfg)
+    afk_store_redis::RedisStore::open(cfg)
         .await
         .expect("connect to AFK_TEST_REDIS_URL")
 }

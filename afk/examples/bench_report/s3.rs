@@ -81,6 +81,7 @@ impl Probe {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Store for Probe {
     fn capabilities(&self) -> afk::Capabilities {
         self.inner.capabilities()
@@ -105,6 +106,14 @@ impl Store for Probe {
     }
     async fn commit(&self, c: &Commit) -> Result<()> {
         self.commit_counted(c).await
+    }
+    async fn list_threads(&self, c: Option<&str>, l: usize) -> Result<afk::ThreadPage> {
+        self.inner.list_threads(c, l).await
+    }
+    /// Each commit counted by [`Probe::commit`], for per-step traffic. The S3 store has no
+    /// batch commit (`batch_commit` is off), so this is what it does itself.
+    async fn commit_batch(&self, c: &[Commit]) -> Vec<Result<()>> {
+        afk::store::commit_each(self, c).await
     }
 }
 

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use afk::runner::{Outcome, Runner, RunnerConfig};
 use afk::schema::AgentResult;
-use afk::verify::{latest_record, runs_of, verify_thread};
+use afk::store::StoreExt;
+use afk::verify::{latest_record, verify_thread};
 use afk::{RunId, Store, ThreadId};
 use serde_json::{Value, json};
 
@@ -194,7 +195,7 @@ async fn verify_all(store: &dyn Store, thread: &ThreadId) -> Vec<String> {
         }
         Err(e) => failures.push(format!("verify failed: {e}")),
     }
-    match runs_of(store, thread).await {
+    match store.list_runs(thread).await {
         Ok(runs) => {
             for r in runs {
                 match latest_record(store, thread, &r).await {
