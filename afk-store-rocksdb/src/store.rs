@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use afk_core::{Capabilities, Commit, Epoch, ListPage, Result, RunId, Store, ThreadId};
 use async_trait::async_trait;
-use rocksdb::{BlockBasedOptions, Cache, DB, Options};
+use rocksdb::{BlockBasedOptions, DB, Options};
 
 use crate::config::RocksDbConfig;
 use crate::error::{Op, join, map};
@@ -63,7 +63,8 @@ impl RocksDbStore {
                     "rocksdb parameter `block_cache_size` = {size} does not fit this machine"
                 ))
             })?;
-            let cache = Cache::new_lru_cache(size).map_err(|e| map(e, Op::Open, &config.path))?;
+            let cache =
+                crate::compat::lru_cache(size).map_err(|e| map(e, Op::Open, &config.path))?;
             let mut table = BlockBasedOptions::default();
             table.set_block_cache(&cache);
             opts.set_block_based_table_factory(&table);
