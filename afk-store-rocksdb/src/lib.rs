@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod compat;
 mod config;
 mod error;
 mod layout;

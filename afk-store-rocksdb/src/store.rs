@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use afk_core::{Capabilities, Commit, Epoch, ListPage, Result, RunId, Store, ThreadId};
 use async_trait::async_trait;
-use rocksdb::{BlockBasedOptions, Cache, DB, Options};
+use rocksdb::{BlockBasedOptions, DB, Options};
 
-use crate::config::RocksDbConfig;
+use crate::config::{Compression, RocksDbConfig};
 use crate::error::{Op, join, map};
 use crate::ops::Inner;
 
@@ -51,12 +51,13 @@ impl RocksDbStore {
                     "rocksdb parameter `block_cache_size` = {size} does not fit this machine"
                 ))
             })?;
-            let cache = Cache::new_lru_cache(size).map_err(|e| map(e, Op::Open, &config.path))?;
+            let cache =
+                crate::compat::lru_cache(size).map_err(|e| map(e, Op::Open, &config.path))?;
             let mut table = BlockBasedOptions::default();
             table.set_block_cache(&cache);
             opts.set_block_based_table_factory(&table);
         }
-        let db = DB::open(&opts, &config.path).map_err(|e| map(e, Op::Open, &config.path))?;
+        let db = DB::open(&opts, &config.path).map_err(|e| open_error(e, &config))?;
         let inner = Inner::new(db, config.path.clone(), config.sync);
         Ok(RocksDbStore {
             inner: Arc::new(inner),
@@ -91,6 +92,24 @@ impl RocksDbStore {
             .await
             .map_err(join)?
     }
+}
+
+/// A failed open, naming the missing compression library when that is the cause: a RocksDB
+/// built from source has only the compressions its cargo features enable.
+fn open_error(err: rocksdb::Error, config: &RocksDbConfig) -> afk_core::Error {
+    let c = config.compression;
+    // RocksDB: "Compression type LZ4 is not linked with the binary." (or, with a compression
+    // manager, "… is not recognized/supported …").
+    if c != Compression::None && err.to_string().contains("Compression type") {
+        return afk_core::Error::invalid_config(format!(
+            "rocksdb parameter `compression` = {c}: the linked RocksDB library was built without \
+             it; depend on the `rocksdb` crate with its `{c}` feature (cargo unifies it with this \
+             store's) or choose another compression",
+            c = c.as_str()
+        ))
+        .with_source(err);
+    }
+    map(err, Op::Open, &config.path)
 }
 
 #[async_trait]

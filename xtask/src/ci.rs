@@ -6,6 +6,7 @@ use anyhow::Result;
 
 use crate::chaos;
 use crate::features;
+use crate::rocksdb_newest;
 use crate::services::Needs;
 use crate::system;
 use crate::test::{self, ROCKSDB_DEBS};
@@ -96,6 +97,14 @@ pub fn run() -> Result<i32> {
         return Ok(code);
     }
     let start = Instant::now();
+    let code = rocksdb_newest::run()?;
+    times.push(("rocksdb-newest", start.elapsed()));
+    if code != 0 {
+        report(&times);
+        eprintln!("ci: rocksdb-newest failed");
+        return Ok(code);
+    }
+    let start = Instant::now();
     let code = chaos::run(&chaos::Options {
         quick: true,
         ..chaos::Options::default()
@@ -174,6 +183,6 @@ fn package_target_dir() -> Result<std::path::PathBuf> {
 
 fn report(times: &[(&str, std::time::Duration)]) {
     for (name, took) in times {
-        eprintln!("ci: {name:<6} {:>7.1} s", took.as_secs_f64());
+        eprintln!("ci: {name:<14} {:>7.1} s", took.as_secs_f64());
     }
 }

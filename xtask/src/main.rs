@@ -5,6 +5,7 @@ mod bench;
 mod chaos;
 mod ci;
 mod features;
+mod rocksdb_newest;
 mod services;
 mod system;
 mod test;
@@ -31,9 +32,13 @@ enum Cli {
         #[command(subcommand)]
         action: ServicesCmd,
     },
-    /// What CI runs: fmt, clippy, rustdoc, package, feature combinations, `test`, then
-    /// `chaos --quick`.
+    /// What CI runs: fmt, clippy, rustdoc, package, feature combinations, `test`,
+    /// `rocksdb-newest`, then `chaos --quick`.
     Ci,
+    /// Build the newest `rocksdb` release from source in an application outside the clone
+    /// that also uses afk-store-rocksdb, and run the store's tests there (cached: only the
+    /// first run on a machine compiles RocksDB's C++).
+    RocksdbNewest,
     /// Run the benchmarks that exist and write target/bench-report.md.
     Bench,
     /// Kill real runner processes (SIGKILL) at random moments, many times per run, against
@@ -93,6 +98,7 @@ fn run(cli: Cli) -> Result<i32> {
     match cli {
         Cli::Test { stores, extra } => test::run(&stores, &extra),
         Cli::Ci => ci::run(),
+        Cli::RocksdbNewest => rocksdb_newest::run(),
         Cli::Bench => bench::run(),
         Cli::Chaos {
             stores,

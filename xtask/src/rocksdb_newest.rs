@@ -1,0 +1,280 @@
+//! `cargo xtask rocksdb-newest`: the newest end of `afk-store-rocksdb`'s `rocksdb` version
+//! range, proven the way a library user meets it.
+//!
+//! The workspace's lock keeps the oldest end (`rocksdb` 0.20.1, linked to Debian's
+//! `librocksdb`: see README "Development"). This step generates an application outside the
+//! clone that already uses the newest `rocksdb` (with `default-features = false`, so every
+//! compression library it gets comes from `afk-store-rocksdb`'s own features) and adds
+//! `afk-store-rocksdb` and `afk-conformance` by path. It must resolve (`librocksdb-sys` is a
+//! `links` crate: two versions cannot coexist), build RocksDB from source, and pass
+//! `afk-store-rocksdb`'s own test files (the conformance suite, durability under SIGKILL, the
+//! default configuration's compression) plus the application's test.
+//!
+//! The application and its target directory live in `$AFK_ROCKSDB_NEWEST_DIR`, by default
+//! `<cache>/rocksdb-newest` (see [`system::cache_dir`]): only the first run on a machine pays
+//! for RocksDB's C++ (about half an hour on two cores); later runs rebuild our crates only.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use std::{env, fs};
+
+use anyhow::{Context, Result, bail};
+
+use crate::system;
+
+/// The newest `rocksdb` release proven: the top of the range in the workspace `Cargo.toml`
+/// (`<0.26`). Raise both together, after this step passes with the new release.
+pub const NEWEST: &str = "0.25";
+
+/// The compressions a from-source RocksDB has with `afk-store-rocksdb`'s default features
+/// (`snappy`), for `tests/open.rs` (`AFK_TEST_ROCKSDB_COMPRESSIONS`).
+const COMPILED_IN: &str = "none,snappy";
+
+/// Runs the step; returns the exit code of the failing cargo command, or 0.
+pub fn run() -> Result<i32> {
+    check_range_top()?;
+    let mut debs = std::collections::BTreeSet::new();
+    debs.extend(["libclang-dev", "g++"]);
+    system::ensure_debs(&debs)?;
+
+    let root = env::var_os("AFK_ROCKSDB_NEWEST_DIR")
+        .map_or_else(|| system::cache_dir().join("rocksdb-newest"), PathBuf::from);
+    let app = root.join("app");
+    let target = root.join("target");
+    generate(&app, &system::repo_root())?;
+    eprintln!("rocksdb-newest: application {}", app.display());
+
+    // A fresh lock resolves everything to the newest releases; a kept one (later runs) moves
+    // `rocksdb` alone, so a new release of a build-script dependency (`cc`, `bindgen`) does
+    // not rebuild RocksDB's C++.
+    let lock_args: &[&str] = if app.join("Cargo.lock").exists() {
+        &["update", "-p", "rocksdb"]
+    } else {
+        &["generate-lockfile"]
+    };
+    if !system::run_status(cargo(&app, &target).args(lock_args))?.success() {
+        eprintln!(
+            "rocksdb-newest: the application does not resolve: afk-store-rocksdb cannot join an \
+             application on rocksdb {NEWEST}"
+        );
+        return Ok(1);
+    }
+    let resolved = resolved_rocksdb(&app)?;
+    eprintln!("rocksdb-newest: resolved rocksdb {}", resolved.join(", "));
+    if resolved.len() != 1 || !resolved[0].starts_with(&format!("{NEWEST}.")) {
+        bail!("expected one rocksdb {NEWEST}.x in the application, found {resolved:?}");
+    }
+    warn_if_newer_release(&app);
+
+    let start = Instant::now();
+    let status = system::run_status(cargo(&app, &target).args(["test", "--no-run"]))?;
+    eprintln!(
+        "rocksdb-newest: build {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    if !status.success() {
+        return Ok(crate::test::code(status));
+    }
+    // The tests' temp dirs go under the app's target; a passing run leaves none behind.
+    let tmp = target.join("tmp");
+    let start = Instant::now();
+    let status = system::run_status(
+        cargo(&app, &target)
+            .args(["test"])
+            .env("AFK_TEST_ROCKSDB_COMPRESSIONS", COMPILED_IN)
+            .env("TMPDIR", fresh_dir(&tmp)?),
+    )?;
+    eprintln!(
+        "rocksdb-newest: tests {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    if !status.success() {
+        eprintln!(
+            "rocksdb-newest: failed; the tests' databases are kept in {}",
+            tmp.display()
+        );
+        return Ok(crate::test::code(status));
+    }
+    let _ = fs::remove_dir_all(&tmp);
+    Ok(0)
+}
+
+/// `cargo` in the application, building into `target`, without the variables that make
+/// `librocksdb-sys` link a system library (`ROCKSDB_LIB_DIR`, `SNAPPY_LIB_DIR`, …: the
+/// workspace's `.cargo/config.toml` passes them to xtask through cargo's `[env]`).
+fn cargo(app: &Path, target: &Path) -> std::process::Command {
+    let mut cmd = system::cargo();
+    cmd.current_dir(app).env("CARGO_TARGET_DIR", target);
+    for (name, _) in env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("ROCKSDB_") || name.starts_with("SNAPPY_") {
+            cmd.env_remove(&*name);
+        }
+    }
+    cmd
+}
+
+/// The workspace's `rocksdb` requirement must end just above [`NEWEST`].
+fn check_range_top() -> Result<()> {
+    let manifest = fs::read_to_string(system::repo_root().join("Cargo.toml"))?;
+    let line = manifest
+        .lines()
+        .find(|l| l.starts_with("rocksdb = "))
+        .context("no `rocksdb = ` line in the workspace Cargo.toml")?;
+    let (major, minor) = NEWEST.split_once('.').context("NEWEST")?;
+    let top = format!("<{major}.{}\"", minor.parse::<u32>()? + 1);
+    if !line.contains(&top) {
+        bail!("the workspace's rocksdb range ({line}) should end at `{top}` to match NEWEST");
+    }
+    Ok(())
+}
+
+/// The `rocksdb` versions in the application's lock.
+fn resolved_rocksdb(app: &Path) -> Result<Vec<String>> {
+    let lock = fs::read_to_string(app.join("Cargo.lock"))?;
+    let mut versions = Vec::new();
+    let mut lines = lock.lines();
+    while let Some(line) = lines.next() {
+        if line == "name = \"rocksdb\""
+            && let Some(v) = lines.next().and_then(|l| l.strip_prefix("version = \""))
+        {
+            versions.push(v.trim_end_matches('"').to_owned());
+        }
+    }
+    Ok(versions)
+}
+
+/// Says so (without failing) when crates.io has a `rocksdb` newer than [`NEWEST`].
+fn warn_if_newer_release(app: &Path) {
+    // In a project, `cargo info` prints the locked version and, when newer, `(latest X)`.
+    let Some(info) = system::output(system::cargo().current_dir(app).args(["info", "rocksdb"]))
+    else {
+        return;
+    };
+    let Some(line) = info.lines().find_map(|l| l.strip_prefix("version: ")) else {
+        return;
+    };
+    let latest = line
+        .split_once("(latest ")
+        .map_or(line, |(_, rest)| rest.trim_end_matches(')'))
+        .trim();
+    if !latest.starts_with(&format!("{NEWEST}.")) {
+        eprintln!(
+            "rocksdb-newest: WARNING: crates.io has rocksdb {latest}, past the proven {NEWEST}; \
+             try it (NEWEST in xtask/src/rocksdb_newest.rs and the workspace range)"
+        );
+    }
+}
+
+/// An empty directory at `dir` (a failed run's leftovers are removed first).
+fn fresh_dir(dir: &Path) -> Result<&Path> {
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Writes the application's files (only those that changed, so cargo rebuilds nothing
+/// needlessly): a manifest that uses the newest `rocksdb` and adds our crates by path, every
+/// test file of `afk-store-rocksdb` as one of its tests, and its own test.
+fn generate(app: &Path, repo: &Path) -> Result<()> {
+    let store = repo.join("afk-store-rocksdb");
+    let mut tests: Vec<PathBuf> = fs::read_dir(store.join("tests"))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    tests.sort();
+    let mut manifest = format!(
+        r#"# Generated by `cargo xtask rocksdb-newest` (xtask/src/rocksdb_newest.rs); rewritten each run.
+[package]
+name = "afk-rocksdb-newest"
+version = "0.0.0"
+edition = "2024"
+publish = false
+
+[dependencies]
+# The application's own RocksDB: the newest release, its compression left to its users.
+rocksdb = {{ version = "{NEWEST}", default-features = false }}
+afk-core = {{ path = {core} }}
+afk-store-rocksdb = {{ path = {store} }}
+tokio = {{ version = "1", features = ["rt-multi-thread", "macros"] }}
+
+[dev-dependencies]
+afk-conformance = {{ path = {conformance} }}
+tempfile = "3"
+tokio = {{ version = "1", features = ["rt-multi-thread", "macros", "test-util"] }}
+
+[workspace]
+"#,
+        core = toml_str(&repo.join("afk-core")),
+        store = toml_str(&store),
+        conformance = toml_str(&repo.join("afk-conformance")),
+    );
+    for test in &tests {
+        let stem = test
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        manifest.push_str(&format!(
+            "\n[[test]]\nname = \"store_{stem}\"\npath = {}\n",
+            toml_str(test)
+        ));
+    }
+    write_if_changed(&app.join("Cargo.toml"), &manifest)?;
+    write_if_changed(&app.join("src/main.rs"), APP_MAIN)?;
+    write_if_changed(&app.join("tests/app.rs"), APP_TEST)
+}
+
+fn toml_str(path: &Path) -> String {
+    let s = path.to_string_lossy();
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn write_if_changed(path: &Path, text: &str) -> Result<()> {
+    if fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return Ok(());
+    }
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+const APP_MAIN: &str = r#"//! An application that keeps its own data in RocksDB and its agent runs in AFK's store.
+fn main() {
+    let dir = std::env::args().nth(1).unwrap_or_else(|| "app-data".into());
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(true);
+    let own = rocksdb::DB::open(&opts, format!("{dir}/app")).expect("open the app's database");
+    own.put(b"started", b"yes").expect("put");
+    let store = afk_store_rocksdb::RocksDbStore::open(format!("{dir}/afk")).expect("open AFK");
+    println!("{store:?}");
+}
+"#;
+
+const APP_TEST: &str = r#"//! The application's own test: its RocksDB and AFK's store in one process, one library.
+
+use afk_core::{Epoch, Store, RunId, ThreadId};
+use afk_store_rocksdb::RocksDbStore;
+
+#[tokio::test]
+async fn the_app_database_and_the_afk_store_work_side_by_side() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(true);
+    let own = rocksdb::DB::open(&opts, dir.path().join("app")).expect("app db");
+    own.put(b"user:1", b"ada").expect("put");
+
+    // The default configuration (Snappy), with nothing but afk-store-rocksdb's own features.
+    let path = dir.path().join("afk");
+    {
+        let store = RocksDbStore::open(&path).expect("open AFK with the default config");
+        let (thread, run) = (ThreadId::new("t1").unwrap(), RunId::new("r1").unwrap());
+        assert_eq!(store.claim(&thread, &run).await.unwrap(), Epoch(1));
+    }
+    let store = RocksDbStore::open(&path).expect("reopen");
+    let (thread, run) = (ThreadId::new("t1").unwrap(), RunId::new("r1").unwrap());
+    assert_eq!(store.claim(&thread, &run).await.unwrap(), Epoch(2));
+    assert_eq!(own.get(b"user:1").unwrap().as_deref(), Some(&b"ada"[..]));
+}
+"#;
