@@ -6,6 +6,7 @@ pub mod hash;
 pub mod ids;
 pub mod keys;
 pub mod normalize;
+pub mod redact;
 pub mod runner;
 pub mod schema;
 pub mod store;

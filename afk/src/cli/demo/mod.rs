@@ -39,11 +39,11 @@ pub fn run(args: Args, store: Option<String>) -> ExitCode {
     let url = store.unwrap_or_else(|| DEMO_STORE.to_owned());
     if args.resume {
         println!("AFK demo: the application resumes its stored run.");
-        println!("store: {}", afk::redact_url(&url));
+        println!("store: {}", afk::redact::redact_urls(&url));
         return with_store("demo", &url, resume_only);
     }
     println!("AFK demo: a durable agent run that crashes part way and is resumed.");
-    println!("store: {}", afk::redact_url(&url));
+    println!("store: {}", afk::redact::redact_urls(&url));
     with_store("demo", &url, |store| demo(store, args.crash_after))
 }
 
