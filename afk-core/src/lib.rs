@@ -5,6 +5,7 @@ pub mod fixture;
 pub mod hash;
 pub mod ids;
 pub mod keys;
+pub mod migrate;
 pub mod normalize;
 pub mod redact;
 pub mod runner;
