@@ -1,6 +1,6 @@
 //! Store-level migration of a run's AFK Python v1 records to v2: [`migrate_run`].
 //!
-//! Each record goes through [`v1_to_v2`](crate::schema::migrate::v1_to_v2). A v1 snapshot's
+//! Each record goes through [`v1_to_v2`]. A v1 snapshot's
 //! inline transcript and execution records move to the transcript log: the run's snapshots
 //! share one chained log (snapshot n's messages and records extend snapshot n-1's, so each adds
 //! one entry with what is new). A snapshot that does not continue the log (an AFK resume that
