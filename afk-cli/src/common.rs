@@ -49,7 +49,7 @@ where
 /// its capabilities (debug).
 pub async fn open(cmd: &str, url: &str) -> Result<Arc<dyn Store>> {
     let store = afk::open(url).await?;
-    tracing::info!(command = cmd, store = %afk::redact_url(url), "store opened");
+    tracing::info!(command = cmd, store = %afk::redact::redact_urls(url), "store opened");
     tracing::debug!(capabilities = ?store.capabilities(), "store capabilities");
     Ok(store)
 }

@@ -47,7 +47,7 @@ impl Report {
 impl Ctx {
     /// The store URL with its secrets redacted.
     pub fn store_name(&self) -> String {
-        afk::redact_url(&self.url)
+        afk::redact::redact_urls(&self.url)
     }
 
     /// Whether to show progress: stdout is a terminal and the output is for humans.
@@ -124,13 +124,13 @@ impl Ctx {
             text.push_str(&format!("  key:   {key}\n"));
         }
         text.push_str(&format!("  what to do: {}\n", hint(e)));
-        eprint!("{}", redact_text(&text, &self.url));
+        eprint!("{}", afk::redact::redact_urls(&text));
         if self.json {
             let doc = json!({"error": {
                 "command": cmd,
                 "store": store,
                 "kind": e.kind().as_str(),
-                "message": redact_text(&e.to_string(), &self.url),
+                "message": afk::redact::redact_urls(&e.to_string()),
                 "key": e.key(),
                 "retryable": e.is_retryable(),
                 "hint": hint(e),
@@ -139,14 +139,6 @@ impl Ctx {
         }
         ExitCode::FAILURE
     }
-}
-
-/// `text` with any occurrence of the raw URL (which may carry a password) redacted.
-fn redact_text(text: &str, url: &str) -> String {
-    if url.is_empty() {
-        return text.to_owned();
-    }
-    text.replace(url, &afk::redact_url(url))
 }
 
 /// What the operator can do about `e`.
@@ -264,7 +256,7 @@ mod tests {
     #[test]
     fn errors_never_print_the_password() {
         let url = "redis://user:hunter2@localhost:6379";
-        let text = redact_text(&format!("cannot reach {url}"), url);
+        let text = afk::redact::redact_urls(&format!("cannot reach {url}"));
         assert!(!text.contains("hunter2"), "{text}");
     }
 }

@@ -70,12 +70,12 @@ pub(crate) struct Script {
 
 impl Script {
     /// The call id of call `j` of batch `i`: unique within the run.
-    pub fn call_id(i: usize, j: usize) -> String {
+    pub(crate) fn call_id(i: usize, j: usize) -> String {
         format!("c{i}_{j}")
     }
 
     /// The model's answers, in `assistant_count` order.
-    pub fn responses(&self) -> Result<Vec<LlmResponse>, String> {
+    pub(crate) fn responses(&self) -> Result<Vec<LlmResponse>, String> {
         let mut out = Vec::with_capacity(self.batches.len() + 1);
         for (i, batch) in self.batches.iter().enumerate() {
             let calls: Vec<Value> = batch
@@ -103,7 +103,7 @@ impl Script {
     }
 
     /// Whether the call `id` is an at-most-once call.
-    pub fn is_charge(&self, id: &str) -> bool {
+    pub(crate) fn is_charge(&self, id: &str) -> bool {
         self.batches.iter().enumerate().any(|(b, batch)| {
             batch
                 .iter()
@@ -114,7 +114,7 @@ impl Script {
 
     /// What the at-most-once call `id` returns when it runs (an operator settling the call as
     /// `Ran` records this), or `None` if `id` is no such call.
-    pub fn charge_output(&self, id: &str) -> Option<Value> {
+    pub(crate) fn charge_output(&self, id: &str) -> Option<Value> {
         self.batches.iter().enumerate().find_map(|(b, batch)| {
             batch.iter().enumerate().find_map(|(j, (kind, n))| {
                 (*kind == ToolKind::Charge && Script::call_id(b, j) == id)
@@ -124,7 +124,7 @@ impl Script {
     }
 
     /// Whether some call is at-most-once (a crash may then end in `EffectUncertain`).
-    pub fn has_charge(&self) -> bool {
+    pub(crate) fn has_charge(&self) -> bool {
         self.batches
             .iter()
             .flatten()
@@ -146,7 +146,7 @@ impl Calls {
             .or_insert(0) += 1;
     }
 
-    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+    pub(crate) fn snapshot(&self) -> BTreeMap<String, u64> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -154,7 +154,7 @@ impl Calls {
     }
 
     /// Executions since `before`, per call id (only ids that ran).
-    pub fn since(&self, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    pub(crate) fn since(&self, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
         self.snapshot()
             .into_iter()
             .map(|(id, n)| {
@@ -232,7 +232,7 @@ pub(crate) struct Rig {
 }
 
 impl Rig {
-    pub fn new(script: &Script, calls: &Calls, delay: Duration) -> Result<Rig, String> {
+    pub(crate) fn new(script: &Script, calls: &Calls, delay: Duration) -> Result<Rig, String> {
         let llm = ScriptedLlm::new(script.responses()?);
         let mut agent = Agent::new("conformance", "Follow the script.", "m1", llm.clone())
             .with_gate(Arc::new(WireGate));
@@ -275,21 +275,21 @@ pub(crate) struct Attempt {
 
 impl Attempt {
     /// Whether this process finished the run itself (not a stored result handed back).
-    pub fn finished(&self) -> bool {
+    pub(crate) fn finished(&self) -> bool {
         self.events
             .iter()
             .any(|e| matches!(e, RunEvent::Finished { .. }))
     }
 
     /// Whether some tool output came from the effect journal.
-    pub fn replayed(&self) -> bool {
+    pub(crate) fn replayed(&self) -> bool {
         self.events
             .iter()
             .any(|e| matches!(e, RunEvent::ToolCompleted { replayed: true, .. }))
     }
 
     /// Whether the model answered (or a saved answer was used) for `step`.
-    pub fn answered(&self, step: u64) -> bool {
+    pub(crate) fn answered(&self, step: u64) -> bool {
         self.events
             .iter()
             .any(|e| matches!(e, RunEvent::LlmCompleted { step: s, .. } if *s == step))
@@ -419,7 +419,7 @@ pub(crate) struct Mirror {
 
 impl Mirror {
     /// Apply the commits one process's store wrapper saw accepted.
-    pub fn apply(&mut self, log: &[afk_core::store::FaultEvent]) {
+    pub(crate) fn apply(&mut self, log: &[afk_core::store::FaultEvent]) {
         for e in log {
             if let afk_core::store::FaultEvent::Commit(c) = e {
                 for (k, v) in &c.puts {
@@ -434,12 +434,12 @@ impl Mirror {
     }
 
     /// Whether `run` has a latest pointer (it committed something).
-    pub fn exists(&self, run: &RunId) -> bool {
+    pub(crate) fn exists(&self, run: &RunId) -> bool {
         self.keys.contains_key(&afk_core::store::latest_key(run))
     }
 
     /// Whether `run` holds a snapshot of `step`.
-    pub fn has_snapshot(&self, run: &RunId, step: u64) -> bool {
+    pub(crate) fn has_snapshot(&self, run: &RunId, step: u64) -> bool {
         self.keys.contains_key(&format!(
             "checkpoint:{run}:{step}:{}",
             Phase::RuntimeState.as_str()

@@ -48,7 +48,7 @@ impl<T> Ctx<T> for afk_core::Result<T> {
 }
 
 /// Longest key or value text printed in a message; longer ones are cut short.
-pub const SHOW_MAX: usize = 64;
+pub(crate) const SHOW_MAX: usize = 64;
 
 /// A key (or any text) for messages: quoted, cut to 64 characters with the full
 /// length noted.
@@ -76,13 +76,13 @@ pub fn show_bytes(v: &[u8]) -> String {
 }
 
 /// An error for messages: `Err(<kind>: <message>)`.
-pub fn show_err(e: &afk_core::Error) -> String {
+pub(crate) fn show_err(e: &afk_core::Error) -> String {
     format!("Err({}: {})", e.kind(), e.message())
 }
 
 /// A store answer for messages, in the suite's one notation: `Ok(<value>)` or
 /// `Err(<kind>: <message>)`.
-pub fn show_result<T>(r: &afk_core::Result<T>, value: impl Fn(&T) -> String) -> String {
+pub(crate) fn show_result<T>(r: &afk_core::Result<T>, value: impl Fn(&T) -> String) -> String {
     match r {
         Ok(v) => format!("Ok({})", value(v)),
         Err(e) => show_err(e),
@@ -106,12 +106,12 @@ pub fn unique_run() -> RunId {
 }
 
 /// A run id from a literal the suite controls.
-pub fn named_run(id: &str) -> RunId {
+pub(crate) fn named_run(id: &str) -> RunId {
     RunId::new(id).unwrap_or_else(|e| panic!("bad run id literal {id:?}: {e}"))
 }
 
 /// A commit of `puts` (and an optional latest pointer) under `epoch`.
-pub fn commit(
+pub(crate) fn commit(
     thread: &ThreadId,
     run: &RunId,
     epoch: Epoch,
@@ -130,7 +130,7 @@ pub fn commit(
 /// `Ok` when `result` is an error of `kind`; otherwise a message naming `what` and the
 /// caller's file and line.
 #[track_caller]
-pub fn expect_kind<T: std::fmt::Debug>(
+pub(crate) fn expect_kind<T: std::fmt::Debug>(
     result: afk_core::Result<T>,
     kind: ErrorKind,
     what: &str,
@@ -151,7 +151,7 @@ pub fn expect_kind<T: std::fmt::Debug>(
 
 /// Short printable form of a read value, for messages (values can be megabytes): `None` or
 /// `Some(<value>)` as [`show_bytes`] prints it.
-pub fn show(value: &Option<Vec<u8>>) -> String {
+pub(crate) fn show(value: &Option<Vec<u8>>) -> String {
     match value {
         None => "None".into(),
         Some(v) => format!("Some({})", show_bytes(v)),
@@ -160,7 +160,7 @@ pub fn show(value: &Option<Vec<u8>>) -> String {
 
 /// Read `key` and require it to equal `want`; a failure names the caller's file and line.
 #[track_caller]
-pub fn expect_value<'a>(
+pub(crate) fn expect_value<'a>(
     store: &'a dyn Store,
     thread: &'a ThreadId,
     key: &'a str,
@@ -314,7 +314,7 @@ static SKIPPED: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(
 
 /// Record that `case` was skipped for `reason` (a missing capability or server) and say so on
 /// stderr directly, so the line shows even where the test harness captures output.
-pub fn skip(case: &str, reason: &str) {
+pub(crate) fn skip(case: &str, reason: &str) {
     use std::io::Write;
     let line = format!("skipped: {case}: {reason}\n");
     print!("{line}");

@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use afk_core::redact::redact_urls;
 use afk_core::{Error, Result};
 use percent_encoding::percent_decode_str;
 use serde::{Deserialize, Serialize};
@@ -136,7 +137,7 @@ impl RedisConfig {
     /// shows the URL with its password replaced by `***`.
     pub fn from_url(url: &str) -> Result<Self> {
         let url = url.trim();
-        let bad = |why: &str| Error::invalid_config(format!("{why} in {}", redact(url)));
+        let bad = |why: &str| Error::invalid_config(format!("{why} in {}", redact_urls(url)));
         if url.contains(',') && url.split(',').all(|p| p.contains("://")) {
             return parse_url_list(url);
         }
@@ -363,7 +364,7 @@ fn parse_url_list(list: &str) -> Result<RedisConfig> {
                 if &probe != m {
                     return Err(Error::invalid_config(format!(
                         "cluster seed URLs disagree on options or credentials: {}",
-                        redact(list)
+                        redact_urls(list)
                     )));
                 }
                 m.nodes.extend(one.nodes);
@@ -413,28 +414,6 @@ fn apply_query(cfg: &mut RedisConfig, query: &str) -> std::result::Result<(), St
         }
     }
     Ok(())
-}
-
-/// `url` with any password replaced by `***` (every `user:pass@` of a comma list).
-pub(crate) fn redact(url: &str) -> String {
-    url.split(',')
-        .map(|part| {
-            let Some((scheme, rest)) = part.split_once("://") else {
-                return part.to_string();
-            };
-            let end = rest.find(['/', '?']).unwrap_or(rest.len());
-            let (authority, tail) = rest.split_at(end);
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-                    let pass = if userinfo.contains(':') { ":***" } else { "" };
-                    format!("{scheme}://{user}{pass}@{host}{tail}")
-                }
-                None => part.to_string(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use afk_core::redact::redact_urls;
 use afk_core::{Error, MemoryStore, Result, Store};
 
 /// The URL schemes [`open`] knows, with the Cargo feature each needs (`None`: always there).
@@ -29,14 +30,14 @@ const SCHEMES: [(&str, Option<&str>); 7] = [
 ///
 /// Errors: `Unsupported` naming the Cargo feature to enable when the scheme's backend is not
 /// compiled in; `InvalidConfig` for a URL without a scheme or with an unknown one (the message
-/// shows the URL with any password replaced by `***`, see [`redact_url`]); the backend's own
+/// shows the URL with any password replaced by `***`, see [`redact_urls`]); the backend's own
 /// errors when it cannot open (`InvalidConfig`, `Unavailable`, …).
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
     let url = url.trim();
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(Error::invalid_config(format!(
             "store URL {} has no scheme; expected one of {}",
-            redact_url(url),
+            redact_urls(url),
             known_schemes()
         )));
     };
@@ -44,7 +45,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
     let Some((_, feature)) = SCHEMES.iter().find(|(s, _)| *s == scheme) else {
         return Err(Error::invalid_config(format!(
             "store URL {} has an unknown scheme `{scheme}`; expected one of {}",
-            redact_url(url),
+            redact_urls(url),
             known_schemes()
         )));
     };
@@ -114,81 +115,9 @@ async fn open_s3(_url: &str) -> Result<Arc<dyn Store>> {
     Err(Error::unexpected("s3 is not compiled in"))
 }
 
-/// `url` with the password of its user-info part (`scheme://user:password@host`, also in
-/// every URL of a comma-separated list) replaced by `***`, and query parameters whose name
-/// mentions a secret (`password`, `secret`, `token`, `key`) replaced likewise. Safe to print.
-pub fn redact_url(url: &str) -> String {
-    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
-}
-
-fn redact_one(url: &str) -> String {
-    let (head, rest) = match url.split_once("://") {
-        Some((s, r)) => (format!("{s}://"), r),
-        // Without a scheme nothing says where the user info ends: hide all of it.
-        None => {
-            return match url.rsplit_once('@') {
-                Some((_, host)) => format!("***@{host}"),
-                None => url.to_owned(),
-            };
-        }
-    };
-    let (before_query, query) = match rest.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (rest, None),
-    };
-    let auth_end = before_query.find('/').unwrap_or(before_query.len());
-    let (authority, path) = before_query.split_at(auth_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((user, host)) => match user.split_once(':') {
-            Some((name, _)) => format!("{name}:***@{host}"),
-            None if head.starts_with("redis") => format!("***@{host}"),
-            None => format!("{user}@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    let mut out = format!("{head}{authority}{path}");
-    if let Some(q) = query {
-        let params: Vec<String> = q
-            .split('&')
-            .map(|p| match p.split_once('=') {
-                Some((k, _)) if is_secret_name(k) => format!("{k}=***"),
-                _ => p.to_owned(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&params.join("&"));
-    }
-    out
-}
-
-fn is_secret_name(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    ["password", "secret", "token", "key"]
-        .iter()
-        .any(|s| n.contains(s))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redaction_hides_passwords_everywhere() {
-        assert_eq!(
-            redact_url("redis://user:hunter2@h:1/0"),
-            "redis://user:***@h:1/0"
-        );
-        assert_eq!(redact_url("redis://hunter2@h"), "redis://***@h");
-        assert_eq!(
-            redact_url("redis://:a@h1,redis://:b@h2"),
-            "redis://:***@h1,redis://:***@h2"
-        );
-        assert_eq!(
-            redact_url("s3://b/p?secret_access_key=zz&region=x"),
-            "s3://b/p?secret_access_key=***&region=x"
-        );
-        assert_eq!(redact_url("rocksdb://./x"), "rocksdb://./x");
-    }
 
     #[tokio::test]
     async fn memory_urls_share_a_store_by_name() {
