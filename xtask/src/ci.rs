@@ -5,6 +5,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::chaos;
+use crate::msrv;
 use crate::rocksdb_newest;
 use crate::services::Needs;
 use crate::system;
@@ -75,6 +76,14 @@ pub fn run() -> Result<i32> {
             eprintln!("ci: {name} failed");
             return Ok(test::code(status));
         }
+    }
+    let start = Instant::now();
+    let code = msrv::run()?;
+    times.push(("msrv", start.elapsed()));
+    if code != 0 {
+        report(&times);
+        eprintln!("ci: msrv failed");
+        return Ok(code);
     }
     let start = Instant::now();
     let code = test::run(&[], &[])?;
