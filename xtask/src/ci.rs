@@ -6,6 +6,7 @@ use anyhow::Result;
 
 use crate::chaos;
 use crate::features;
+use crate::msrv;
 use crate::rocksdb_newest;
 use crate::services::Needs;
 use crate::system;
@@ -86,6 +87,14 @@ pub fn run() -> Result<i32> {
     if code != 0 {
         report(&times);
         eprintln!("ci: features failed");
+        return Ok(code);
+    }
+    let start = Instant::now();
+    let code = msrv::run()?;
+    times.push(("msrv", start.elapsed()));
+    if code != 0 {
+        report(&times);
+        eprintln!("ci: msrv failed");
         return Ok(code);
     }
     let start = Instant::now();

@@ -1,10 +1,12 @@
 //! `cargo xtask …`: the project's own tasks (tests with real servers, CI, benchmarks).
-//! Run `cargo xtask --help`. Depends only on std, clap and anyhow so it builds in seconds.
+//! Run `cargo xtask --help`. Depends only on std, clap, anyhow and serde_json so it builds in
+//! seconds.
 
 mod bench;
 mod chaos;
 mod ci;
 mod features;
+mod msrv;
 mod rocksdb_newest;
 mod services;
 mod system;
@@ -32,13 +34,15 @@ enum Cli {
         #[command(subcommand)]
         action: ServicesCmd,
     },
-    /// What CI runs: fmt, clippy, rustdoc, package, feature combinations, `test`,
+    /// What CI runs: fmt, clippy, rustdoc, package, `msrv`, feature combinations, `test`,
     /// `rocksdb-newest`, then `chaos --quick`.
     Ci,
     /// Build the newest `rocksdb` release from source in an application outside the clone
     /// that also uses afk-store-rocksdb, and run the store's tests there (cached: only the
     /// first run on a machine compiles RocksDB's C++).
     RocksdbNewest,
+    /// Check that no locked dependency needs a newer Rust than the declared `rust-version`.
+    Msrv,
     /// Run the benchmarks that exist and write target/bench-report.md.
     Bench,
     /// Kill real runner processes (SIGKILL) at random moments, many times per run, against
@@ -99,6 +103,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cli::Test { stores, extra } => test::run(&stores, &extra),
         Cli::Ci => ci::run(),
         Cli::RocksdbNewest => rocksdb_newest::run(),
+        Cli::Msrv => msrv::run(),
         Cli::Bench => bench::run(),
         Cli::Chaos {
             stores,

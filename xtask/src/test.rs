@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::env;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
 use anyhow::Result;
@@ -138,6 +139,10 @@ pub fn run(stores: &[Store], extra: &[String]) -> Result<i32> {
     configure(&mut nextest);
     let status = system::run_status(&mut nextest)?;
     if !status.success() {
+        eprintln!(
+            "test: failed; the stores the conformance tests shared per process are kept in {}",
+            test_tmp_dir().display()
+        );
         return Ok(code(status));
     }
     // cargo-nextest does not run doctests; cargo's own harness does.
@@ -146,7 +151,36 @@ pub fn run(stores: &[Store], extra: &[String]) -> Result<i32> {
     configure(&mut doctest);
     let status = system::run_status(&mut doctest)?;
     drop(services); // stops the servers; an early return above drops them too
+    if status.success() {
+        remove_process_dirs(&test_tmp_dir());
+    }
     Ok(code(status))
+}
+
+/// `<target>/tmp`, the tests' `CARGO_TARGET_TMPDIR`.
+fn test_tmp_dir() -> PathBuf {
+    let target = env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || system::repo_root().join("target"),
+        |dir| system::repo_root().join(dir),
+    );
+    target.join("tmp")
+}
+
+/// Removes the directories `<name>-<pid>` in `tmp` whose process has exited: the stores the
+/// conformance tests share per process (`afk-store-rocksdb/tests/conformance.rs`,
+/// `examples/custom-store/tests/conformance.rs`). Each test process already removes those of
+/// earlier processes; after a passing run the last ones go too.
+fn remove_process_dirs(tmp: &Path) {
+    for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.rsplit_once('-'))
+            .and_then(|(_, pid)| pid.parse::<u32>().ok());
+        if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// The exit code to pass on; 128 + signal number style for a killed child.
@@ -160,6 +194,22 @@ pub fn code(status: ExitStatus) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_directories_of_exited_processes_are_removed() {
+        let me = std::process::id();
+        let tmp = env::temp_dir().join(format!("xtask-process-dirs-{me}"));
+        let live = tmp.join(format!("rocksdb-conformance-{me}"));
+        let dead = tmp.join(format!("rocksdb-conformance-{}", u32::MAX)); // never a pid
+        let other = tmp.join("outside-workspace");
+        for dir in [&live, &dead, &other] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        remove_process_dirs(&tmp);
+        let left = [live.exists(), dead.exists(), other.exists()];
+        std::fs::remove_dir_all(&tmp).unwrap();
+        assert_eq!(left, [true, false, true]);
+    }
 
     #[test]
     fn no_store_selects_everything_with_all_features_and_servers() {
