@@ -162,11 +162,13 @@ impl Worker {
             if self.queue.is_empty() && self.calls.is_empty() && self.closing {
                 break;
             }
-            if due != armed {
-                if let Some(at) = due {
-                    timer.as_mut().reset(at);
-                }
-                armed = due;
+            // Re-armed only for an earlier deadline: a reset can wake the timer driver's
+            // thread, too dear per step. A firing that finds nothing due costs a loop.
+            if let Some(at) = due
+                && armed.is_none_or(|a| at < a)
+            {
+                timer.as_mut().reset(at);
+                armed = Some(at);
             }
             let room = !self.closing && self.queue.len() < self.config.queue_maxsize;
             tokio::select! {
