@@ -30,13 +30,11 @@ fn agent() -> Agent {
     script.push(r(json!({"text": "done", "tool_calls": []})));
     let mut agent = Agent::new("merge", "Add.", "scripted-1", ScriptedLlm::new(script))
         .with_tool(ScriptedTool::add(InvocationCounter::new()));
-    agent.limits = Limits {
-        max_steps: STEPS + 5,
-        max_llm_calls: STEPS + 5,
-        max_tool_calls: STEPS + 5,
-        max_wall_time_ms: None,
-        ..Limits::default()
-    };
+    agent.limits = Limits::default()
+        .with_max_steps(STEPS + 5)
+        .with_max_llm_calls(STEPS + 5)
+        .with_max_tool_calls(STEPS + 5)
+        .with_max_wall_time_ms(None);
     agent
 }
 
@@ -49,13 +47,8 @@ async fn run(async_writes: bool) -> (String, u64, u64) {
     fault.set_latency(Duration::from_millis(1));
     let runner = Runner::new(
         fault.clone(),
-        RunnerConfig {
-            checkpoint: CheckpointConfig {
-                async_writes,
-                ..CheckpointConfig::default()
-            },
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default()
+            .with_checkpoint(CheckpointConfig::default().with_async_writes(async_writes)),
     );
     let out = runner
         .run_with_id(

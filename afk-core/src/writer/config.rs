@@ -10,7 +10,11 @@ use crate::store::RetryPolicy;
 /// The first four are AFK's (`checkpoint_async_writes`, `checkpoint_queue_maxsize`,
 /// `checkpoint_flush_timeout_s`, `checkpoint_coalesce_runtime_state`) with AFK's defaults; the
 /// rest are ours. Out-of-range values are clamped as AFK does (see [`CheckpointConfig::clamped`]).
+///
+/// Build it from `CheckpointConfig::default()` with the `with_*` setters (new settings may be
+/// added without a breaking change).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct CheckpointConfig {
     /// Queue commits to a background task (`true`, AFK's default) or write each one inline
     /// before the run goes on (`false`, "sync mode").
@@ -47,6 +51,48 @@ impl Default for CheckpointConfig {
 }
 
 impl CheckpointConfig {
+    /// Write behind (`true`) or inline (`false`) ([`CheckpointConfig::async_writes`]).
+    #[must_use]
+    pub fn with_async_writes(mut self, async_writes: bool) -> Self {
+        self.async_writes = async_writes;
+        self
+    }
+
+    /// Set the queue bound ([`CheckpointConfig::queue_maxsize`]).
+    #[must_use]
+    pub fn with_queue_maxsize(mut self, queue_maxsize: usize) -> Self {
+        self.queue_maxsize = queue_maxsize;
+        self
+    }
+
+    /// Set the terminal flush bound ([`CheckpointConfig::flush_timeout`]).
+    #[must_use]
+    pub fn with_flush_timeout(mut self, flush_timeout: Duration) -> Self {
+        self.flush_timeout = flush_timeout;
+        self
+    }
+
+    /// Merge queued commits of a run or not ([`CheckpointConfig::coalesce_runtime_state`]).
+    #[must_use]
+    pub fn with_coalesce_runtime_state(mut self, coalesce_runtime_state: bool) -> Self {
+        self.coalesce_runtime_state = coalesce_runtime_state;
+        self
+    }
+
+    /// Set the retry policy of failed writes ([`CheckpointConfig::retry`]).
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Set the most commits per store call ([`CheckpointConfig::max_batch_size`]).
+    #[must_use]
+    pub fn with_max_batch_size(mut self, max_batch_size: usize) -> Self {
+        self.max_batch_size = max_batch_size;
+        self
+    }
+
     /// Set the flush timeout from AFK's `checkpoint_flush_timeout_s` (seconds; negative and
     /// NaN are clamped to 0 as AFK does, huge values to one day).
     pub fn with_flush_timeout_s(mut self, seconds: f64) -> Self {
