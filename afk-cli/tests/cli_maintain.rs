@@ -48,11 +48,9 @@ fn resume(db: &Path, f: &Value) -> Value {
         let agent = Agent::new("calculator", "", "unknown", llm.clone())
             .with_tool(ScriptedTool::add(counter.clone()))
             .with_tool(ScriptedTool::echo(counter.clone()));
-        let config = RunnerConfig {
-            clock: ManualClock::new(2_000_000_000_000),
-            ids: Arc::new(SequentialIds::default()),
-            ..RunnerConfig::default()
-        };
+        let config = RunnerConfig::default()
+            .with_clock(ManualClock::new(2_000_000_000_000))
+            .with_ids(Arc::new(SequentialIds::default()));
         let run = RunId::new(f["run_id"].as_str().unwrap()).unwrap();
         let out = Runner::new(store, config)
             .resume(&agent, &ThreadId::new("fx").unwrap(), &run)

@@ -250,19 +250,15 @@ impl Rig {
 /// A runner with synchronous checkpoint writes (every commit is made before the run goes on,
 /// so a crash point is a commit count), no write retries and a fixed clock.
 pub(crate) fn runner(store: Arc<dyn Store>) -> Runner {
-    let checkpoint = CheckpointConfig {
-        async_writes: false,
-        retry: RetryPolicy::none(),
-        ..CheckpointConfig::default()
-    };
+    let checkpoint = CheckpointConfig::default()
+        .with_async_writes(false)
+        .with_retry(RetryPolicy::none());
     Runner::new(
         store,
-        RunnerConfig {
-            clock: ManualClock::new(1_700_000_000_000),
-            ids: Arc::new(SequentialIds::default()),
-            checkpoint,
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default()
+            .with_clock(ManualClock::new(1_700_000_000_000))
+            .with_ids(Arc::new(SequentialIds::default()))
+            .with_checkpoint(checkpoint),
     )
 }
 

@@ -85,11 +85,9 @@ async fn resume(fx: &Value, state: &Map<String, Value>, store: Arc<dyn Store>) -
         .unwrap_or(0);
     let runner = Runner::new(
         store,
-        RunnerConfig {
-            clock: ManualClock::new(ts),
-            ids: Arc::new(SequentialIds::default()),
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default()
+            .with_clock(ManualClock::new(ts))
+            .with_ids(Arc::new(SequentialIds::default())),
     );
     let out = runner.resume(&agent, &thread, &run).result().await;
     let res = match out {

@@ -60,10 +60,7 @@ fn case() -> Case {
 async fn exceeds(c: &Case, id: &str, message: &str) {
     let runner = Runner::new(
         c.store.clone(),
-        RunnerConfig {
-            clock: c.clock.clone(),
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default().with_clock(c.clock.clone()),
     );
     let thread = ThreadId::new("t_budget").unwrap();
     let run = RunId::new(id).unwrap();

@@ -59,10 +59,7 @@ fn rig(id: &str) -> Rig {
     let clock = ManualClock::new(1_700_000_000_000);
     let runner = Runner::new(
         store.clone(),
-        RunnerConfig {
-            clock: clock.clone(),
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default().with_clock(clock.clone()),
     );
     Rig {
         store,

@@ -60,17 +60,8 @@ async fn a_failing_store_resolves_the_handle_with_the_error() {
     // The second commit: the write-behind writer merges a run's queued commits, so a short run
     // makes only a few.
     fault.fail_nth(Some(Op::Commit), 2, ErrorKind::Unavailable);
-    let checkpoint = CheckpointConfig {
-        retry: RetryPolicy::none(),
-        ..CheckpointConfig::default()
-    };
-    let runner = Runner::new(
-        fault,
-        RunnerConfig {
-            checkpoint,
-            ..RunnerConfig::default()
-        },
-    );
+    let checkpoint = CheckpointConfig::default().with_retry(RetryPolicy::none());
+    let runner = Runner::new(fault, RunnerConfig::default().with_checkpoint(checkpoint));
     let counter = InvocationCounter::new();
     let agent = Agent::new("a", "", "m", one_call("add")).with_tool(ScriptedTool::add(counter));
     let res = tokio::time::timeout(
@@ -172,13 +163,12 @@ async fn a_child_crashed_right_after_its_first_commit_is_resumed() {
         let parent = Agent::new("boss", "", "m", one_call("helper")).with_subagent(child);
         (parent, child_llm)
     };
-    let sync = || RunnerConfig {
-        checkpoint: CheckpointConfig {
-            async_writes: false,
-            retry: RetryPolicy::none(),
-            ..CheckpointConfig::default()
-        },
-        ..RunnerConfig::default()
+    let sync = || {
+        RunnerConfig::default().with_checkpoint(
+            CheckpointConfig::default()
+                .with_async_writes(false)
+                .with_retry(RetryPolicy::none()),
+        )
     };
 
     // Find the commit that saves the child's run_started, then crash right after it.

@@ -23,24 +23,20 @@ use serde_json::{Value, json};
 const NO_HANG: Duration = Duration::from_secs(60);
 
 fn runner(store: Arc<dyn Store>, async_writes: bool) -> Runner {
-    let checkpoint = CheckpointConfig {
-        async_writes,
-        retry: RetryPolicy {
-            max_attempts: 3,
-            initial_backoff: Duration::from_millis(10),
-            max_elapsed: Duration::from_millis(500),
-            ..RetryPolicy::default()
-        },
-        ..CheckpointConfig::default()
-    };
+    let checkpoint = CheckpointConfig::default()
+        .with_async_writes(async_writes)
+        .with_retry(
+            RetryPolicy::default()
+                .with_max_attempts(3)
+                .with_initial_backoff(Duration::from_millis(10))
+                .with_max_elapsed(Duration::from_millis(500)),
+        );
     Runner::new(
         store,
-        RunnerConfig {
-            clock: ManualClock::new(1_700_000_000_000),
-            ids: Arc::new(SequentialIds::default()),
-            checkpoint,
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default()
+            .with_clock(ManualClock::new(1_700_000_000_000))
+            .with_ids(Arc::new(SequentialIds::default()))
+            .with_checkpoint(checkpoint),
     )
 }
 

@@ -47,11 +47,9 @@ fn agent(counter: &InvocationCounter) -> (Agent, Arc<ScriptedLlm>) {
 fn runner(store: Arc<dyn Store>, clock: Arc<ManualClock>) -> Runner {
     Runner::new(
         store,
-        RunnerConfig {
-            clock,
-            ids: Arc::new(SequentialIds::default()),
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default()
+            .with_clock(clock)
+            .with_ids(Arc::new(SequentialIds::default())),
     )
 }
 

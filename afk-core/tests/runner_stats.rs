@@ -154,21 +154,14 @@ async fn the_watermark_lags_while_a_write_is_in_flight() {
 async fn retried_store_calls_are_counted() {
     let fault = Arc::new(FaultStore::new(MemoryStore::new()));
     fault.fail_nth(Some(Op::CommitBatch), 2, ErrorKind::Unavailable);
-    let checkpoint = CheckpointConfig {
-        retry: RetryPolicy {
-            initial_backoff: Duration::from_millis(1),
-            ..RetryPolicy::default()
-        },
-        ..CheckpointConfig::default()
-    };
+    let checkpoint = CheckpointConfig::default()
+        .with_retry(RetryPolicy::default().with_initial_backoff(Duration::from_millis(1)));
     let r = Runner::new(
         fault.clone(),
-        RunnerConfig {
-            clock: ManualClock::new(1_700_000_000_000),
-            ids: Arc::new(SequentialIds::default()),
-            checkpoint,
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default()
+            .with_clock(ManualClock::new(1_700_000_000_000))
+            .with_ids(Arc::new(SequentialIds::default()))
+            .with_checkpoint(checkpoint),
     );
     let counter = InvocationCounter::new();
     let agent = agent_with(ScriptedLlm::new(script()), &counter);

@@ -34,13 +34,11 @@ fn agent() -> Agent {
     let llm = Arc::new(Slow(ScriptedLlm::new(script)));
     let mut agent = Agent::new("merge", "Add.", "scripted-1", llm)
         .with_tool(ScriptedTool::add(InvocationCounter::new()));
-    agent.limits = Limits {
-        max_steps: STEPS + 5,
-        max_llm_calls: STEPS + 5,
-        max_tool_calls: STEPS + 5,
-        max_wall_time_ms: None,
-        ..Limits::default()
-    };
+    agent.limits = Limits::default()
+        .with_max_steps(STEPS + 5)
+        .with_max_llm_calls(STEPS + 5)
+        .with_max_tool_calls(STEPS + 5)
+        .with_max_wall_time_ms(None);
     agent
 }
 
@@ -81,15 +79,12 @@ async fn run(async_writes: bool) -> Counts {
     fault.set_latency(Duration::from_millis(1));
     let runner = Runner::new(
         fault.clone(),
-        RunnerConfig {
-            checkpoint: CheckpointConfig {
-                async_writes,
+        RunnerConfig::default().with_checkpoint(
+            CheckpointConfig::default()
+                .with_async_writes(async_writes)
                 // Longer than the model's answer: only barriers and the terminal flush write.
-                hold: Duration::from_secs(60),
-                ..CheckpointConfig::default()
-            },
-            ..RunnerConfig::default()
-        },
+                .with_hold(Duration::from_secs(60)),
+        ),
     );
     let out = runner
         .run_with_id(

@@ -52,18 +52,14 @@ async fn a_real_run_across_a_server_restart_verifies_clean() {
     let store: Arc<dyn Store> = Arc::new(connect(cfg).await);
     let runner = Runner::new(
         store.clone(),
-        RunnerConfig {
-            checkpoint: CheckpointConfig {
-                retry: RetryPolicy {
-                    max_attempts: 3,
-                    initial_backoff: Duration::from_millis(10),
-                    max_elapsed: Duration::from_millis(500),
-                    ..RetryPolicy::default()
-                },
-                ..CheckpointConfig::default()
-            },
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default().with_checkpoint(
+            CheckpointConfig::default().with_retry(
+                RetryPolicy::default()
+                    .with_max_attempts(3)
+                    .with_initial_backoff(Duration::from_millis(10))
+                    .with_max_elapsed(Duration::from_millis(500)),
+            ),
+        ),
     );
 
     // Two tool steps; the first call of the second tool kills the server under the run.

@@ -201,21 +201,13 @@ fn script() -> Vec<LlmResponse> {
 }
 
 fn runner(store: Arc<dyn Store>) -> Runner {
-    let retry = RetryPolicy {
-        max_attempts: 3,
-        initial_backoff: Duration::from_millis(10),
-        max_elapsed: Duration::from_millis(500),
-        ..RetryPolicy::default()
-    };
+    let retry = RetryPolicy::default()
+        .with_max_attempts(3)
+        .with_initial_backoff(Duration::from_millis(10))
+        .with_max_elapsed(Duration::from_millis(500));
     Runner::new(
         store,
-        RunnerConfig {
-            checkpoint: CheckpointConfig {
-                retry,
-                ..CheckpointConfig::default()
-            },
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default().with_checkpoint(CheckpointConfig::default().with_retry(retry)),
     )
 }
 

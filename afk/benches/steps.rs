@@ -30,10 +30,7 @@ fn store_group(
 ) {
     // The baseline in the same run: write-behind without merging, each commit written as
     // submitted (the writer before it merged a run's queued commits).
-    let unmerged = CheckpointConfig {
-        coalesce_runtime_state: false,
-        ..CheckpointConfig::default()
-    };
+    let unmerged = CheckpointConfig::default().with_coalesce_runtime_state(false);
     let runners: Vec<(&str, Runner)> = vec![
         ("async", runner(store.clone(), true)),
         ("sync", runner(store.clone(), false)),

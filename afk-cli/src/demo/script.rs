@@ -97,18 +97,10 @@ pub fn rig(counter: &InvocationCounter) -> Result<Rig> {
 
 /// A runner writing every commit inline (so the crash point is exact) without retries.
 pub fn runner(store: Arc<dyn Store>) -> Runner {
-    let checkpoint = CheckpointConfig {
-        async_writes: false,
-        retry: RetryPolicy::none(),
-        ..CheckpointConfig::default()
-    };
-    Runner::new(
-        store,
-        RunnerConfig {
-            checkpoint,
-            ..RunnerConfig::default()
-        },
-    )
+    let checkpoint = CheckpointConfig::default()
+        .with_async_writes(false)
+        .with_retry(RetryPolicy::none());
+    Runner::new(store, RunnerConfig::default().with_checkpoint(checkpoint))
 }
 
 /// The tool name of a call id of the script.

@@ -34,8 +34,10 @@ impl FailurePolicy {
     }
 }
 
-/// The three failure policies of an agent.
+/// The three failure policies of an agent: `FailurePolicies::default()` and the `with_*`
+/// setters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FailurePolicies {
     /// Every model candidate failed for a step. Default: fail (AFK `retry_then_fail`);
     /// `Continue` behaves like `Degrade` here, as in AFK.
@@ -53,6 +55,29 @@ impl Default for FailurePolicies {
             tool: FailurePolicy::Continue,
             approval: FailurePolicy::Continue,
         }
+    }
+}
+
+impl FailurePolicies {
+    /// Set the policy for failed model calls ([`FailurePolicies::llm`]).
+    #[must_use]
+    pub fn with_llm(mut self, llm: FailurePolicy) -> Self {
+        self.llm = llm;
+        self
+    }
+
+    /// Set the policy for failed tool calls ([`FailurePolicies::tool`]).
+    #[must_use]
+    pub fn with_tool(mut self, tool: FailurePolicy) -> Self {
+        self.tool = tool;
+        self
+    }
+
+    /// Set the policy for denied tool calls ([`FailurePolicies::approval`]).
+    #[must_use]
+    pub fn with_approval(mut self, approval: FailurePolicy) -> Self {
+        self.approval = approval;
+        self
     }
 }
 
@@ -75,7 +100,11 @@ impl Default for FailurePolicies {
 ///   was never seen, so it cannot be counted.
 /// * `max_tool_calls` counts recorded tool calls (each call once, replayed or not);
 ///   `max_wall_time_ms` counts active time saved in snapshots.
+///
+/// Build it from `Limits::default()` with the `with_*` setters (new limits may be added
+/// without a breaking change).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Most loop steps (model turns), counted as logical steps (a redone step counts once).
     pub max_steps: u64,
@@ -102,6 +131,50 @@ impl Default for Limits {
             max_cost_usd: None,
             tool_parallelism: 16,
         }
+    }
+}
+
+impl Limits {
+    /// Set [`Limits::max_steps`].
+    #[must_use]
+    pub fn with_max_steps(mut self, max_steps: u64) -> Self {
+        self.max_steps = max_steps;
+        self
+    }
+
+    /// Set [`Limits::max_llm_calls`].
+    #[must_use]
+    pub fn with_max_llm_calls(mut self, max_llm_calls: u64) -> Self {
+        self.max_llm_calls = max_llm_calls;
+        self
+    }
+
+    /// Set [`Limits::max_tool_calls`].
+    #[must_use]
+    pub fn with_max_tool_calls(mut self, max_tool_calls: u64) -> Self {
+        self.max_tool_calls = max_tool_calls;
+        self
+    }
+
+    /// Set [`Limits::max_wall_time_ms`] (`None`: no bound).
+    #[must_use]
+    pub fn with_max_wall_time_ms(mut self, max_wall_time_ms: Option<u64>) -> Self {
+        self.max_wall_time_ms = max_wall_time_ms;
+        self
+    }
+
+    /// Set [`Limits::max_cost_usd`] (`None`: no bound).
+    #[must_use]
+    pub fn with_max_cost_usd(mut self, max_cost_usd: Option<f64>) -> Self {
+        self.max_cost_usd = max_cost_usd;
+        self
+    }
+
+    /// Set [`Limits::tool_parallelism`].
+    #[must_use]
+    pub fn with_tool_parallelism(mut self, tool_parallelism: usize) -> Self {
+        self.tool_parallelism = tool_parallelism;
+        self
     }
 }
 

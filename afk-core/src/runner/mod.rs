@@ -52,8 +52,10 @@ use exec::RunTask;
 use persist::Checkpointer;
 use state::RunState;
 
-/// Runner settings.
+/// Runner settings: `RunnerConfig::default()` and the `with_*` setters (new settings may be
+/// added without a breaking change).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RunnerConfig {
     /// Time source (records' timestamps, budgets).
     pub clock: Arc<dyn Clock>,
@@ -75,6 +77,36 @@ impl Default for RunnerConfig {
             event_capacity: 256,
             checkpoint: CheckpointConfig::default(),
         }
+    }
+}
+
+impl RunnerConfig {
+    /// Set the time source ([`RunnerConfig::clock`]).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Set the run id source ([`RunnerConfig::ids`]).
+    #[must_use]
+    pub fn with_ids(mut self, ids: Arc<dyn IdGen>) -> Self {
+        self.ids = ids;
+        self
+    }
+
+    /// Set the capacity of each run's event channel ([`RunnerConfig::event_capacity`]).
+    #[must_use]
+    pub fn with_event_capacity(mut self, event_capacity: usize) -> Self {
+        self.event_capacity = event_capacity;
+        self
+    }
+
+    /// Set the checkpoint writer's settings ([`RunnerConfig::checkpoint`]).
+    #[must_use]
+    pub fn with_checkpoint(mut self, checkpoint: CheckpointConfig) -> Self {
+        self.checkpoint = checkpoint;
+        self
     }
 }
 

@@ -73,8 +73,10 @@ impl fmt::Debug for RandomSource {
     }
 }
 
-/// How often and how long to retry.
+/// How often and how long to retry: `RetryPolicy::default()` (or [`RetryPolicy::none`]) and
+/// the `with_*` setters.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Most calls made in total, the first one included (at least 1; 1 means no retry).
     pub max_attempts: u32,
@@ -104,6 +106,41 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// Set [`RetryPolicy::max_attempts`] (1: no retry).
+    #[must_use]
+    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Set [`RetryPolicy::initial_backoff`].
+    #[must_use]
+    pub fn with_initial_backoff(mut self, initial_backoff: Duration) -> Self {
+        self.initial_backoff = initial_backoff;
+        self
+    }
+
+    /// Set [`RetryPolicy::max_backoff`].
+    #[must_use]
+    pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff;
+        self
+    }
+
+    /// Set [`RetryPolicy::multiplier`].
+    #[must_use]
+    pub fn with_multiplier(mut self, multiplier: f64) -> Self {
+        self.multiplier = multiplier;
+        self
+    }
+
+    /// Set [`RetryPolicy::max_elapsed`].
+    #[must_use]
+    pub fn with_max_elapsed(mut self, max_elapsed: Duration) -> Self {
+        self.max_elapsed = max_elapsed;
+        self
+    }
+
     /// A policy that never retries.
     pub fn none() -> Self {
         RetryPolicy {

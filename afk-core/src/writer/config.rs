@@ -10,7 +10,11 @@ use crate::store::RetryPolicy;
 /// The first four are AFK's (`checkpoint_async_writes`, `checkpoint_queue_maxsize`,
 /// `checkpoint_flush_timeout_s`, `checkpoint_coalesce_runtime_state`) with AFK's defaults; the
 /// rest are ours. Out-of-range values are clamped as AFK does (see [`CheckpointConfig::clamped`]).
+///
+/// Build it from `CheckpointConfig::default()` with the `with_*` setters (new settings may be
+/// added without a breaking change).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct CheckpointConfig {
     /// Queue commits to a background task (`true`, AFK's default) or write each one inline
     /// before the run goes on (`false`, "sync mode").
@@ -32,8 +36,8 @@ pub struct CheckpointConfig {
     /// (default 64; clamped to at least 1).
     pub max_batch_size: usize,
     /// How long the background writer may hold a run's commits, merging what the run queues
-    /// meanwhile, before writing them unasked (default 5 ms). A barrier, a flush or a waiting
-    /// [`Ticket`](super::Ticket) writes them at once, so a step costs one commit (its barrier's)
+    /// meanwhile, before writing them unasked (default 5 ms). A barrier, a flush or a caller
+    /// waiting for one of them writes them at once, so a step costs one commit (its barrier's)
     /// while a commit nobody waits for is still written within this bound. `Duration::ZERO`
     /// writes every commit as soon as the run has none in flight; so does
     /// `coalesce_runtime_state: false`.
@@ -55,6 +59,55 @@ impl Default for CheckpointConfig {
 }
 
 impl CheckpointConfig {
+    /// Write behind (`true`) or inline (`false`) ([`CheckpointConfig::async_writes`]).
+    #[must_use]
+    pub fn with_async_writes(mut self, async_writes: bool) -> Self {
+        self.async_writes = async_writes;
+        self
+    }
+
+    /// Set the queue bound ([`CheckpointConfig::queue_maxsize`]).
+    #[must_use]
+    pub fn with_queue_maxsize(mut self, queue_maxsize: usize) -> Self {
+        self.queue_maxsize = queue_maxsize;
+        self
+    }
+
+    /// Set the terminal flush bound ([`CheckpointConfig::flush_timeout`]).
+    #[must_use]
+    pub fn with_flush_timeout(mut self, flush_timeout: Duration) -> Self {
+        self.flush_timeout = flush_timeout;
+        self
+    }
+
+    /// Merge queued commits of a run or not ([`CheckpointConfig::coalesce_runtime_state`]).
+    #[must_use]
+    pub fn with_coalesce_runtime_state(mut self, coalesce_runtime_state: bool) -> Self {
+        self.coalesce_runtime_state = coalesce_runtime_state;
+        self
+    }
+
+    /// Set the retry policy of failed writes ([`CheckpointConfig::retry`]).
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Set how long a run's commits may be held unasked ([`CheckpointConfig::hold`]).
+    #[must_use]
+    pub fn with_hold(mut self, hold: Duration) -> Self {
+        self.hold = hold;
+        self
+    }
+
+    /// Set the most commits per store call ([`CheckpointConfig::max_batch_size`]).
+    #[must_use]
+    pub fn with_max_batch_size(mut self, max_batch_size: usize) -> Self {
+        self.max_batch_size = max_batch_size;
+        self
+    }
+
     /// Set the flush timeout from AFK's `checkpoint_flush_timeout_s` (seconds; negative and
     /// NaN are clamped to 0 as AFK does, huge values to one day).
     pub fn with_flush_timeout_s(mut self, seconds: f64) -> Self {

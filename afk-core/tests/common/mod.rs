@@ -56,19 +56,15 @@ pub fn agent_with(llm: Arc<ScriptedLlm>, counter: &InvocationCounter) -> Agent {
 
 /// A runner with a manual clock, sequential ids, no retries; `async_writes` as given.
 pub fn runner(store: Arc<dyn Store>, async_writes: bool) -> Runner {
-    let checkpoint = CheckpointConfig {
-        async_writes,
-        retry: RetryPolicy::none(),
-        ..CheckpointConfig::default()
-    };
+    let checkpoint = CheckpointConfig::default()
+        .with_async_writes(async_writes)
+        .with_retry(RetryPolicy::none());
     Runner::new(
         store,
-        RunnerConfig {
-            clock: ManualClock::new(1_700_000_000_000),
-            ids: Arc::new(SequentialIds::default()),
-            checkpoint,
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default()
+            .with_clock(ManualClock::new(1_700_000_000_000))
+            .with_ids(Arc::new(SequentialIds::default()))
+            .with_checkpoint(checkpoint),
     )
 }
 

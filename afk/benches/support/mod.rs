@@ -49,13 +49,11 @@ pub fn agent(steps: u64) -> Agent {
     let llm = ScriptedLlm::new(script);
     let mut agent = Agent::new("bench", "Add numbers.", "scripted-1", llm)
         .with_tool(ScriptedTool::add(InvocationCounter::new()));
-    agent.limits = Limits {
-        max_steps: steps + 5,
-        max_llm_calls: steps + 5,
-        max_tool_calls: steps + 5,
-        max_wall_time_ms: None,
-        ..Limits::default()
-    };
+    agent.limits = Limits::default()
+        .with_max_steps(steps + 5)
+        .with_max_llm_calls(steps + 5)
+        .with_max_tool_calls(steps + 5)
+        .with_max_wall_time_ms(None);
     agent
 }
 
@@ -64,10 +62,7 @@ pub fn agent(steps: u64) -> Agent {
 pub fn runner(store: Arc<dyn Store>, async_writes: bool) -> Runner {
     runner_with(
         store,
-        CheckpointConfig {
-            async_writes,
-            ..CheckpointConfig::default()
-        },
+        CheckpointConfig::default().with_async_writes(async_writes),
     )
 }
 
@@ -75,12 +70,10 @@ pub fn runner(store: Arc<dyn Store>, async_writes: bool) -> Runner {
 pub fn runner_with(store: Arc<dyn Store>, checkpoint: CheckpointConfig) -> Runner {
     Runner::new(
         store,
-        RunnerConfig {
-            clock: ManualClock::new(1_700_000_000_000),
-            ids: Arc::new(SequentialIds::default()),
-            checkpoint,
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default()
+            .with_clock(ManualClock::new(1_700_000_000_000))
+            .with_ids(Arc::new(SequentialIds::default()))
+            .with_checkpoint(checkpoint),
     )
 }
 
@@ -158,20 +151,16 @@ pub async fn crashed_run(steps: u64, run: &str) -> CrashedRun {
     let mem = Arc::new(MemoryStore::new());
     let fault = Arc::new(FaultStore::from_arc(mem.clone() as Arc<dyn Store>));
     fault.crash_after_commits(crash_after, CrashMode::Down);
-    let mut cfg = CheckpointConfig {
-        async_writes: false,
-        retry: RetryPolicy::none(),
-        ..CheckpointConfig::default()
-    };
+    let mut cfg = CheckpointConfig::default()
+        .with_async_writes(false)
+        .with_retry(RetryPolicy::none());
     cfg.flush_timeout = std::time::Duration::from_secs(5);
     let r = Runner::new(
         fault,
-        RunnerConfig {
-            clock: ManualClock::new(1_700_000_000_000),
-            ids: Arc::new(SequentialIds::default()),
-            checkpoint: cfg,
-            ..RunnerConfig::default()
-        },
+        RunnerConfig::default()
+            .with_clock(ManualClock::new(1_700_000_000_000))
+            .with_ids(Arc::new(SequentialIds::default()))
+            .with_checkpoint(cfg),
     );
     let res = r
         .run_with_id(&agent(steps), &thread(), run_id.clone(), "go")

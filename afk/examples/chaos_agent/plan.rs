@@ -114,13 +114,11 @@ impl Plan {
         .with_tool(LedgerTool::new(CHARGE, EffectPolicy::AtMostOnce, ledger))
         .with_tool(LedgerTool::new(LOOKUP, EffectPolicy::Idempotent, ledger))
         .with_subagent(refunder);
-        agent.limits = Limits {
-            max_steps: self.calls.len() as u64 + 1,
-            max_llm_calls: 100_000,
-            max_tool_calls: 100_000,
-            max_wall_time_ms: Some(600_000),
-            ..Limits::default()
-        };
+        agent.limits = Limits::default()
+            .with_max_steps(self.calls.len() as u64 + 1)
+            .with_max_llm_calls(100_000)
+            .with_max_tool_calls(100_000)
+            .with_max_wall_time_ms(Some(600_000));
         agent
     }
 }
