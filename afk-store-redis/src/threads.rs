@@ -170,7 +170,7 @@ pub(crate) async fn forget(
     Ok(back == 0)
 }
 
-/// What [`rebuild`] changed.
+/// What [`RedisStore::rebuild_thread_index`](crate::RedisStore::rebuild_thread_index) changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct IndexRebuild {
