@@ -77,16 +77,6 @@ pub fn commit(found: &Found) -> String {
     s
 }
 
-/// AFK Python's steps/s on the same workload (NOTES-infra): (async, sync).
-fn afk_steps(store: &str, steps: u64) -> (Option<f64>, Option<f64>) {
-    match (store, steps) {
-        ("memory", 10) => (Some(420.0), Some(326.0)),
-        ("memory", 100) => (Some(145.0), None),
-        ("redis", 10) => (Some(84.0), Some(57.0)),
-        _ => (None, None),
-    }
-}
-
 /// Steps per second, async vs sync writes.
 pub fn steps(found: &Found) -> String {
     let mut s = String::from("## Steps per second of a scripted agent\n\n");
@@ -96,12 +86,13 @@ pub fn steps(found: &Found) -> String {
          turns plus a closing answer. *async* = write-behind (the default), *sync* = each \
          commit inline; *merging off* = write-behind writing each commit as submitted (the \
          writer before it merged a run's queued commits: the baseline, same run). RocksDB syncs \
-         its WAL on every write (the default). AFK Python: same workload (NOTES-infra).\n\n",
+         its WAL on every write (the default). AFK Python is measured side by side by the peer \
+         scripts (`perf_probe` and `../shared/peer/`), not here: see BENCHMARKS.md.\n\n",
     );
     s.push_str(
-        "| store | steps/run | async steps/s | sync steps/s | async ÷ sync | async, merging off | AFK Python async | AFK Python sync |\n",
+        "| store | steps/run | async steps/s | sync steps/s | async ÷ sync | async, merging off |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|\n");
     let stores: [(&str, &[u64]); 4] = [
         ("memory", &[10, 100]),
         ("rocksdb", &[10, 100]),
@@ -112,15 +103,8 @@ pub fn steps(found: &Found) -> String {
         for &n in lengths {
             let group = format!("steps/{store}-{n}");
             let (a, y) = (get(found, &group, "async"), get(found, &group, "sync"));
-            let (pa, ps) = afk_steps(store, n);
-            let afk = |v: Option<f64>| v.map_or_else(|| "–".into(), rate);
             if a.is_none() && y.is_none() {
-                let _ = writeln!(
-                    s,
-                    "| {store} | {n} | not measured | | | | {} | {} |",
-                    afk(pa),
-                    afk(ps)
-                );
+                let _ = writeln!(s, "| {store} | {n} | not measured | | | |");
                 continue;
             }
             let ratio = match (
@@ -132,12 +116,10 @@ pub fn steps(found: &Found) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {store} | {n} | {} | {} | {ratio} | {} | {} | {} |",
+                "| {store} | {n} | {} | {} | {ratio} | {} |",
                 cell_rate(a),
                 cell_rate(y),
                 cell_rate(get(found, &group, "async-unmerged")),
-                afk(pa),
-                afk(ps)
             );
         }
     }
