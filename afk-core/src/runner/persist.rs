@@ -46,6 +46,16 @@ pub(crate) struct Checkpointer {
     pub commits: u64,
 }
 
+impl Drop for Checkpointer {
+    /// A run's task that ends without its terminal flush (aborted, or stopped by an error
+    /// before it) leaves its queued commits to the writer: they are written at once rather
+    /// than held, as they were before the writer held commits, so a later claim in this
+    /// process sees the store as the aborted attempt left it sooner.
+    fn drop(&mut self) {
+        self.writer.release(&self.thread, &self.run, self.epoch);
+    }
+}
+
 impl Checkpointer {
     pub fn new(
         store: Arc<dyn Store>,

@@ -270,6 +270,28 @@ impl Writer {
         self.inner.shared.wait_for(&key, target).await
     }
 
+    /// Stop holding the commits submitted for `(thread, run)` under claim `epoch` so far: the
+    /// background task writes them as soon as the run has no write in flight, as a barrier
+    /// would, without waiting for them. The runner calls it when a run's task ends without a
+    /// terminal flush (e.g. it was aborted), so that run's last commits reach the store now
+    /// instead of after [`CheckpointConfig::hold`].
+    pub fn release(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) {
+        let key: RunKey = (thread.clone(), run.clone(), epoch);
+        let raised = {
+            let mut st = self.inner.shared.lock();
+            match st.runs.get_mut(&key) {
+                Some(r) if r.error.is_none() && r.wanted < r.submitted => {
+                    r.wanted = r.submitted;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if raised {
+            self.inner.shared.wake.notify_one();
+        }
+    }
+
     /// The terminal flush: [`Writer::barrier`] bounded by `timeout` (the runner passes
     /// [`CheckpointConfig::flush_timeout`]). On success the writer forgets the run's state (a
     /// later submit of the run starts afresh); a failed run's error is kept.
