@@ -17,7 +17,7 @@ use super::{Decision, Outcome, RunEvent, Shared, Signal};
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
     LlmResponse, Message, MessageContent, PhasePayload, PostLlmPayload, PostToolBatchPayload,
-    PreLlmPayload, PreToolBatchPayload, Role, RunStartedPayload, RunTerminalPayload,
+    PreLlmPayload, PreToolBatchPayload, Role, RunStartedPayload, RunStatus, RunTerminalPayload,
     StepStartedPayload,
 };
 
@@ -153,7 +153,7 @@ impl RunTask {
     pub async fn run_loop(&mut self, input: Option<String>) -> Result<Outcome> {
         let resumed = input.is_none();
         if let Some(input) = input {
-            self.st.state = "running".to_owned();
+            self.st.state = RunStatus::Running;
             self.st.started_at_s = self.shared.clock.now_s();
             let sys = format!(
                 "[trusted_system]\n{UNTRUSTED_NOTE}\n\n{}",
@@ -162,7 +162,7 @@ impl RunTask {
             self.st.messages.push(text_message(Role::System, sys, None));
             self.st.messages.push(text_message(Role::User, input, None));
         }
-        self.st.state = "running".to_owned();
+        self.st.state = RunStatus::Running;
         self.st.requested_model = Some(self.agent.model.clone());
         let started = RunStartedPayload {
             agent_name: self.agent.name.clone(),
@@ -256,7 +256,7 @@ impl RunTask {
         if resp.tool_calls.is_empty() {
             self.st.final_text = resp.text.clone();
             self.st.final_structured = resp.structured_response.clone();
-            self.st.state = "completed".to_owned();
+            self.st.state = RunStatus::Completed;
             return self.finish().await.map(Some);
         }
 
@@ -291,11 +291,11 @@ impl RunTask {
         self.st.pending_llm_response = None;
         self.st.step_open = false;
         if let Some(msg) = degrade {
-            self.st.state = "degraded".to_owned();
+            self.st.state = RunStatus::Degraded;
             self.st.final_text = msg;
         }
         self.snapshot().await?;
-        if self.st.state == "degraded" {
+        if self.st.state == RunStatus::Degraded {
             return self.finish().await.map(Some);
         }
         Ok(None)
@@ -361,7 +361,7 @@ impl RunTask {
             return match self.agent.policies.llm {
                 FailurePolicy::Fail => Err(Error::new(ErrorKind::Llm, msg).with_source(e)),
                 _ => {
-                    self.st.state = "degraded".to_owned();
+                    self.st.state = RunStatus::Degraded;
                     self.st.final_text = msg;
                     Ok(None)
                 }
@@ -445,9 +445,11 @@ impl RunTask {
                 });
                 return;
             }
-            ErrorKind::Cancelled if *self.control.borrow() == Signal::Cancel => "cancelled",
+            ErrorKind::Cancelled if *self.control.borrow() == Signal::Cancel => {
+                RunStatus::Cancelled
+            }
             ErrorKind::Tool | ErrorKind::Llm | ErrorKind::BudgetExceeded | ErrorKind::Corrupt => {
-                "failed"
+                RunStatus::Failed
             }
             _ => {
                 self.emit(RunEvent::Failed {
@@ -457,14 +459,14 @@ impl RunTask {
                 return;
             }
         };
-        self.st.state = terminal_state.to_owned();
+        self.st.state = terminal_state.clone();
         self.st.final_text = e.message().to_owned();
         let elapsed = self.active_ms() as f64 / 1000.0;
         let result = self
             .st
             .to_result(&self.run_str(), &self.thread_str(), elapsed);
         let payload = RunTerminalPayload {
-            state: terminal_state.to_owned(),
+            state: terminal_state,
             message: Some(e.message().to_owned()),
             terminal_result: Some(result),
             background_tools_pending: Some(Vec::new()),

@@ -3,8 +3,8 @@
 use serde_json::{Map, Value};
 
 use crate::schema::{
-    AgentResult, Extra, LlmResponse, Message, RuntimeSnapshot, StateSnapshot, StepRecords,
-    SubagentExecution, ToolExecution, TranscriptRef, Usage,
+    AgentResult, Extra, LlmResponse, Message, RunStatus, RuntimeSnapshot, StateSnapshot,
+    StepRecords, SubagentExecution, ToolExecution, TranscriptRef, Usage,
 };
 
 /// Key in the snapshot's extra fields holding the run's active milliseconds (v2).
@@ -23,7 +23,7 @@ pub(crate) const LLM_REQUEST_KEY: &str = "llm_request";
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RunState {
     pub step: u64,
-    pub state: String,
+    pub state: RunStatus,
     pub context: Map<String, Value>,
     pub messages: Vec<Message>,
     pub llm_calls: u64,
@@ -147,10 +147,10 @@ impl RunState {
             step: snap.step,
             llm_requests,
             step_open,
-            state: if snap.state.is_empty() {
-                "running".to_owned()
-            } else {
-                snap.state.clone()
+            // AFK wrote `""` for a state it had not set yet.
+            state: match &snap.state {
+                RunStatus::Other(s) if s.is_empty() => RunStatus::Running,
+                s => s.clone(),
             },
             context: snap.context.clone(),
             messages,
