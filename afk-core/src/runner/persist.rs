@@ -132,7 +132,7 @@ impl Checkpointer {
         let rec = self.record(step, payload);
         let phase: Phase = rec.phase;
         let bytes = rec.to_bytes()?;
-        let key = keys::checkpoint_key(&self.run, step, phase.as_str())?;
+        let key = keys::checkpoint_key(&self.run, step, phase);
         let latest = move_latest.then(|| bytes.clone());
         tracing::trace!(run = %self.run, step, phase = %phase, "checkpoint");
         self.commit(vec![(key, bytes)], latest, phase == Phase::RuntimeState)
@@ -228,12 +228,12 @@ impl Checkpointer {
         let snap = self.record(0, snapshot(tref));
         let snap_bytes = snap.to_bytes()?;
         let mut puts = vec![(
-            keys::checkpoint_key(&self.run, 0, started.phase.as_str())?,
+            keys::checkpoint_key(&self.run, 0, started.phase),
             started.to_bytes()?,
         )];
         puts.extend(entry);
         puts.push((
-            keys::checkpoint_key(&self.run, 0, snap.phase.as_str())?,
+            keys::checkpoint_key(&self.run, 0, snap.phase),
             snap_bytes.clone(),
         ));
         tracing::trace!(run = %self.run, "first commit");
