@@ -57,12 +57,12 @@ pub(crate) struct RunTask {
 }
 
 impl RunTask {
-    pub fn emit(&self, ev: RunEvent) {
+    pub(super) fn emit(&self, ev: RunEvent) {
         let _ = self.events.send(ev);
     }
 
     /// Active milliseconds of the run so far (earlier processes plus this one).
-    pub fn active_ms(&self) -> u64 {
+    pub(super) fn active_ms(&self) -> u64 {
         self.st.active_ms_before
             + self
                 .shared
@@ -71,16 +71,16 @@ impl RunTask {
                 .saturating_sub(self.segment_start_ms)
     }
 
-    pub fn thread_str(&self) -> String {
+    pub(super) fn thread_str(&self) -> String {
         self.ckpt.thread.to_string()
     }
 
-    pub fn run_str(&self) -> String {
+    pub(super) fn run_str(&self) -> String {
         self.ckpt.run.to_string()
     }
 
     /// Fail fast when the caller asked to stop.
-    pub fn check_signal(&self) -> Result<()> {
+    pub(super) fn check_signal(&self) -> Result<()> {
         match *self.control.borrow() {
             Signal::Run => Ok(()),
             Signal::Cancel => Err(Error::new(ErrorKind::Cancelled, "Run cancelled")),
@@ -93,7 +93,7 @@ impl RunTask {
 
     /// Commit a runtime snapshot (transcript log first, then the record with the pointer). The
     /// log entry carries the messages and records the step added; the snapshot carries neither.
-    pub async fn snapshot(&mut self) -> Result<()> {
+    pub(super) async fn snapshot(&mut self) -> Result<()> {
         let tref = self
             .ckpt
             .sync_transcript(
@@ -150,7 +150,7 @@ impl RunTask {
 
     /// Drive the run to a terminal state or a pause. `resumed` runs skip the fresh-run setup
     /// and never move the latest pointer backwards.
-    pub async fn run_loop(&mut self, input: Option<String>) -> Result<Outcome> {
+    pub(super) async fn run_loop(&mut self, input: Option<String>) -> Result<Outcome> {
         let resumed = input.is_none();
         if let Some(input) = input {
             self.st.state = RunStatus::Running;
@@ -404,7 +404,7 @@ impl RunTask {
     }
 
     /// Write the terminal record, make everything durable and return the result.
-    pub async fn finish(&mut self) -> Result<Outcome> {
+    pub(super) async fn finish(&mut self) -> Result<Outcome> {
         let elapsed = self.active_ms() as f64 / 1000.0;
         let result = self
             .st
@@ -434,7 +434,7 @@ impl RunTask {
     /// run for good (policy failures, budget, integrity conflicts, cancel). Errors that leave
     /// the run resumable (store outages, fencing, uncertain effects, interrupts, any error of a
     /// child run that stopped without a final outcome) write nothing.
-    pub async fn on_error(&mut self, e: &Error) {
+    pub(super) async fn on_error(&mut self, e: &Error) {
         let terminal_state = match e.kind() {
             // A child run stopped without a final outcome: resumable once its cause is dealt
             // with, even a `Corrupt` child (see `subagent.rs`).

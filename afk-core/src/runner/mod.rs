@@ -223,7 +223,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// The writer, started on first use (it needs the Tokio runtime the runs execute on).
-    pub async fn writer(&self) -> Result<Writer> {
+    pub(crate) async fn writer(&self) -> Result<Writer> {
         self.writer
             .get_or_try_init(|| async {
                 Writer::new(
