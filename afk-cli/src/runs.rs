@@ -29,10 +29,10 @@ pub fn state_of(rec: &CheckpointRecord) -> String {
         PhasePayload::RunTerminal(p) => p
             .terminal_result
             .as_ref()
-            .map_or_else(|| p.state.clone(), |r| r.state.clone()),
+            .map_or_else(|| p.state.to_string(), |r| r.state.to_string()),
         PhasePayload::Paused(_) => "paused".to_owned(),
-        PhasePayload::RuntimeState(s) if !s.state.is_empty() => s.state.clone(),
-        PhasePayload::StepStarted(s) if !s.state.is_empty() => s.state.clone(),
+        PhasePayload::RuntimeState(s) if !s.state.as_str().is_empty() => s.state.to_string(),
+        PhasePayload::StepStarted(s) if !s.state.as_str().is_empty() => s.state.to_string(),
         _ => "running".to_owned(),
     }
 }

@@ -56,7 +56,7 @@ fn state_of(payload: &PhasePayload) -> Option<String> {
         PhasePayload::RunTerminal(p) => Some(
             p.terminal_result
                 .as_ref()
-                .map_or_else(|| p.state.clone(), |r| r.state.clone()),
+                .map_or_else(|| p.state.to_string(), |r| r.state.to_string()),
         ),
         PhasePayload::Paused(_) => Some("paused".to_owned()),
         _ => None,

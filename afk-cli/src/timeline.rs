@@ -36,7 +36,7 @@ fn rank(key: &ParsedKey) -> (u64, u8) {
         if i >= 6 { i * 2 + 2 } else { i * 2 }
     };
     match key {
-        ParsedKey::Checkpoint { step, phase, .. } => (*step, phase_rank(phase)),
+        ParsedKey::Checkpoint { step, phase, .. } => (*step, phase_rank(phase.as_str())),
         ParsedKey::Effect { step, .. } => (*step, 11),
         ParsedKey::Messages { .. } => (u64::MAX, 0),
         _ => (u64::MAX, 1),

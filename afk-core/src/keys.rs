@@ -21,24 +21,9 @@ use std::fmt;
 
 use crate::error::{Error, Result};
 use crate::ids::{MAX_KEY_LEN, RunId};
+use crate::schema::Phase;
 
 pub use crate::store::{latest_key, run_key};
-
-/// The phase labels a checkpoint key may carry (AFK's 11 plus `paused`/`resumed`… all 12).
-pub const PHASES: [&str; 12] = [
-    "run_started",
-    "step_started",
-    "runtime_state",
-    "pre_llm",
-    "post_llm",
-    "pre_tool_batch",
-    "post_tool_batch",
-    "pre_subagent_batch",
-    "post_subagent_batch",
-    "paused",
-    "resumed",
-    "run_terminal",
-];
 
 /// Width of the zero-padded transcript index, so that byte order is numeric order.
 pub const MESSAGE_INDEX_WIDTH: usize = 20;
@@ -46,15 +31,9 @@ pub const MESSAGE_INDEX_WIDTH: usize = 20;
 /// Longest tool-call id accepted before escaping, in bytes.
 pub const MAX_CALL_ID_LEN: usize = 256;
 
-/// `checkpoint:<run>:<step>:<phase>`. Fails with `InvalidInput` for an unknown phase.
-pub fn checkpoint_key(run: &RunId, step: u64, phase: &str) -> Result<String> {
-    if !PHASES.contains(&phase) {
-        return Err(Error::invalid_input(format!(
-            "unknown checkpoint phase {phase:?}; allowed: {}",
-            PHASES.join(", ")
-        )));
-    }
-    Ok(format!("checkpoint:{run}:{step}:{phase}"))
+/// `checkpoint:<run>:<step>:<phase>`.
+pub fn checkpoint_key(run: &RunId, step: u64, phase: Phase) -> String {
+    format!("checkpoint:{run}:{step}:{phase}")
 }
 
 /// The prefix of every checkpoint key of a run (records and latest pointer).
@@ -159,8 +138,8 @@ pub enum ParsedKey {
         run: RunId,
         /// The step.
         step: u64,
-        /// The phase label.
-        phase: String,
+        /// The phase.
+        phase: Phase,
     },
     /// `checkpoint:<run>:latest`
     Latest {
@@ -213,7 +192,7 @@ impl ParsedKey {
     /// Build the key back.
     pub fn to_key(&self) -> Result<String> {
         match self {
-            ParsedKey::Checkpoint { run, step, phase } => checkpoint_key(run, *step, phase),
+            ParsedKey::Checkpoint { run, step, phase } => Ok(checkpoint_key(run, *step, *phase)),
             ParsedKey::Latest { run } => Ok(latest_key(run)),
             ParsedKey::Effect { run, step, call_id } => effect_key(run, *step, call_id),
             ParsedKey::Messages { run, index } => Ok(messages_key(run, *index)),
@@ -267,14 +246,8 @@ pub fn parse_key(key: &str) -> Result<ParsedKey> {
             }
             let (step, phase) = rest.split_once(':').ok_or_else(|| bad("no phase"))?;
             let step = parse_step(step, key)?;
-            if !PHASES.contains(&phase) {
-                return Err(bad("unknown phase"));
-            }
-            Ok(ParsedKey::Checkpoint {
-                run,
-                step,
-                phase: phase.to_owned(),
-            })
+            let phase = phase.parse::<Phase>().map_err(|_| bad("unknown phase"))?;
+            Ok(ParsedKey::Checkpoint { run, step, phase })
         }
         "effect" => {
             let (step, call) = rest.split_once(':').ok_or_else(|| bad("no tool call id"))?;
@@ -316,7 +289,7 @@ mod tests {
     fn afk_key_formats() {
         let r = run("run-42");
         assert_eq!(
-            checkpoint_key(&r, 7, "pre_tool_batch").unwrap(),
+            checkpoint_key(&r, 7, Phase::PreToolBatch),
             "checkpoint:run-42:7:pre_tool_batch"
         );
         assert_eq!(latest_key(&run("run-99")), "checkpoint:run-99:latest");
@@ -381,7 +354,6 @@ mod tests {
         ] {
             assert!(parse_key(k).is_err(), "{k:?} should not parse");
         }
-        assert!(checkpoint_key(&run("r"), 1, "bogus").is_err());
     }
 
     #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -396,7 +368,9 @@ mod tests {
     fn build(t: &Tuple) -> Option<String> {
         let r = |s: &str| RunId::new(s).ok();
         match t {
-            Tuple::Checkpoint(run, step, p) => checkpoint_key(&r(run)?, *step, PHASES[*p]).ok(),
+            Tuple::Checkpoint(run, step, p) => {
+                Some(checkpoint_key(&r(run)?, *step, Phase::ALL[*p]))
+            }
             Tuple::Latest(run) => Some(latest_key(&r(run)?)),
             Tuple::Effect(run, step, call) => effect_key(&r(run)?, *step, call).ok(),
             Tuple::Messages(run, i) => Some(messages_key(&r(run)?, *i)),

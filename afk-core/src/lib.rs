@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![warn(missing_docs, unreachable_pub)]
 
 mod error;
 #[cfg(feature = "test-kit")]

@@ -386,7 +386,7 @@ fn snapshot() -> impl Strategy<Value = RuntimeSnapshot> {
                 RuntimeSnapshot {
                     thread_id: "thread_p".into(),
                     step,
-                    state,
+                    state: state.into(),
                     context,
                     messages,
                     llm_calls,
@@ -455,7 +455,7 @@ fn payload() -> impl Strategy<Value = PhasePayload> {
         }),
         (".{0,6}", any::<u64>(), extra()).prop_map(|(state, message_count, extra)| {
             PhasePayload::StepStarted(StepStartedPayload {
-                state,
+                state: state.into(),
                 message_count,
                 extra,
             })
@@ -517,7 +517,7 @@ fn payload() -> impl Strategy<Value = PhasePayload> {
         (".{0,4}", opt_str(), prop::option::of(result), extra()).prop_map(
             |(state, message, terminal_result, extra)| PhasePayload::RunTerminal(Box::new(
                 RunTerminalPayload {
-                    state,
+                    state: state.into(),
                     message,
                     terminal_result,
                     extra,

@@ -17,7 +17,7 @@ use super::{Decision, Outcome, RunEvent, Shared, Signal};
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
     LlmResponse, Message, MessageContent, PhasePayload, PostLlmPayload, PostToolBatchPayload,
-    PreLlmPayload, PreToolBatchPayload, Role, RunStartedPayload, RunTerminalPayload,
+    PreLlmPayload, PreToolBatchPayload, Role, RunStartedPayload, RunStatus, RunTerminalPayload,
     StepStartedPayload,
 };
 
@@ -57,12 +57,12 @@ pub(crate) struct RunTask {
 }
 
 impl RunTask {
-    pub fn emit(&self, ev: RunEvent) {
+    pub(super) fn emit(&self, ev: RunEvent) {
         let _ = self.events.send(ev);
     }
 
     /// Active milliseconds of the run so far (earlier processes plus this one).
-    pub fn active_ms(&self) -> u64 {
+    pub(super) fn active_ms(&self) -> u64 {
         self.st.active_ms_before
             + self
                 .shared
@@ -71,16 +71,16 @@ impl RunTask {
                 .saturating_sub(self.segment_start_ms)
     }
 
-    pub fn thread_str(&self) -> String {
+    pub(super) fn thread_str(&self) -> String {
         self.ckpt.thread.to_string()
     }
 
-    pub fn run_str(&self) -> String {
+    pub(super) fn run_str(&self) -> String {
         self.ckpt.run.to_string()
     }
 
     /// Fail fast when the caller asked to stop.
-    pub fn check_signal(&self) -> Result<()> {
+    pub(super) fn check_signal(&self) -> Result<()> {
         match *self.control.borrow() {
             Signal::Run => Ok(()),
             Signal::Cancel => Err(Error::new(ErrorKind::Cancelled, "Run cancelled")),
@@ -93,7 +93,7 @@ impl RunTask {
 
     /// Commit a runtime snapshot (transcript log first, then the record with the pointer). The
     /// log entry carries the messages and records the step added; the snapshot carries neither.
-    pub async fn snapshot(&mut self) -> Result<()> {
+    pub(super) async fn snapshot(&mut self) -> Result<()> {
         let tref = self
             .ckpt
             .sync_transcript(
@@ -150,10 +150,10 @@ impl RunTask {
 
     /// Drive the run to a terminal state or a pause. `resumed` runs skip the fresh-run setup
     /// and never move the latest pointer backwards.
-    pub async fn run_loop(&mut self, input: Option<String>) -> Result<Outcome> {
+    pub(super) async fn run_loop(&mut self, input: Option<String>) -> Result<Outcome> {
         let resumed = input.is_none();
         if let Some(input) = input {
-            self.st.state = "running".to_owned();
+            self.st.state = RunStatus::Running;
             self.st.started_at_s = self.shared.clock.now_s();
             let sys = format!(
                 "[trusted_system]\n{UNTRUSTED_NOTE}\n\n{}",
@@ -162,7 +162,7 @@ impl RunTask {
             self.st.messages.push(text_message(Role::System, sys, None));
             self.st.messages.push(text_message(Role::User, input, None));
         }
-        self.st.state = "running".to_owned();
+        self.st.state = RunStatus::Running;
         self.st.requested_model = Some(self.agent.model.clone());
         let started = RunStartedPayload {
             agent_name: self.agent.name.clone(),
@@ -261,7 +261,7 @@ impl RunTask {
         if resp.tool_calls.is_empty() {
             self.st.final_text = resp.text.clone();
             self.st.final_structured = resp.structured_response.clone();
-            self.st.state = "completed".to_owned();
+            self.st.state = RunStatus::Completed;
             return self.finish().await.map(Some);
         }
 
@@ -296,11 +296,11 @@ impl RunTask {
         self.st.pending_llm_response = None;
         self.st.step_open = false;
         if let Some(msg) = degrade {
-            self.st.state = "degraded".to_owned();
+            self.st.state = RunStatus::Degraded;
             self.st.final_text = msg;
         }
         self.snapshot().await?;
-        if self.st.state == "degraded" {
+        if self.st.state == RunStatus::Degraded {
             return self.finish().await.map(Some);
         }
         Ok(None)
@@ -366,7 +366,7 @@ impl RunTask {
             return match self.agent.policies.llm {
                 FailurePolicy::Fail => Err(Error::new(ErrorKind::Llm, msg).with_source(e)),
                 _ => {
-                    self.st.state = "degraded".to_owned();
+                    self.st.state = RunStatus::Degraded;
                     self.st.final_text = msg;
                     Ok(None)
                 }
@@ -409,7 +409,7 @@ impl RunTask {
     }
 
     /// Write the terminal record, make everything durable and return the result.
-    pub async fn finish(&mut self) -> Result<Outcome> {
+    pub(super) async fn finish(&mut self) -> Result<Outcome> {
         let elapsed = self.active_ms() as f64 / 1000.0;
         let result = self
             .st
@@ -439,7 +439,7 @@ impl RunTask {
     /// run for good (policy failures, budget, integrity conflicts, cancel). Errors that leave
     /// the run resumable (store outages, fencing, uncertain effects, interrupts, any error of a
     /// child run that stopped without a final outcome) write nothing.
-    pub async fn on_error(&mut self, e: &Error) {
+    pub(super) async fn on_error(&mut self, e: &Error) {
         // What the run queued before it stopped is made durable before the handle resolves (the
         // writer may be holding it, see `CheckpointConfig::hold`); a store that fails or hangs
         // bounds this by the flush timeout, and its error is already the run's.
@@ -456,9 +456,11 @@ impl RunTask {
                 });
                 return;
             }
-            ErrorKind::Cancelled if *self.control.borrow() == Signal::Cancel => "cancelled",
+            ErrorKind::Cancelled if *self.control.borrow() == Signal::Cancel => {
+                RunStatus::Cancelled
+            }
             ErrorKind::Tool | ErrorKind::Llm | ErrorKind::BudgetExceeded | ErrorKind::Corrupt => {
-                "failed"
+                RunStatus::Failed
             }
             _ => {
                 self.emit(RunEvent::Failed {
@@ -468,14 +470,14 @@ impl RunTask {
                 return;
             }
         };
-        self.st.state = terminal_state.to_owned();
+        self.st.state = terminal_state.clone();
         self.st.final_text = e.message().to_owned();
         let elapsed = self.active_ms() as f64 / 1000.0;
         let result = self
             .st
             .to_result(&self.run_str(), &self.thread_str(), elapsed);
         let payload = RunTerminalPayload {
-            state: terminal_state.to_owned(),
+            state: terminal_state,
             message: Some(e.message().to_owned()),
             terminal_result: Some(result),
             background_tools_pending: Some(Vec::new()),

@@ -243,10 +243,10 @@ fn compare_result(
             s(expect, "final_text")
         ));
     }
-    if Some(r.state.clone()) != s(expect, "state") {
+    if Some(r.state.as_str()) != s(expect, "state").as_deref() {
         problems.push(format!(
             "state {:?} (want {:?})",
-            r.state,
+            r.state.as_str(),
             s(expect, "state")
         ));
     }

@@ -45,7 +45,7 @@ pub use tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
-use crate::schema::{AgentResult, PauseRequest};
+use crate::schema::{AgentResult, PauseRequest, RunStatus};
 use crate::store::{RandomSource, Store};
 use crate::writer::{CheckpointConfig, Writer};
 use exec::RunTask;
@@ -184,7 +184,7 @@ pub enum RunEvent {
     /// The run reached a terminal state.
     Finished {
         /// `completed`, `degraded`, ….
-        state: String,
+        state: RunStatus,
     },
     /// The run stopped with an error.
     Failed {
@@ -223,7 +223,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// The writer, started on first use (it needs the Tokio runtime the runs execute on).
-    pub async fn writer(&self) -> Result<Writer> {
+    pub(crate) async fn writer(&self) -> Result<Writer> {
         self.writer
             .get_or_try_init(|| async {
                 Writer::new(

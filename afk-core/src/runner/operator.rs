@@ -167,7 +167,7 @@ async fn paused_call(ckpt: &Checkpointer, decision: &Decision) -> Result<Option<
         }
         PhasePayload::Resumed(p) => {
             // Decided, not resumed yet: the same decision again is fine, another is not.
-            let pk = keys::checkpoint_key(run, latest.step, Phase::Paused.as_str())?;
+            let pk = keys::checkpoint_key(run, latest.step, Phase::Paused);
             let paused = match store.get(thread, &pk).await? {
                 Some(b) => normalize_record(&b, thread, &pk)?,
                 None => return Err(not_paused("its latest record is `resumed`".to_owned())),

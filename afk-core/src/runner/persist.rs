@@ -57,7 +57,7 @@ impl Drop for Checkpointer {
 }
 
 impl Checkpointer {
-    pub fn new(
+    pub(super) fn new(
         store: Arc<dyn Store>,
         writer: Writer,
         clock: Arc<dyn Clock>,
@@ -104,7 +104,7 @@ impl Checkpointer {
     }
 
     /// Continue the log after a restore from a snapshot that referenced `tref`.
-    pub fn continue_log(&mut self, tref: Option<&TranscriptRef>) {
+    pub(super) fn continue_log(&mut self, tref: Option<&TranscriptRef>) {
         if let Some(t) = tref {
             self.log_len = t.len;
             self.log_messages = t.message_count;
@@ -114,7 +114,7 @@ impl Checkpointer {
         }
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub(super) fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
@@ -151,12 +151,12 @@ impl Checkpointer {
 
     /// Commit a checkpoint record at `checkpoint:<run>:<step>:<phase>` and move the latest
     /// pointer to it, atomically.
-    pub async fn checkpoint(&mut self, step: u64, payload: PhasePayload) -> Result<()> {
+    pub(super) async fn checkpoint(&mut self, step: u64, payload: PhasePayload) -> Result<()> {
         self.checkpoint_with(step, payload, true).await
     }
 
     /// Commit a checkpoint record; move the latest pointer only if `move_latest`.
-    pub async fn checkpoint_with(
+    pub(super) async fn checkpoint_with(
         &mut self,
         step: u64,
         payload: PhasePayload,
@@ -165,7 +165,7 @@ impl Checkpointer {
         let rec = self.record(step, payload);
         let phase: Phase = rec.phase;
         let bytes = rec.to_bytes()?;
-        let key = keys::checkpoint_key(&self.run, step, phase.as_str())?;
+        let key = keys::checkpoint_key(&self.run, step, phase);
         let latest = move_latest.then(|| bytes.clone());
         tracing::trace!(run = %self.run, step, phase = %phase, "checkpoint");
         self.commit(vec![(key, bytes)], latest, phase == Phase::RuntimeState)
@@ -179,7 +179,7 @@ impl Checkpointer {
     /// what is new is their tail past the counts the log already holds. Records restored
     /// inline from an older snapshot (AFK v1, or v2 before records moved into the log) are not
     /// in the log yet and go into the next entry, so from then on the log holds them all.
-    pub async fn sync_transcript(
+    pub(super) async fn sync_transcript(
         &mut self,
         step: u64,
         messages: &[Message],
@@ -250,7 +250,7 @@ impl Checkpointer {
     /// commit on the run is resumable: a resume restores the step-0 snapshot and runs step 1
     /// exactly as the fresh run would have (there is no commit of a v2 run after which
     /// `resume` finds no snapshot).
-    pub async fn first_commit(
+    pub(super) async fn first_commit(
         &mut self,
         started: PhasePayload,
         messages: &[Message],
@@ -261,12 +261,12 @@ impl Checkpointer {
         let snap = self.record(0, snapshot(tref));
         let snap_bytes = snap.to_bytes()?;
         let mut puts = vec![(
-            keys::checkpoint_key(&self.run, 0, started.phase.as_str())?,
+            keys::checkpoint_key(&self.run, 0, started.phase),
             started.to_bytes()?,
         )];
         puts.extend(entry);
         puts.push((
-            keys::checkpoint_key(&self.run, 0, snap.phase.as_str())?,
+            keys::checkpoint_key(&self.run, 0, snap.phase),
             snap_bytes.clone(),
         ));
         tracing::trace!(run = %self.run, "first commit");
@@ -274,7 +274,7 @@ impl Checkpointer {
     }
 
     /// Commit an effect row (no pointer move).
-    pub async fn effect(&mut self, step: u64, call_id: &str, row: &EffectRow) -> Result<()> {
+    pub(super) async fn effect(&mut self, step: u64, call_id: &str, row: &EffectRow) -> Result<()> {
         let key = keys::effect_key(&self.run, step, call_id)?;
         let bytes = serde_json::to_vec(row)
             .map_err(|e| crate::Error::unexpected(format!("cannot encode effect row: {e}")))?;
@@ -282,14 +282,14 @@ impl Checkpointer {
     }
 
     /// Wait until everything submitted for the run is durable (before a side effect).
-    pub async fn barrier(&mut self) -> Result<()> {
+    pub(super) async fn barrier(&mut self) -> Result<()> {
         self.writer
             .barrier(&self.thread, &self.run, self.epoch)
             .await
     }
 
     /// The terminal flush: [`Checkpointer::barrier`] bounded by the flush timeout.
-    pub async fn flush(&mut self) -> Result<()> {
+    pub(super) async fn flush(&mut self) -> Result<()> {
         self.writer
             .flush(&self.thread, &self.run, self.epoch, self.flush_timeout)
             .await

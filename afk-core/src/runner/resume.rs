@@ -282,7 +282,7 @@ pub(crate) async fn load(
 /// calls. Repeated crashes in one step count once each (each `pre_llm` names its call's
 /// ordinal).
 async fn count_lost_call(ckpt: &Checkpointer, state: &mut RunState) -> Result<()> {
-    let key = keys::checkpoint_key(&ckpt.run, state.step, Phase::PreLlm.as_str())?;
+    let key = keys::checkpoint_key(&ckpt.run, state.step, Phase::PreLlm);
     let Some(bytes) = ckpt.store().get(&ckpt.thread, &key).await? else {
         return Ok(());
     };
@@ -351,7 +351,7 @@ async fn read_log(ckpt: &Checkpointer, tref: &TranscriptRef) -> Result<Reassembl
 
 /// Decisions recorded for `step` by earlier `resume_with_decision` calls.
 async fn stored_decisions(ckpt: &Checkpointer, step: u64) -> Result<Decisions> {
-    let key = keys::checkpoint_key(&ckpt.run, step, Phase::Resumed.as_str())?;
+    let key = keys::checkpoint_key(&ckpt.run, step, Phase::Resumed);
     let Some(bytes) = ckpt.store().get(&ckpt.thread, &key).await? else {
         return Ok(Decisions::default());
     };

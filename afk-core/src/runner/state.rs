@@ -3,8 +3,8 @@
 use serde_json::{Map, Value};
 
 use crate::schema::{
-    AgentResult, Extra, LlmResponse, Message, RuntimeSnapshot, StateSnapshot, StepRecords,
-    SubagentExecution, ToolExecution, TranscriptRef, Usage,
+    AgentResult, Extra, LlmResponse, Message, RunStatus, RuntimeSnapshot, StateSnapshot,
+    StepRecords, SubagentExecution, ToolExecution, TranscriptRef, Usage,
 };
 
 /// Key in the snapshot's extra fields holding the run's active milliseconds (v2).
@@ -23,7 +23,7 @@ pub(crate) const LLM_REQUEST_KEY: &str = "llm_request";
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RunState {
     pub step: u64,
-    pub state: String,
+    pub state: RunStatus,
     pub context: Map<String, Value>,
     pub messages: Vec<Message>,
     pub llm_calls: u64,
@@ -58,7 +58,7 @@ impl RunState {
     /// Build the snapshot payload. `transcript` is the log reference when the transcript and
     /// the execution records are in the append-only log (then `messages` is left out and the
     /// record lists are empty, so the snapshot does not grow with the run).
-    pub fn to_snapshot(
+    pub(super) fn to_snapshot(
         &self,
         thread_id: &str,
         active_ms: u64,
@@ -119,7 +119,7 @@ impl RunState {
     /// `snapshot_ts_ms` is the record's timestamp: for AFK records without an active-time
     /// field, the active time so far is taken as `timestamp - started_at` (AFK had no pauses
     /// that outlive a process).
-    pub fn from_snapshot(
+    pub(super) fn from_snapshot(
         snap: &RuntimeSnapshot,
         messages: Vec<Message>,
         logged: StepRecords,
@@ -147,10 +147,10 @@ impl RunState {
             step: snap.step,
             llm_requests,
             step_open,
-            state: if snap.state.is_empty() {
-                "running".to_owned()
-            } else {
-                snap.state.clone()
+            // AFK wrote `""` for a state it had not set yet.
+            state: match &snap.state {
+                RunStatus::Other(s) if s.is_empty() => RunStatus::Running,
+                s => s.clone(),
             },
             context: snap.context.clone(),
             messages,
@@ -178,7 +178,7 @@ impl RunState {
     }
 
     /// The `AgentResult` of this state, as stored in `run_terminal.terminal_result`.
-    pub fn to_result(&self, run_id: &str, thread_id: &str, elapsed_s: f64) -> AgentResult {
+    pub(super) fn to_result(&self, run_id: &str, thread_id: &str, elapsed_s: f64) -> AgentResult {
         let cost = (self.total_cost_usd > 0.0).then_some(self.total_cost_usd);
         AgentResult {
             run_id: run_id.to_owned(),

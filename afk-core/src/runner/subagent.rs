@@ -86,7 +86,7 @@ pub(crate) struct ChildRun {
 }
 
 impl ChildRun {
-    pub fn new(task: &RunTask, agent: Agent, call_id: &str) -> Self {
+    pub(super) fn new(task: &RunTask, agent: Agent, call_id: &str) -> Self {
         ChildRun {
             shared: task.shared.clone(),
             agent,
@@ -140,7 +140,7 @@ impl ChildRun {
     }
 
     /// Run (or resume) the child (see the module docs for what becomes of its outcome).
-    pub async fn run(self, args: Value) -> ChildOutcome {
+    pub(super) async fn run(self, args: Value) -> ChildOutcome {
         if self.depth > 8 {
             return ChildOutcome::Final(Err("subagent nesting deeper than 8".to_owned()));
         }

@@ -19,6 +19,7 @@ mod payloads;
 mod result;
 mod rows;
 mod snapshot;
+mod status;
 mod transcript;
 
 pub use effect::{EffectRow, EffectStatus};
@@ -33,6 +34,7 @@ pub use payloads::{
 pub use result::{AgentResult, StateSnapshot};
 pub use rows::{BackgroundTicket, CommandExecution, SkillRead, SubagentExecution, ToolExecution};
 pub use snapshot::RuntimeSnapshot;
+pub use status::RunStatus;
 pub use transcript::{
     Reassembled, StepRecords, TranscriptEntry, TranscriptRef, chain_digest, entry_digest,
     reassemble, records_digest,

@@ -9,6 +9,7 @@ use super::envelope::Phase;
 use super::result::AgentResult;
 use super::rows::{BackgroundTicket, background_rows};
 use super::snapshot::RuntimeSnapshot;
+use super::status::RunStatus;
 
 /// `run_started`: written at the start of every execution (fresh run and each resume).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -30,7 +31,7 @@ record_de!(RunStartedPayload {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StepStartedPayload {
     /// Runner state, normally `running`.
-    pub state: String,
+    pub state: RunStatus,
     /// Transcript length at that moment.
     pub message_count: u64,
     /// Unknown fields, kept as read.
@@ -240,7 +241,7 @@ record_de!(ResumedPayload {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RunTerminalPayload {
     /// Final state.
-    pub state: String,
+    pub state: RunStatus,
     /// Final text (completion variant).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub final_text: Option<String>,

@@ -10,12 +10,13 @@ use super::rows::{
     CommandExecution, SkillRead, SubagentExecution, ToolExecution, command_rows, skill_read_rows,
     subagent_rows, tool_rows,
 };
+use super::status::RunStatus;
 
 /// Counters of the run when the result was built.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StateSnapshot {
     /// Final runner state.
-    pub state: String,
+    pub state: RunStatus,
     /// Last step.
     pub step: u64,
     /// LLM calls.
@@ -62,7 +63,7 @@ pub struct AgentResult {
     /// Thread id.
     pub thread_id: String,
     /// Final state (`completed`, `degraded`, `failed`, `cancelled`, …).
-    pub state: String,
+    pub state: RunStatus,
     /// Final text (the error message on error paths).
     pub final_text: String,
     /// Model the agent asked for.

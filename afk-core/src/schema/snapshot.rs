@@ -11,6 +11,7 @@ use super::rows::{
     BackgroundTicket, CommandExecution, SkillRead, SubagentExecution, ToolExecution,
     background_rows, command_rows, skill_read_rows, subagent_rows, tool_rows,
 };
+use super::status::RunStatus;
 use super::transcript::TranscriptRef;
 
 /// Everything a resume needs to rebuild a run.
@@ -27,7 +28,7 @@ pub struct RuntimeSnapshot {
     /// Step of the snapshot.
     pub step: u64,
     /// Runner state (`running`, `degraded`).
-    pub state: String,
+    pub state: RunStatus,
     /// Run context.
     pub context: Map<String, Value>,
     /// v1: the whole transcript inline. v2: `None` (left out).

@@ -174,7 +174,7 @@ pub async fn verify_run(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Re
         }
     };
     if let Some(l) = &latest {
-        let key = checkpoint_key(run, l.step, l.phase.as_str())?;
+        let key = checkpoint_key(run, l.step, l.phase);
         if store.get(thread, &key).await?.is_none() {
             if l.schema_version == SCHEMA_VERSION_V1 {
                 let msg = format!("legacy AFK state: latest has no step record {key}");
@@ -282,7 +282,7 @@ async fn check_transcript(
         }
     }
     if let Err(e) = reassemble(&entries, tref) {
-        let key = checkpoint_key(run, rec.step, rec.phase.as_str())?;
+        let key = checkpoint_key(run, rec.step, rec.phase);
         let msg = format!(
             "transcript log does not match the snapshot at step {}: {}",
             rec.step,

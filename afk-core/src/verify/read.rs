@@ -36,7 +36,7 @@ pub async fn newest_snapshot(
     let mut best: Option<(u64, String)> = None;
     for key in store.list_all(thread, &checkpoint_prefix(run)).await? {
         if let Ok(ParsedKey::Checkpoint { step, phase, .. }) = parse_key(&key)
-            && phase == "runtime_state"
+            && phase == crate::schema::Phase::RuntimeState
             && best.as_ref().is_none_or(|(s, _)| step >= *s)
         {
             best = Some((step, key));

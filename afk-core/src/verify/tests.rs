@@ -8,7 +8,7 @@ use super::{ProblemKind, Report, newest_snapshot, verify_run, verify_thread};
 use crate::keys::{checkpoint_key, messages_key};
 use crate::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use crate::runner::{Agent, Outcome, Runner, RunnerConfig};
-use crate::schema::LlmResponse;
+use crate::schema::{LlmResponse, Phase};
 use crate::store::latest_key;
 use crate::{Commit, MemoryStore, RunId, Store, ThreadId};
 
@@ -74,7 +74,7 @@ async fn a_completed_run_is_clean() {
 #[tokio::test]
 async fn a_deleted_record_the_latest_points_to_is_reported() {
     let (store, t, r) = completed_run("t_dangling", "run_dangling").await;
-    let key = checkpoint_key(&r, 2, "run_terminal").unwrap();
+    let key = checkpoint_key(&r, 2, Phase::RunTerminal);
     store.delete(&t, std::slice::from_ref(&key)).await.unwrap();
     let report = verify_run(store.as_ref(), &t, &r).await.unwrap();
     assert_eq!(kinds(&report), vec![ProblemKind::DanglingLatest]);
@@ -117,7 +117,7 @@ async fn a_snapshot_count_mismatch_is_reported() {
         .await
         .unwrap()
         .expect("a runtime_state snapshot");
-    let key = checkpoint_key(&r, snap.step, "runtime_state").unwrap();
+    let key = checkpoint_key(&r, snap.step, Phase::RuntimeState);
     let bytes = store.get(&t, &key).await.unwrap().expect("snapshot");
     let mut rec: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(rec["payload"]["transcript"]["message_count"], json!(4));

@@ -75,7 +75,7 @@ use crate::store::{Commit, Epoch, RandomSource, RetryStore, Store};
 /// Handle to a checkpoint writer. Cheap to clone; all clones share one queue and task. See the
 /// module docs for the guarantees.
 #[derive(Clone)]
-pub struct Writer {
+pub(crate) struct Writer {
     inner: Arc<Inner>,
 }
 
@@ -103,7 +103,7 @@ impl Writer {
     /// Start a writer over `store` with `config` (clamped, see [`CheckpointConfig::clamped`]),
     /// drawing retry jitter from `jitter`. In async mode this spawns the background task on the
     /// current tokio runtime; outside a runtime it fails with `InvalidConfig`.
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         config: CheckpointConfig,
         jitter: RandomSource,
@@ -140,12 +140,12 @@ impl Writer {
 
     #[cfg_attr(not(test), allow(dead_code))] // see "Private" in the module docs
     /// The settings in force (after clamping).
-    pub fn config(&self) -> &CheckpointConfig {
+    pub(crate) fn config(&self) -> &CheckpointConfig {
         &self.inner.config
     }
 
     /// Counters so far.
-    pub fn stats(&self) -> WriterStats {
+    pub(crate) fn stats(&self) -> WriterStats {
         let st = self.inner.shared.lock();
         WriterStats {
             durable: st.durable_total(),
@@ -156,7 +156,7 @@ impl Writer {
 
     #[cfg_attr(not(test), allow(dead_code))] // see "Private" in the module docs
     /// The error that failed the run's claim `epoch`, if one did.
-    pub fn run_error(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Option<Error> {
+    pub(crate) fn run_error(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Option<Error> {
         let key = (thread.clone(), run.clone(), epoch);
         self.inner
             .shared
@@ -177,7 +177,7 @@ impl Writer {
     /// Errors: the error that failed the run earlier; `Unavailable` (not retryable) after
     /// [`Writer::shutdown`] or if the background task is gone. In sync mode, the store's error
     /// after retries (which also fails the run).
-    pub async fn submit(&self, commit: Commit, coalescible: bool) -> Result<Ticket> {
+    pub(crate) async fn submit(&self, commit: Commit, coalescible: bool) -> Result<Ticket> {
         // Merging does not depend on it (see above); kept so callers need not change.
         let _ = coalescible;
         let key: RunKey = (commit.thread.clone(), commit.run.clone(), commit.epoch);
@@ -255,7 +255,7 @@ impl Writer {
     /// durable; or the error that failed that claim; or `Unavailable` if the writer stopped
     /// first. Not bounded by time (the retry policy bounds each write); use [`Writer::flush`]
     /// for a bound.
-    pub async fn barrier(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+    pub(crate) async fn barrier(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
         let key: RunKey = (thread.clone(), run.clone(), epoch);
         let target = {
             let st = self.inner.shared.lock();
@@ -298,7 +298,7 @@ impl Writer {
     ///
     /// Errors: `Timeout` if the run's commits are not durable in time (they stay queued); the
     /// run's store error; `Unavailable` if the writer stopped first.
-    pub async fn flush(
+    pub(crate) async fn flush(
         &self,
         thread: &ThreadId,
         run: &RunId,
@@ -337,7 +337,7 @@ impl Writer {
     /// in time (the task is then aborted and their waiters get `Unavailable`); otherwise, if any
     /// commit accepted by this writer was never written, an error of the first failure's kind
     /// naming how many; `Unavailable` if the task had died.
-    pub async fn shutdown(&self, timeout: Duration) -> Result<()> {
+    pub(crate) async fn shutdown(&self, timeout: Duration) -> Result<()> {
         self.inner.shared.lock().closed = true;
         let handle = self
             .inner
@@ -399,7 +399,7 @@ impl Writer {
     #[cfg_attr(not(test), allow(dead_code))] // see "Private" in the module docs
     /// Abort the background task at once, without draining (a crash, or a hard stop). Pending
     /// and later calls get `Unavailable`. No effect in sync mode.
-    pub fn abort(&self) {
+    pub(crate) fn abort(&self) {
         if let Some(h) = self
             .inner
             .task

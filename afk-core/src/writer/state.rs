@@ -46,7 +46,7 @@ pub(crate) struct WriterStats {
 
 impl WriterStats {
     /// Commits accepted and not yet resolved (written, failed or merged).
-    pub fn pending(&self) -> u64 {
+    pub(crate) fn pending(&self) -> u64 {
         self.submitted
             .saturating_sub(self.written + self.failed + self.coalesced)
     }
@@ -232,7 +232,7 @@ impl Drop for AliveGuard {
 /// Proof that a commit was accepted; [`Ticket::wait`] awaits its durability.
 #[derive(Debug, Clone)]
 #[cfg_attr(not(test), allow(dead_code))] // see "Private" in the module docs
-pub struct Ticket {
+pub(crate) struct Ticket {
     pub(crate) shared: Arc<Shared>,
     pub(crate) key: RunKey,
     pub(crate) seq: u64,
@@ -243,7 +243,7 @@ impl Ticket {
     /// Returns once this commit (and, per-run order, every earlier one of its run) is durable,
     /// or the error that failed its run, or `Unavailable` if the writer stopped before writing
     /// it. Never hangs on a dead writer.
-    pub async fn wait(&self) -> Result<()> {
+    pub(crate) async fn wait(&self) -> Result<()> {
         self.shared.wait_for(&self.key, self.seq).await
     }
 }
