@@ -63,7 +63,7 @@ async fn main() -> afk_core::Result<()> {
     let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(2000);
     let mut cfg = RedisConfig::from_url(&url)?;
     cfg.prefix = format!("claimcost{}", std::process::id());
-    let s = RedisStore::connect(cfg.clone()).await?;
+    let s = RedisStore::open(cfg.clone()).await?;
     let mut raw = redis::Client::open(url.as_str())
         .expect("url")
         .get_multiplexed_async_connection()

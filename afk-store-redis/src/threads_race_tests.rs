@@ -31,7 +31,7 @@ async fn store(url: &str, tag: &str) -> RedisStore {
         .unwrap()
         .as_nanos();
     cfg.prefix = format!("race{tag}{}x{nanos}", std::process::id());
-    RedisStore::connect(cfg).await.unwrap()
+    RedisStore::open(cfg).await.unwrap()
 }
 
 async fn indexed(s: &RedisStore, t: &ThreadId) -> bool {

@@ -30,7 +30,7 @@ fn compressible() -> String {
 async fn write_reopen_read(config: RocksDbConfig, value: &str) -> u64 {
     let key = "checkpoint:run_1:0:pre_llm";
     {
-        let store = RocksDbStore::open_config(config.clone()).expect("open");
+        let store = RocksDbStore::open(config.clone()).expect("open");
         let epoch = store
             .claim(&t("thread_1"), &r("run_1"))
             .await
@@ -42,7 +42,7 @@ async fn write_reopen_read(config: RocksDbConfig, value: &str) -> u64 {
             .expect("commit");
     }
     {
-        let store = RocksDbStore::open_config(config.clone()).expect("reopen");
+        let store = RocksDbStore::open(config.clone()).expect("reopen");
         let got = store.get(&t("thread_1"), key).await.expect("get");
         assert_eq!(got.as_deref(), Some(value.as_bytes()), "value after reopen");
     }

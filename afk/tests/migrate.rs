@@ -42,11 +42,9 @@ async fn resume(store: Arc<dyn Store>, thread: &ThreadId, fx: &Value) -> Value {
     let agent = Agent::new("calculator", "", "unknown", llm.clone())
         .with_tool(ScriptedTool::add(counter.clone()))
         .with_tool(ScriptedTool::echo(counter.clone()));
-    let config = RunnerConfig {
-        clock: ManualClock::new(2_000_000_000_000),
-        ids: Arc::new(SequentialIds::default()),
-        ..RunnerConfig::default()
-    };
+    let config = RunnerConfig::default()
+        .with_clock(ManualClock::new(2_000_000_000_000))
+        .with_ids(Arc::new(SequentialIds::default()));
     let out = Runner::new(store, config)
         .resume(&agent, thread, &run_of(fx))
         .result()

@@ -88,18 +88,18 @@ impl Checkpointer {
     /// a v2 run resumed from its newest snapshot at `step`. Sound because of per-run order: an
     /// effect row of step n is committed after step n's snapshot, so the newest snapshot of a
     /// v2 run is at or past every step with a row, and a fresh run has none.
-    pub fn steps_fresh_after(&mut self, step: u64) {
+    pub(super) fn steps_fresh_after(&mut self, step: u64) {
         self.fresh_after = Some(step);
     }
 
     /// Whether effect rows of `step` may exist that this claim did not write (then the batch
     /// reads the journal before running anything).
-    pub fn journal_may_hold(&self, step: u64) -> bool {
+    pub(super) fn journal_may_hold(&self, step: u64) -> bool {
         self.fresh_after.is_none_or(|fresh| step <= fresh)
     }
 
     /// Whether the run's snapshots reference the transcript log (a v2 run of this version).
-    pub fn logged(&self) -> bool {
+    pub(super) fn logged(&self) -> bool {
         self.log_len > 0
     }
 

@@ -275,7 +275,7 @@ impl Writer {
     /// would, without waiting for them. The runner calls it when a run's task ends without a
     /// terminal flush (e.g. it was aborted), so that run's last commits reach the store now
     /// instead of after [`CheckpointConfig::hold`].
-    pub fn release(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) {
+    pub(crate) fn release(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) {
         let key: RunKey = (thread.clone(), run.clone(), epoch);
         let raised = {
             let mut st = self.inner.shared.lock();

@@ -173,7 +173,11 @@ impl Store for CountingStore {
         self.inner.delete_run(thread, run).await
     }
 
-    async fn list_threads(&self, cursor: Option<&str>, limit: usize) -> Result<afk::ThreadPage> {
+    async fn list_threads(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk::store::ThreadPage> {
         self.call();
         self.inner.list_threads(cursor, limit).await
     }

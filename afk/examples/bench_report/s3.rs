@@ -107,7 +107,7 @@ impl Store for Probe {
     async fn commit(&self, c: &Commit) -> Result<()> {
         self.commit_counted(c).await
     }
-    async fn list_threads(&self, c: Option<&str>, l: usize) -> Result<afk::ThreadPage> {
+    async fn list_threads(&self, c: Option<&str>, l: usize) -> Result<afk::store::ThreadPage> {
         self.inner.list_threads(c, l).await
     }
     /// Each commit counted by [`Probe::commit`], for per-step traffic. The S3 store has no
