@@ -10,10 +10,12 @@ use afk_core::Store;
 mod agents;
 pub mod broken;
 pub mod cases;
+mod dirs;
 mod harness;
 mod macros;
 mod support;
 
+pub use dirs::process_dir;
 pub use support::{
     CaseResult, list_all, show_bytes, show_key, skipped, unique_run, unique_suffix, unique_thread,
 };
