@@ -60,8 +60,15 @@ fn is_boundary(c: char) -> bool {
 }
 
 /// One word of text: URLs (maybe several, comma-separated, maybe after other text such as
-/// `url=`) or a word without a scheme.
+/// `url=`) or a word without a scheme. Punctuation that ends the word in running text
+/// (`s3://…?secret_access_key=zz: timed out`) is not part of the URL and stays.
 fn redact_word(word: &str) -> String {
+    let core = word.trim_end_matches([':', ';', '.', ')', ']']);
+    format!("{}{}", redact_parts(core), &word[core.len()..])
+}
+
+/// [`redact_word`] without trailing punctuation.
+fn redact_parts(word: &str) -> String {
     word.split(',')
         .map(|part| match scheme_start(part) {
             Some(start) => {

@@ -17,7 +17,8 @@ use crate::keys::{ParsedKey, parse_key};
 ///
 /// ```
 /// # tokio_test_block_on(async {
-/// use afk_core::store::{MemoryStore, Store, StoreExt};
+/// use afk_core::MemoryStore;
+/// use afk_core::store::{Store, StoreExt};
 /// use afk_core::{RunId, ThreadId};
 ///
 /// let store = MemoryStore::new();
