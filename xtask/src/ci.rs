@@ -7,7 +7,6 @@ use anyhow::Result;
 use crate::chaos;
 use crate::features;
 use crate::msrv;
-use crate::rocksdb_newest;
 use crate::services::Needs;
 use crate::system;
 use crate::test::{self, ROCKSDB_DEBS};
@@ -105,14 +104,9 @@ pub fn run() -> Result<i32> {
         eprintln!("ci: test failed");
         return Ok(code);
     }
-    let start = Instant::now();
-    let code = rocksdb_newest::run()?;
-    times.push(("rocksdb-newest", start.elapsed()));
-    if code != 0 {
-        report(&times);
-        eprintln!("ci: rocksdb-newest failed");
-        return Ok(code);
-    }
+    // `cargo xtask rocksdb-newest` (the newest end of the rocksdb range, RocksDB built from
+    // source) is not in this list yet: it has not completed a run on a CI machine (issue 13's
+    // note). Put it back here once it has.
     let start = Instant::now();
     let code = chaos::run(&chaos::Options {
         quick: true,

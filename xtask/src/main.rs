@@ -35,7 +35,7 @@ enum Cli {
         action: ServicesCmd,
     },
     /// What CI runs: fmt, clippy, rustdoc, package, `msrv`, feature combinations, `test`,
-    /// `rocksdb-newest`, then `chaos --quick`.
+    /// then `chaos --quick`.
     Ci,
     /// Build the newest `rocksdb` release from source in an application outside the clone
     /// that also uses afk-store-rocksdb, and run the store's tests there (cached: only the
