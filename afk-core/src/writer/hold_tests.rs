@@ -104,3 +104,23 @@ async fn a_held_run_does_not_hold_another_runs_barrier() {
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(applied(&fs, &a).len(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn release_writes_held_commits_without_waiting_for_the_hold() {
+    let (fs, w) = writer(holding(Duration::from_secs(3600)));
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    for (i, phase) in ["step_started", "pre_llm"].into_iter().enumerate() {
+        w.submit(record(&t, &r, e, i as u64, phase), false)
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(applied(&fs, &r).is_empty(), "held before the release");
+    // What a dropped run task (an aborted run) does: nobody waits, yet the commits go now.
+    w.release(&t, &r, e);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let commits = applied(&fs, &r);
+    assert_eq!(commits.len(), 1, "{commits:?}");
+    assert_eq!(commits[0].len(), 2);
+}
