@@ -172,18 +172,17 @@ pub fn entry_digest(prev: &str, messages: &[Message]) -> String {
 /// The digest of an entry holding `messages` and `records`, chained after `prev`. Equal to
 /// [`entry_digest`] when `records` is empty.
 pub fn records_digest(prev: &str, messages: &[Message], records: &StepRecords) -> String {
-    digest_of(prev, messages, Some(RecordsView::from(records)))
+    digest_of(prev, messages, Some(&RecordsView::from(records)))
 }
 
-fn digest_of(prev: &str, messages: &[Message], records: Option<RecordsView<'_>>) -> String {
+fn digest_of(prev: &str, messages: &[Message], records: Option<&RecordsView<'_>>) -> String {
     let mut h = Sha256::new();
     h.update(prev.as_bytes());
-    // Serializing messages and records to a Value cannot fail (string keys only).
-    let value = serde_json::to_value(messages).unwrap_or_default();
-    h.update(crate::hash::canonical_json(&value).as_bytes());
+    // The canonical JSON of `serde_json::to_value(x)`, written without the `Value` (messages
+    // and records have string keys only, so this cannot fail).
+    h.update(crate::hash::canonical_of(messages).as_bytes());
     if let Some(r) = records.filter(|r| !r.is_empty()) {
-        let value = serde_json::to_value(&r).unwrap_or_default();
-        h.update(crate::hash::canonical_json(&value).as_bytes());
+        h.update(crate::hash::canonical_of(r).as_bytes());
     }
     hex::encode(h.finalize())
 }
@@ -193,6 +192,48 @@ pub fn chain_digest<'a>(entries: impl IntoIterator<Item = &'a [Message]>) -> Str
     entries
         .into_iter()
         .fold(String::new(), |prev, msgs| entry_digest(&prev, msgs))
+}
+
+/// A [`TranscriptEntry`] with its content borrowed: the same JSON.
+#[derive(Serialize)]
+struct EntryOut<'a> {
+    index: u64,
+    step: u64,
+    messages: &'a [Message],
+    #[serde(flatten)]
+    records: RecordsView<'a>,
+    digest: &'a str,
+}
+
+/// The bytes and digest of entry `index` for `step` holding `messages` and the records, chained
+/// after `prev_digest`: what building the [`TranscriptEntry`] with
+/// [`TranscriptEntry::with_records`] and serializing it gives, without copying the content
+/// (the runner's write path).
+pub(crate) fn encode_entry(
+    index: u64,
+    step: u64,
+    messages: &[Message],
+    tool_executions: &[ToolExecution],
+    subagent_executions: &[SubagentExecution],
+    prev_digest: &str,
+) -> Result<(Vec<u8>, String)> {
+    let records = RecordsView {
+        tool_executions,
+        subagent_executions,
+        skill_reads: &[],
+        skill_command_executions: &[],
+    };
+    let digest = digest_of(prev_digest, messages, Some(&records));
+    let out = EntryOut {
+        index,
+        step,
+        messages,
+        records,
+        digest: &digest,
+    };
+    let bytes = serde_json::to_vec(&out)
+        .map_err(|e| Error::unexpected(format!("cannot encode transcript entry: {e}")))?;
+    Ok((bytes, digest))
 }
 
 impl TranscriptEntry {
@@ -235,7 +276,7 @@ impl TranscriptEntry {
 
     /// The digest of this entry's content chained after `prev` (what [`Self::digest`] must be).
     pub fn expected_digest(&self, prev: &str) -> String {
-        digest_of(prev, &self.messages, Some(self.records_view()))
+        digest_of(prev, &self.messages, Some(&self.records_view()))
     }
 }
 
@@ -358,6 +399,39 @@ mod tests {
         let a = TranscriptEntry::new(0, 1, vec![Message::text(Role::User, "hi")], "");
         let b = TranscriptEntry::new(1, 1, vec![Message::text(Role::Assistant, "yo")], &a.digest);
         vec![a, b]
+    }
+
+    /// The runner's borrowed encoding writes what building the entry and serializing it
+    /// writes, digest included, with and without records.
+    #[test]
+    fn encode_entry_gives_the_built_entry() {
+        let tool: ToolExecution = serde_json::from_value(serde_json::json!({
+            "tool_name": "add", "tool_call_id": "c1", "success": true,
+            "output": {"sum": 3.5, "note": "é\n"}, "input_hash": "h", "extra_field": [1]
+        }))
+        .unwrap();
+        let messages = vec![
+            Message::text(Role::Assistant, "adding"),
+            Message::text(Role::Tool, "{\"sum\": 3.5}"),
+        ];
+        for tools in [vec![], vec![tool]] {
+            let built = TranscriptEntry::with_records(
+                4,
+                2,
+                messages.clone(),
+                StepRecords {
+                    tool_executions: tools.clone(),
+                    ..StepRecords::default()
+                },
+                "prev",
+            );
+            let (bytes, digest) = encode_entry(4, 2, &messages, &tools, &[], "prev").unwrap();
+            assert_eq!(digest, built.digest);
+            assert_eq!(
+                String::from_utf8(bytes).unwrap(),
+                serde_json::to_string(&built).unwrap()
+            );
+        }
     }
 
     #[test]

@@ -14,8 +14,12 @@
 //! differently from Python, which keeps them as integers; no tool argument we have seen needs
 //! them.
 
+mod stream;
+
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+pub(crate) use stream::canonical_of;
 
 /// The canonical JSON text of `value`, as AFK's `json.dumps(…, sort_keys=True,
 /// ensure_ascii=True)` writes it.

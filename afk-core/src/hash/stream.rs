@@ -1,0 +1,768 @@
+//! Canonical JSON straight from a `Serialize` value: the text [`canonical_json`] gives for
+//! `serde_json::to_value(value)`, without building the `Value` (every string and map of it
+//! copied, then dropped) first. The transcript log's digest covers every message and record a
+//! run writes, so this is on the write path of every step.
+//!
+//! Equivalence with the `Value` route, case by case: integers verbatim (`u128`/`i128` only
+//! within the 64-bit range, as `to_value` allows), floats in Python `repr` form and non-finite
+//! ones as `null` (`to_value` turns them into `Null`), `None`/unit as `null`, enums in serde's
+//! externally tagged form, bytes as an array of numbers, map keys that are strings, chars,
+//! integers or booleans as strings (others are an error, as in `to_value`), and a key written
+//! twice keeps its last value (a `Map` insert). Tested against the `Value` route on arbitrary
+//! JSON and on every message of the AFK corpus.
+
+use std::fmt::Display;
+
+use serde::Serialize;
+use serde::ser::{self, Impossible};
+
+use super::{canonical_json, python_float_repr, write_str};
+
+/// The canonical JSON text of `value` (see the module docs), appended to `out`.
+pub(crate) fn write_canonical<T: Serialize + ?Sized>(
+    out: &mut String,
+    value: &T,
+) -> Result<(), CanonError> {
+    value.serialize(&mut Canon { out })
+}
+
+/// The canonical JSON text of `value`; `"null"` if it cannot be represented as JSON (what
+/// hashing `serde_json::to_value(value).unwrap_or_default()` gave).
+pub(crate) fn canonical_of<T: Serialize + ?Sized>(value: &T) -> String {
+    let mut out = String::with_capacity(512);
+    match write_canonical(&mut out, value) {
+        Ok(()) => out,
+        Err(_) => canonical_json(&serde_json::Value::Null),
+    }
+}
+
+/// A value with no JSON form (a non-string map key, an integer beyond 64 bits).
+#[derive(Debug)]
+pub(crate) struct CanonError(String);
+
+impl Display for CanonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CanonError {}
+
+impl ser::Error for CanonError {
+    fn custom<M: Display>(msg: M) -> Self {
+        CanonError(msg.to_string())
+    }
+}
+
+struct Canon<'a> {
+    out: &'a mut String,
+}
+
+impl Canon<'_> {
+    fn float(&mut self, f: f64) {
+        if f.is_finite() {
+            self.out.push_str(&python_float_repr(f));
+        } else {
+            self.out.push_str("null");
+        }
+    }
+
+    fn int(&mut self, v: impl Display) {
+        use std::fmt::Write as _;
+        let _ = write!(self.out, "{v}");
+    }
+
+    /// `{"variant": ` of an externally tagged enum value; the caller closes the brace.
+    fn open_variant(&mut self, variant: &str) {
+        self.out.push('{');
+        write_str(self.out, variant);
+        self.out.push_str(": ");
+    }
+}
+
+type Res = Result<(), CanonError>;
+
+impl<'a, 'b> ser::Serializer for &'a mut Canon<'b> {
+    type Ok = ();
+    type Error = CanonError;
+    type SerializeSeq = Seq<'a, 'b>;
+    type SerializeTuple = Seq<'a, 'b>;
+    type SerializeTupleStruct = Seq<'a, 'b>;
+    type SerializeTupleVariant = Seq<'a, 'b>;
+    type SerializeMap = Obj<'a, 'b>;
+    type SerializeStruct = Obj<'a, 'b>;
+    type SerializeStructVariant = Obj<'a, 'b>;
+
+    fn serialize_bool(self, v: bool) -> Res {
+        self.out.push_str(if v { "true" } else { "false" });
+        Ok(())
+    }
+    fn serialize_i8(self, v: i8) -> Res {
+        self.int(v);
+        Ok(())
+    }
+    fn serialize_i16(self, v: i16) -> Res {
+        self.int(v);
+        Ok(())
+    }
+    fn serialize_i32(self, v: i32) -> Res {
+        self.int(v);
+        Ok(())
+    }
+    fn serialize_i64(self, v: i64) -> Res {
+        self.int(v);
+        Ok(())
+    }
+    fn serialize_i128(self, v: i128) -> Res {
+        match (u64::try_from(v), i64::try_from(v)) {
+            (Ok(u), _) => self.int(u),
+            (_, Ok(i)) => self.int(i),
+            _ => return Err(CanonError("number out of range".into())),
+        }
+        Ok(())
+    }
+    fn serialize_u8(self, v: u8) -> Res {
+        self.int(v);
+        Ok(())
+    }
+    fn serialize_u16(self, v: u16) -> Res {
+        self.int(v);
+        Ok(())
+    }
+    fn serialize_u32(self, v: u32) -> Res {
+        self.int(v);
+        Ok(())
+    }
+    fn serialize_u64(self, v: u64) -> Res {
+        self.int(v);
+        Ok(())
+    }
+    fn serialize_u128(self, v: u128) -> Res {
+        let u = u64::try_from(v).map_err(|_| CanonError("number out of range".into()))?;
+        self.int(u);
+        Ok(())
+    }
+    fn serialize_f32(self, v: f32) -> Res {
+        self.float(f64::from(v));
+        Ok(())
+    }
+    fn serialize_f64(self, v: f64) -> Res {
+        self.float(v);
+        Ok(())
+    }
+    fn serialize_char(self, v: char) -> Res {
+        write_str(self.out, v.encode_utf8(&mut [0; 4]));
+        Ok(())
+    }
+    fn serialize_str(self, v: &str) -> Res {
+        write_str(self.out, v);
+        Ok(())
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Res {
+        use ser::SerializeSeq as _;
+        let mut seq = self.serialize_seq(Some(v.len()))?;
+        for b in v {
+            seq.serialize_element(b)?;
+        }
+        seq.end()
+    }
+    fn serialize_none(self) -> Res {
+        self.out.push_str("null");
+        Ok(())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Res {
+        value.serialize(self)
+    }
+    fn serialize_unit(self) -> Res {
+        self.out.push_str("null");
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _name: &'static str) -> Res {
+        self.serialize_unit()
+    }
+    fn serialize_unit_variant(self, _name: &'static str, _i: u32, variant: &'static str) -> Res {
+        self.serialize_str(variant)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _n: &'static str, v: &T) -> Res {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _name: &'static str,
+        _i: u32,
+        variant: &'static str,
+        value: &T,
+    ) -> Res {
+        self.open_variant(variant);
+        value.serialize(&mut *self)?;
+        self.out.push('}');
+        Ok(())
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Seq<'a, 'b>, CanonError> {
+        self.out.push('[');
+        Ok(Seq {
+            ser: self,
+            first: true,
+            variant: false,
+        })
+    }
+    fn serialize_tuple(self, len: usize) -> Result<Seq<'a, 'b>, CanonError> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_struct(
+        self,
+        _name: &'static str,
+        len: usize,
+    ) -> Result<Seq<'a, 'b>, CanonError> {
+        self.serialize_seq(Some(len))
+    }
+    fn serialize_tuple_variant(
+        self,
+        _name: &'static str,
+        _i: u32,
+        variant: &'static str,
+        _len: usize,
+    ) -> Result<Seq<'a, 'b>, CanonError> {
+        self.open_variant(variant);
+        self.out.push('[');
+        Ok(Seq {
+            ser: self,
+            first: true,
+            variant: true,
+        })
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Obj<'a, 'b>, CanonError> {
+        let start = self.out.len();
+        Ok(Obj {
+            ser: self,
+            start,
+            entries: Vec::new(),
+            key: None,
+            variant: false,
+        })
+    }
+    fn serialize_struct(self, _name: &'static str, len: usize) -> Result<Obj<'a, 'b>, CanonError> {
+        let mut obj = self.serialize_map(Some(len))?;
+        obj.entries.reserve(len);
+        Ok(obj)
+    }
+    fn serialize_struct_variant(
+        self,
+        _name: &'static str,
+        _i: u32,
+        variant: &'static str,
+        len: usize,
+    ) -> Result<Obj<'a, 'b>, CanonError> {
+        self.open_variant(variant);
+        let mut obj = self.serialize_struct(variant, len)?;
+        obj.variant = true;
+        Ok(obj)
+    }
+}
+
+struct Seq<'a, 'b> {
+    ser: &'a mut Canon<'b>,
+    first: bool,
+    /// Inside `{"variant": [...]}`: one more brace to close.
+    variant: bool,
+}
+
+impl Seq<'_, '_> {
+    fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
+        if !self.first {
+            self.ser.out.push_str(", ");
+        }
+        self.first = false;
+        value.serialize(&mut *self.ser)
+    }
+
+    fn close(self) -> Res {
+        self.ser.out.push(']');
+        if self.variant {
+            self.ser.out.push('}');
+        }
+        Ok(())
+    }
+}
+
+impl ser::SerializeSeq for Seq<'_, '_> {
+    type Ok = ();
+    type Error = CanonError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
+        self.element(value)
+    }
+    fn end(self) -> Res {
+        self.close()
+    }
+}
+
+impl ser::SerializeTuple for Seq<'_, '_> {
+    type Ok = ();
+    type Error = CanonError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
+        self.element(value)
+    }
+    fn end(self) -> Res {
+        self.close()
+    }
+}
+
+impl ser::SerializeTupleStruct for Seq<'_, '_> {
+    type Ok = ();
+    type Error = CanonError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
+        self.element(value)
+    }
+    fn end(self) -> Res {
+        self.close()
+    }
+}
+
+impl ser::SerializeTupleVariant for Seq<'_, '_> {
+    type Ok = ();
+    type Error = CanonError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
+        self.element(value)
+    }
+    fn end(self) -> Res {
+        self.close()
+    }
+}
+
+/// An object being written: each value goes to the end of the output as it comes, with its key
+/// and byte range noted; `end` cuts them off and writes them back in key order.
+struct Obj<'a, 'b> {
+    ser: &'a mut Canon<'b>,
+    start: usize,
+    entries: Vec<(std::borrow::Cow<'static, str>, usize, usize)>,
+    key: Option<String>,
+    /// Inside `{"variant": {...}}`: one more brace to close.
+    variant: bool,
+}
+
+impl Obj<'_, '_> {
+    fn value<T: Serialize + ?Sized>(
+        &mut self,
+        key: std::borrow::Cow<'static, str>,
+        value: &T,
+    ) -> Res {
+        let from = self.ser.out.len();
+        value.serialize(&mut *self.ser)?;
+        self.entries.push((key, from, self.ser.out.len()));
+        Ok(())
+    }
+
+    fn close(mut self) -> Res {
+        let body = self.ser.out.split_off(self.start);
+        // Stable, so of two equal keys the later stays later: keep the last (a `Map` insert).
+        self.entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let out = &mut *self.ser.out;
+        out.push('{');
+        let mut first = true;
+        for (i, (key, from, to)) in self.entries.iter().enumerate() {
+            if self.entries.get(i + 1).is_some_and(|next| next.0 == *key) {
+                continue;
+            }
+            if !first {
+                out.push_str(", ");
+            }
+            first = false;
+            write_str(out, key);
+            out.push_str(": ");
+            out.push_str(&body[from - self.start..to - self.start]);
+        }
+        out.push('}');
+        if self.variant {
+            out.push('}');
+        }
+        Ok(())
+    }
+}
+
+impl ser::SerializeMap for Obj<'_, '_> {
+    type Ok = ();
+    type Error = CanonError;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Res {
+        self.key = Some(key.serialize(KeySer)?);
+        Ok(())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
+        let key = self
+            .key
+            .take()
+            .ok_or_else(|| CanonError("map value without a key".into()))?;
+        self.value(key.into(), value)
+    }
+    fn end(self) -> Res {
+        self.close()
+    }
+}
+
+impl ser::SerializeStruct for Obj<'_, '_> {
+    type Ok = ();
+    type Error = CanonError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Res {
+        self.value(key.into(), value)
+    }
+    fn end(self) -> Res {
+        self.close()
+    }
+}
+
+impl ser::SerializeStructVariant for Obj<'_, '_> {
+    type Ok = ();
+    type Error = CanonError;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Res {
+        self.value(key.into(), value)
+    }
+    fn end(self) -> Res {
+        self.close()
+    }
+}
+
+/// A map key as `to_value` takes it: strings as they are, chars, integers and booleans as
+/// their text; anything else is an error.
+struct KeySer;
+
+fn key_error() -> CanonError {
+    CanonError("key must be a string".into())
+}
+
+impl ser::Serializer for KeySer {
+    type Ok = String;
+    type Error = CanonError;
+    type SerializeSeq = Impossible<String, CanonError>;
+    type SerializeTuple = Impossible<String, CanonError>;
+    type SerializeTupleStruct = Impossible<String, CanonError>;
+    type SerializeTupleVariant = Impossible<String, CanonError>;
+    type SerializeMap = Impossible<String, CanonError>;
+    type SerializeStruct = Impossible<String, CanonError>;
+    type SerializeStructVariant = Impossible<String, CanonError>;
+
+    fn serialize_bool(self, v: bool) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_i8(self, v: i8) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_i16(self, v: i16) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_i32(self, v: i32) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_i64(self, v: i64) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_i128(self, v: i128) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_u8(self, v: u8) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_u16(self, v: u16) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_u32(self, v: u32) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_u64(self, v: u64) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_u128(self, v: u128) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_f32(self, _v: f32) -> Result<String, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_f64(self, _v: f64) -> Result<String, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_char(self, v: char) -> Result<String, CanonError> {
+        Ok(v.to_string())
+    }
+    fn serialize_str(self, v: &str) -> Result<String, CanonError> {
+        Ok(v.to_owned())
+    }
+    fn serialize_bytes(self, _v: &[u8]) -> Result<String, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_none(self) -> Result<String, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, _v: &T) -> Result<String, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_unit(self) -> Result<String, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_unit_struct(self, _n: &'static str) -> Result<String, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_unit_variant(
+        self,
+        _n: &'static str,
+        _i: u32,
+        variant: &'static str,
+    ) -> Result<String, CanonError> {
+        Ok(variant.to_owned())
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _n: &'static str,
+        v: &T,
+    ) -> Result<String, CanonError> {
+        v.serialize(self)
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _n: &'static str,
+        _i: u32,
+        _variant: &'static str,
+        _v: &T,
+    ) -> Result<String, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_tuple_struct(
+        self,
+        _n: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleStruct, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_tuple_variant(
+        self,
+        _n: &'static str,
+        _i: u32,
+        _v: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeTupleVariant, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_struct(
+        self,
+        _n: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStruct, CanonError> {
+        Err(key_error())
+    }
+    fn serialize_struct_variant(
+        self,
+        _n: &'static str,
+        _i: u32,
+        _v: &'static str,
+        _len: usize,
+    ) -> Result<Self::SerializeStructVariant, CanonError> {
+        Err(key_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::Path;
+
+    use proptest::prelude::*;
+    use serde::Serialize;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::schema::{Message, ToolExecution};
+
+    /// What the digest used before: the canonical text of the `Value`.
+    fn via_value<T: Serialize + ?Sized>(v: &T) -> String {
+        canonical_json(&serde_json::to_value(v).unwrap_or_default())
+    }
+
+    fn leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<u64>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            prop_oneof![Just(1.0), Just(-0.0), Just(1e16), Just(1e-7), Just(0.1)]
+                .prop_map(Value::from),
+            "\\PC{0,8}".prop_map(Value::String),
+            "[\"\\\\\\n\\r\\t\\u{7f}\\u{8}\\u{c}é😀a/]{0,6}".prop_map(Value::String),
+        ]
+    }
+
+    fn json() -> impl Strategy<Value = Value> {
+        leaf().prop_recursive(5, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec(("[a-c\\u{e9}]{0,3}", inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn equals_the_value_route_on_any_json(v in json()) {
+            prop_assert_eq!(canonical_of(&v), canonical_json(&v));
+        }
+    }
+
+    /// Every serde shape the `Value` route knows: enums of each kind, flattened maps,
+    /// options, tuples, bytes, chars, non-string keys, non-finite floats, a key written twice.
+    #[test]
+    fn equals_the_value_route_on_every_serde_shape() {
+        #[derive(Serialize)]
+        enum E {
+            Unit,
+            New(u8),
+            Tuple(i32, String),
+            Struct { z: f64, a: Option<bool> },
+        }
+        #[derive(Serialize)]
+        struct Inner {
+            b: u32,
+            a: char,
+        }
+        #[derive(Serialize)]
+        struct Outer {
+            z: Vec<E>,
+            m: BTreeMap<u32, &'static str>,
+            b: BTreeMap<bool, ()>,
+            t: (u8, f32),
+            #[serde(with = "serde_bytes_like")]
+            bytes: Vec<u8>,
+            nan: f64,
+            inf: f32,
+            big: u128,
+            neg: i128,
+            none: Option<String>,
+            unit: (),
+            #[serde(flatten)]
+            inner: Inner,
+            #[serde(flatten)]
+            extra: BTreeMap<String, Value>,
+        }
+        mod serde_bytes_like {
+            pub(super) fn serialize<S: serde::Serializer>(
+                v: &[u8],
+                s: S,
+            ) -> Result<S::Ok, S::Error> {
+                s.serialize_bytes(v)
+            }
+        }
+        let v = Outer {
+            z: vec![
+                E::Unit,
+                E::New(7),
+                E::Tuple(-3, "x\u{1}".into()),
+                E::Struct { z: 2.5, a: None },
+            ],
+            m: [(10, "ten"), (2, "two")].into_iter().collect(),
+            b: [(true, ()), (false, ())].into_iter().collect(),
+            t: (1, 0.5),
+            bytes: vec![0, 255],
+            nan: f64::NAN,
+            inf: f32::INFINITY,
+            big: u128::from(u64::MAX),
+            neg: i128::from(i64::MIN),
+            none: None,
+            unit: (),
+            inner: Inner { b: 1, a: 'é' },
+            // `b` again: the value route keeps the last one.
+            extra: [
+                ("b".to_owned(), json!("later")),
+                ("aa".to_owned(), json!([])),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        let got = canonical_of(&v);
+        assert_eq!(got, via_value(&v));
+        assert!(got.contains("\"b\": \"later\""), "{got}");
+        assert!(got.contains("\"nan\": null"), "{got}");
+    }
+
+    #[test]
+    fn what_the_value_route_refuses_hashes_as_null() {
+        let float_keys: BTreeMap<String, BTreeMap<Vec<u8>, u8>> =
+            [("k".to_owned(), [(vec![1], 1)].into_iter().collect())]
+                .into_iter()
+                .collect();
+        assert!(serde_json::to_value(&float_keys).is_err());
+        assert_eq!(canonical_of(&float_keys), "null");
+        assert!(serde_json::to_value(u128::MAX).is_err());
+        assert_eq!(canonical_of(&u128::MAX), "null");
+    }
+
+    /// Every message and tool execution record of the AFK corpus, typed as the runner holds
+    /// them: the streamed text equals the `Value` route's.
+    #[test]
+    fn equals_the_value_route_on_the_corpus() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/afk-python");
+        let (mut messages, mut records) = (0, 0);
+        fn walk(v: &Value, f: &mut dyn FnMut(&str, &Value)) {
+            match v {
+                Value::Object(m) => {
+                    for (k, x) in m {
+                        f(k, x);
+                        walk(x, f);
+                    }
+                }
+                Value::Array(items) => items.iter().for_each(|x| walk(x, f)),
+                _ => {}
+            }
+        }
+        for file in std::fs::read_dir(&dir).expect("corpus") {
+            let path = file.expect("entry").path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read");
+            let Ok(doc) = serde_json::from_str::<Value>(&text) else {
+                continue;
+            };
+            // Stored values are JSON text inside the fixture; parse those too.
+            let mut values = vec![doc.clone()];
+            walk(&doc, &mut |_, x| {
+                if let Some(inner) = x.as_str().and_then(|s| serde_json::from_str(s).ok()) {
+                    values.push(inner);
+                }
+            });
+            for value in &values {
+                assert_eq!(canonical_of(value), canonical_json(value), "{path:?}");
+                walk(value, &mut |k, x| match (k, x) {
+                    ("messages", Value::Array(items)) => {
+                        for m in items {
+                            if let Ok(m) = serde_json::from_value::<Message>(m.clone()) {
+                                assert_eq!(canonical_of(&m), via_value(&m), "{path:?}");
+                                messages += 1;
+                            }
+                        }
+                    }
+                    ("tool_executions", Value::Array(items)) => {
+                        for r in items {
+                            if let Ok(r) = serde_json::from_value::<ToolExecution>(r.clone()) {
+                                assert_eq!(canonical_of(&r), via_value(&r), "{path:?}");
+                                records += 1;
+                            }
+                        }
+                    }
+                    _ => {}
+                });
+            }
+        }
+        assert!(
+            messages > 100 && records > 10,
+            "{messages} messages, {records} records"
+        );
+    }
+}
