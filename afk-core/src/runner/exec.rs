@@ -16,9 +16,9 @@ use super::tools::{self, BatchOutcome};
 use super::{Decision, Outcome, RunEvent, Shared, Signal};
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
-    LlmResponse, Message, MessageContent, PhasePayload, PostLlmPayload, PostToolBatchPayload,
-    PreLlmPayload, PreToolBatchPayload, Role, RunStartedPayload, RunStatus, RunTerminalPayload,
-    StepStartedPayload,
+    LlmResponse, Message, MessageContent, Phase, PhasePayload, PostLlmPayload,
+    PostToolBatchPayload, PreLlmPayload, PreToolBatchPayload, Role, RunStartedPayload, RunStatus,
+    RunTerminalPayload, StepStartedPayload,
 };
 
 /// AFK's preamble for the system message and for tool output.
@@ -94,21 +94,20 @@ impl RunTask {
     /// Commit a runtime snapshot (transcript log first, then the record with the pointer). The
     /// log entry carries the messages and records the step added; the snapshot carries neither.
     pub(super) async fn snapshot(&mut self) -> Result<()> {
+        let step = self.st.snap.step;
         let tref = self
             .ckpt
             .sync_transcript(
-                self.st.step,
+                step,
                 &self.st.messages,
                 &self.st.tool_executions,
                 &self.st.subagent_executions,
             )
             .await?;
-        let snap = self
-            .st
-            .to_snapshot(&self.thread_str(), self.active_ms(), Some(tref));
-        self.ckpt
-            .checkpoint(self.st.step, PhasePayload::RuntimeState(Box::new(snap)))
-            .await
+        let active_ms = self.active_ms();
+        let snap = self.st.snapshot(self.ckpt.thread.as_str(), active_ms, tref);
+        let bytes = self.ckpt.encode(step, Phase::RuntimeState, snap)?;
+        self.ckpt.put_snapshot(step, bytes).await
     }
 
     fn check_budgets(&self) -> Result<()> {
@@ -119,13 +118,13 @@ impl RunTask {
                 format!("Exceeded {what}={limit}"),
             ))
         };
-        if self.st.step > l.max_steps {
+        if self.st.snap.step > l.max_steps {
             return over("max_steps", l.max_steps.to_string());
         }
-        if self.st.llm_requests.max(self.st.llm_calls) >= l.max_llm_calls {
+        if self.st.llm_requests.max(self.st.snap.llm_calls) >= l.max_llm_calls {
             return over("max_llm_calls", l.max_llm_calls.to_string());
         }
-        if self.st.tool_calls > l.max_tool_calls {
+        if self.st.snap.tool_calls > l.max_tool_calls {
             return over("max_tool_calls", l.max_tool_calls.to_string());
         }
         if let Some(ms) = l.max_wall_time_ms
@@ -138,7 +137,7 @@ impl RunTask {
 
     fn check_cost(&self) -> Result<()> {
         if let Some(max) = self.agent.limits.max_cost_usd
-            && self.st.total_cost_usd > max
+            && self.st.snap.total_cost_usd > max
         {
             return Err(Error::new(
                 ErrorKind::BudgetExceeded,
@@ -153,8 +152,8 @@ impl RunTask {
     pub(super) async fn run_loop(&mut self, input: Option<String>) -> Result<Outcome> {
         let resumed = input.is_none();
         if let Some(input) = input {
-            self.st.state = RunStatus::Running;
-            self.st.started_at_s = self.shared.clock.now_s();
+            self.st.snap.state = RunStatus::Running;
+            self.st.snap.started_at_s = self.shared.clock.now_s();
             let sys = format!(
                 "[trusted_system]\n{UNTRUSTED_NOTE}\n\n{}",
                 self.agent.instructions
@@ -162,8 +161,8 @@ impl RunTask {
             self.st.messages.push(text_message(Role::System, sys, None));
             self.st.messages.push(text_message(Role::User, input, None));
         }
-        self.st.state = RunStatus::Running;
-        self.st.requested_model = Some(self.agent.model.clone());
+        self.st.snap.state = RunStatus::Running;
+        self.st.snap.requested_model = Some(self.agent.model.clone());
         let started = RunStartedPayload {
             agent_name: self.agent.name.clone(),
             resumed,
@@ -176,16 +175,12 @@ impl RunTask {
                 .await?;
         } else {
             // The first commit carries the step-0 snapshot: resumable from here on.
-            let (thread, active_ms) = (self.thread_str(), self.active_ms());
-            let st = &self.st;
+            let (entry, tref) = self.ckpt.log_entry(0, &self.st.messages, &[], &[])?;
+            let active_ms = self.active_ms();
+            let snap = self.st.snapshot(self.ckpt.thread.as_str(), active_ms, tref);
+            let bytes = self.ckpt.encode(0, Phase::RuntimeState, snap)?;
             self.ckpt
-                .first_commit(PhasePayload::RunStarted(started), &st.messages, |tref| {
-                    PhasePayload::RuntimeState(Box::new(st.to_snapshot(
-                        &thread,
-                        active_ms,
-                        Some(tref),
-                    )))
-                })
+                .first_commit(PhasePayload::RunStarted(started), entry, bytes)
                 .await?;
         }
         self.emit(RunEvent::RunStarted {
@@ -196,20 +191,20 @@ impl RunTask {
         if !resumed {
             self.ckpt.steps_fresh_after(0);
         } else if self.ckpt.logged() {
-            self.ckpt.steps_fresh_after(self.st.step);
+            self.ckpt.steps_fresh_after(self.st.snap.step);
         }
-        let mut reuse_pending = self.st.pending_llm_response.is_some();
+        let mut reuse_pending = self.st.snap.pending_llm_response.is_some();
         // A snapshot taken at the top of a step whose model turn had not finished: redo that
         // step under the same number (a redone step is the same logical step).
         let mut same_step = reuse_pending || self.st.step_open;
         loop {
             self.check_signal()?;
             if !same_step {
-                self.st.step += 1;
+                self.st.snap.step += 1;
             }
             same_step = false;
             self.check_budgets()?;
-            let step = self.st.step;
+            let step = self.st.snap.step;
             let span = tracing::info_span!("step", run = %self.ckpt.run, step);
             let done = self.one_step(&mut reuse_pending).instrument(span).await?;
             if let Some(outcome) = done {
@@ -219,10 +214,10 @@ impl RunTask {
     }
 
     async fn one_step(&mut self, reuse_pending: &mut bool) -> Result<Option<Outcome>> {
-        let step = self.st.step;
+        let step = self.st.snap.step;
         self.emit(RunEvent::StepStarted { step });
         let started = StepStartedPayload {
-            state: self.st.state.clone(),
+            state: self.st.snap.state.clone(),
             message_count: self.st.messages.len() as u64,
             extra: Default::default(),
         };
@@ -231,11 +226,11 @@ impl RunTask {
             .await?;
         // Open until the model's answer is in a snapshot: a resume from this snapshot redoes
         // the step's model turn as the same step.
-        self.st.step_open = !(*reuse_pending && self.st.pending_llm_response.is_some());
+        self.st.step_open = !(*reuse_pending && self.st.snap.pending_llm_response.is_some());
         self.snapshot().await?;
 
         let pending = if *reuse_pending {
-            self.st.pending_llm_response.clone()
+            self.st.snap.pending_llm_response.clone()
         } else {
             None
         };
@@ -252,16 +247,16 @@ impl RunTask {
                 .messages
                 .push(text_message(Role::Assistant, resp.text.clone(), None));
         }
-        self.st.final_response = Some(resp.clone());
+        self.st.snap.final_response = Some(resp.clone());
         self.emit(RunEvent::LlmCompleted {
             step,
             tool_calls: resp.tool_calls.len(),
         });
 
         if resp.tool_calls.is_empty() {
-            self.st.final_text = resp.text.clone();
-            self.st.final_structured = resp.structured_response.clone();
-            self.st.state = RunStatus::Completed;
+            self.st.snap.final_text = resp.text.clone();
+            self.st.snap.final_structured = resp.structured_response.clone();
+            self.st.snap.state = RunStatus::Completed;
             return self.finish().await.map(Some);
         }
 
@@ -293,14 +288,14 @@ impl RunTask {
         self.ckpt
             .checkpoint(step, PhasePayload::PostToolBatch(post))
             .await?;
-        self.st.pending_llm_response = None;
+        self.st.snap.pending_llm_response = None;
         self.st.step_open = false;
         if let Some(msg) = degrade {
-            self.st.state = RunStatus::Degraded;
-            self.st.final_text = msg;
+            self.st.snap.state = RunStatus::Degraded;
+            self.st.snap.final_text = msg;
         }
         self.snapshot().await?;
-        if self.st.state == RunStatus::Degraded {
+        if self.st.snap.state == RunStatus::Degraded {
             return self.finish().await.map(Some);
         }
         Ok(None)
@@ -309,11 +304,11 @@ impl RunTask {
     /// Call the model (primary, then fallbacks). `Ok(None)`: every candidate failed and the
     /// LLM policy degraded the run.
     async fn llm_turn(&mut self) -> Result<Option<LlmResponse>> {
-        let step = self.st.step;
+        let step = self.st.snap.step;
         let provider = self.agent.llm.provider();
         // Counted before the call and recorded in `pre_llm`, so a call whose answer a crash
         // lost still counts against `max_llm_calls` (see `Limits`).
-        self.st.llm_requests = self.st.llm_requests.max(self.st.llm_calls) + 1;
+        self.st.llm_requests = self.st.llm_requests.max(self.st.snap.llm_calls) + 1;
         let mut pre = PreLlmPayload {
             model: self.agent.model.clone(),
             provider: provider.clone(),
@@ -337,8 +332,8 @@ impl RunTask {
                 model: model.clone(),
                 messages: self.st.messages.clone(),
                 tools: specs.clone(),
-                session_token: self.st.session_token.clone(),
-                checkpoint_token: self.st.checkpoint_token.clone(),
+                session_token: self.st.snap.session_token.clone(),
+                checkpoint_token: self.st.snap.checkpoint_token.clone(),
                 idempotency_key: key.clone(),
                 step,
             };
@@ -366,28 +361,28 @@ impl RunTask {
             return match self.agent.policies.llm {
                 FailurePolicy::Fail => Err(Error::new(ErrorKind::Llm, msg).with_source(e)),
                 _ => {
-                    self.st.state = RunStatus::Degraded;
-                    self.st.final_text = msg;
+                    self.st.snap.state = RunStatus::Degraded;
+                    self.st.snap.final_text = msg;
                     Ok(None)
                 }
             };
         };
         resp.request_id = Some(key);
         if resp.session_token.as_deref().is_none_or(str::is_empty) {
-            resp.session_token = self.st.session_token.clone();
+            resp.session_token = self.st.snap.session_token.clone();
         }
         if resp.checkpoint_token.as_deref().is_none_or(str::is_empty) {
-            resp.checkpoint_token = self.st.checkpoint_token.clone();
+            resp.checkpoint_token = self.st.snap.checkpoint_token.clone();
         }
-        self.st.llm_calls += 1;
-        self.st.usage.add(&resp.usage);
+        self.st.snap.llm_calls += 1;
+        self.st.snap.usage.add(&resp.usage);
         if let Some(c) = resp.extra.get("cost_usd").and_then(Value::as_f64) {
-            self.st.total_cost_usd += c;
+            self.st.snap.total_cost_usd += c;
         }
-        self.st.session_token = resp.session_token.clone();
-        self.st.checkpoint_token = resp.checkpoint_token.clone();
-        self.st.normalized_model = Some(model.clone());
-        self.st.provider_adapter = Some(provider.clone());
+        self.st.snap.session_token = resp.session_token.clone();
+        self.st.snap.checkpoint_token = resp.checkpoint_token.clone();
+        self.st.snap.normalized_model = Some(model.clone());
+        self.st.snap.provider_adapter = Some(provider.clone());
         let post = PostLlmPayload {
             model,
             provider,
@@ -395,13 +390,13 @@ impl RunTask {
             tool_call_count: resp.tool_calls.len() as u64,
             session_token: resp.session_token.clone().unwrap_or_default(),
             checkpoint_token: resp.checkpoint_token.clone().unwrap_or_default(),
-            total_cost_usd: self.st.total_cost_usd,
+            total_cost_usd: self.st.snap.total_cost_usd,
             extra: Default::default(),
         };
         self.ckpt
             .checkpoint(step, PhasePayload::PostLlm(post))
             .await?;
-        self.st.pending_llm_response = Some(resp.clone());
+        self.st.snap.pending_llm_response = Some(resp.clone());
         self.st.step_open = false;
         self.snapshot().await?;
         self.check_cost()?;
@@ -415,22 +410,25 @@ impl RunTask {
             .st
             .to_result(&self.run_str(), &self.thread_str(), elapsed);
         let payload = RunTerminalPayload {
-            state: self.st.state.clone(),
-            final_text: Some(self.st.final_text.clone()),
-            requested_model: Some(self.st.requested_model.clone().unwrap_or_default()),
-            normalized_model: Some(self.st.normalized_model.clone().unwrap_or_default()),
-            provider_adapter: Some(self.st.provider_adapter.clone().unwrap_or_default()),
+            state: self.st.snap.state.clone(),
+            final_text: Some(self.st.snap.final_text.clone()),
+            requested_model: Some(self.st.snap.requested_model.clone().unwrap_or_default()),
+            normalized_model: Some(self.st.snap.normalized_model.clone().unwrap_or_default()),
+            provider_adapter: Some(self.st.snap.provider_adapter.clone().unwrap_or_default()),
             message: None,
             terminal_result: Some(result.clone()),
             background_tools_pending: None,
             extra: Default::default(),
         };
         self.ckpt
-            .checkpoint(self.st.step, PhasePayload::RunTerminal(Box::new(payload)))
+            .checkpoint(
+                self.st.snap.step,
+                PhasePayload::RunTerminal(Box::new(payload)),
+            )
             .await?;
         self.ckpt.flush().await?;
         self.emit(RunEvent::Finished {
-            state: self.st.state.clone(),
+            state: self.st.snap.state.clone(),
         });
         Ok(Outcome::Completed(Box::new(result)))
     }
@@ -470,8 +468,8 @@ impl RunTask {
                 return;
             }
         };
-        self.st.state = terminal_state.clone();
-        self.st.final_text = e.message().to_owned();
+        self.st.snap.state = terminal_state.clone();
+        self.st.snap.final_text = e.message().to_owned();
         let elapsed = self.active_ms() as f64 / 1000.0;
         let result = self
             .st
@@ -483,9 +481,10 @@ impl RunTask {
             background_tools_pending: Some(Vec::new()),
             ..Default::default()
         };
-        let w = self
-            .ckpt
-            .checkpoint(self.st.step, PhasePayload::RunTerminal(Box::new(payload)));
+        let w = self.ckpt.checkpoint(
+            self.st.snap.step,
+            PhasePayload::RunTerminal(Box::new(payload)),
+        );
         if let Err(we) = w.await {
             tracing::warn!(error = %we, "could not record the terminal failure");
         } else if let Err(we) = self.ckpt.flush().await {

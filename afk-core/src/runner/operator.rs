@@ -68,7 +68,7 @@ impl Runner {
         match settle::check(&ckpt, state, call_id, &settlement).await? {
             None => Ok(Recorded::AlreadyStored),
             Some(row) => {
-                settle::write(&mut ckpt, state.step, call_id, &settlement, &row).await?;
+                settle::write(&mut ckpt, state.snap.step, call_id, &settlement, &row).await?;
                 Ok(Recorded::Written)
             }
         }

@@ -9,15 +9,17 @@ use super::clock::Clock;
 use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
 use crate::keys;
+use serde::Serialize;
+
 use crate::schema::{
-    CheckpointRecord, EffectRow, Extra, Message, Phase, PhasePayload, SCHEMA_VERSION, StepRecords,
-    SubagentExecution, ToolExecution, TranscriptEntry, TranscriptRef,
+    EffectRow, Extra, Message, Phase, PhasePayload, SubagentExecution, ToolExecution,
+    TranscriptRef, encode_entry, encode_record,
 };
 use crate::store::{Commit, Epoch, Store};
 use crate::writer::Writer;
 
 /// One key and its bytes, part of a commit.
-type Put = (String, Vec<u8>);
+pub(super) type Put = (String, Vec<u8>);
 
 /// The writer of one run (one process's claim on it).
 #[derive(Debug)]
@@ -44,7 +46,13 @@ pub(crate) struct Checkpointer {
     fresh_after: Option<u64>,
     /// Number of commits made (for tests and metrics).
     pub commits: u64,
+    /// Bytes to reserve for the next record of each phase (by `Phase as usize`): the size of
+    /// the last one, so encoding does not grow its buffer several times per record.
+    size_hints: [usize; PHASE_COUNT],
 }
+
+/// The number of [`Phase`] variants.
+const PHASE_COUNT: usize = 12;
 
 impl Drop for Checkpointer {
     /// A run's task that ends without its terminal flush (aborted, or stopped by an error
@@ -81,6 +89,7 @@ impl Checkpointer {
             log_digest: String::new(),
             fresh_after: None,
             commits: 0,
+            size_hints: [256; PHASE_COUNT],
         }
     }
 
@@ -136,17 +145,29 @@ impl Checkpointer {
         Ok(())
     }
 
-    fn record(&self, step: u64, payload: PhasePayload) -> CheckpointRecord {
-        CheckpointRecord {
-            schema_version: SCHEMA_VERSION.to_owned(),
-            run_id: self.run.clone(),
-            thread_id: self.thread.clone(),
+    /// The bytes of this run's record at `step` for `phase` with `payload` (borrowed: written
+    /// as it is, not copied into a record first).
+    pub(super) fn encode<P: Serialize>(
+        &mut self,
+        step: u64,
+        phase: Phase,
+        payload: &P,
+    ) -> Result<Vec<u8>> {
+        let hint = self.size_hints.get(phase as usize).copied().unwrap_or(256);
+        let bytes = encode_record(
+            &self.run,
+            &self.thread,
             step,
-            phase: payload.phase(),
-            timestamp_ms: self.clock.now_ms(),
+            phase,
+            self.clock.now_ms(),
             payload,
-            extra: Extra::new(),
+            hint,
+        )?;
+        // Room for the counters and texts of the next record of this phase to grow a little.
+        if let Some(h) = self.size_hints.get_mut(phase as usize) {
+            *h = bytes.len() + bytes.len() / 8;
         }
+        Ok(bytes)
     }
 
     /// Commit a checkpoint record at `checkpoint:<run>:<step>:<phase>` and move the latest
@@ -162,9 +183,25 @@ impl Checkpointer {
         payload: PhasePayload,
         move_latest: bool,
     ) -> Result<()> {
-        let rec = self.record(step, payload);
-        let phase: Phase = rec.phase;
-        let bytes = rec.to_bytes()?;
+        let phase = payload.phase();
+        let bytes = self.encode(step, phase, &payload)?;
+        self.put_record(step, phase, bytes, move_latest).await
+    }
+
+    /// Commit a runtime snapshot record (bytes from [`Checkpointer::encode`]) and move the
+    /// latest pointer to it.
+    pub(super) async fn put_snapshot(&mut self, step: u64, bytes: Vec<u8>) -> Result<()> {
+        self.put_record(step, Phase::RuntimeState, bytes, true)
+            .await
+    }
+
+    async fn put_record(
+        &mut self,
+        step: u64,
+        phase: Phase,
+        bytes: Vec<u8>,
+        move_latest: bool,
+    ) -> Result<()> {
         let key = keys::checkpoint_key(&self.run, step, phase);
         let latest = move_latest.then(|| bytes.clone());
         tracing::trace!(run = %self.run, step, phase = %phase, "checkpoint");
@@ -196,7 +233,7 @@ impl Checkpointer {
     /// The log entry (key and bytes) holding what is not in the log yet, if anything is new,
     /// and the reference a snapshot must carry once that entry is committed. Counts the entry
     /// as part of the log: the caller commits it (alone, or with the run's first records).
-    fn log_entry(
+    pub(super) fn log_entry(
         &mut self,
         step: u64,
         messages: &[Message],
@@ -209,27 +246,20 @@ impl Checkpointer {
         let new_subagents = &subagents[tail(self.log_subagents, subagents.len())..];
         let mut put = None;
         if !(new_messages.is_empty() && new_tools.is_empty() && new_subagents.is_empty()) {
-            let records = StepRecords {
-                tool_executions: new_tools.to_vec(),
-                subagent_executions: new_subagents.to_vec(),
-                ..StepRecords::default()
-            };
-            let entry = TranscriptEntry::with_records(
+            let (bytes, digest) = encode_entry(
                 self.log_len,
                 step,
-                new_messages.to_vec(),
-                records,
+                new_messages,
+                new_tools,
+                new_subagents,
                 &self.log_digest,
-            );
-            let bytes = serde_json::to_vec(&entry).map_err(|e| {
-                crate::Error::unexpected(format!("cannot encode transcript entry: {e}"))
-            })?;
+            )?;
             put = Some((keys::messages_key(&self.run, self.log_len), bytes));
             self.log_len += 1;
             self.log_messages += new_messages.len() as u64;
             self.log_tools += new_tools.len() as u64;
             self.log_subagents += new_subagents.len() as u64;
-            self.log_digest = entry.digest;
+            self.log_digest = digest;
         }
         let tref = TranscriptRef {
             len: self.log_len,
@@ -245,32 +275,30 @@ impl Checkpointer {
     }
 
     /// The first commit of a fresh v2 run, one atomic commit: its `run_started` record, the
-    /// transcript log's first entry (the system and user messages: the run's input) and the
-    /// step-0 snapshot that references it, with the latest pointer on the snapshot. From this
-    /// commit on the run is resumable: a resume restores the step-0 snapshot and runs step 1
-    /// exactly as the fresh run would have (there is no commit of a v2 run after which
-    /// `resume` finds no snapshot).
+    /// transcript log's first entry (`entry`, from [`Checkpointer::log_entry`]: the system and
+    /// user messages, the run's input) and the step-0 snapshot that references it (`snapshot`,
+    /// its record's bytes), with the latest pointer on the snapshot. From this commit on the
+    /// run is resumable: a resume restores the step-0 snapshot and runs step 1 exactly as the
+    /// fresh run would have (there is no commit of a v2 run after which `resume` finds no
+    /// snapshot).
     pub(super) async fn first_commit(
         &mut self,
         started: PhasePayload,
-        messages: &[Message],
-        snapshot: impl FnOnce(TranscriptRef) -> PhasePayload,
+        entry: Option<Put>,
+        snapshot: Vec<u8>,
     ) -> Result<()> {
-        let (entry, tref) = self.log_entry(0, messages, &[], &[])?;
-        let started = self.record(0, started);
-        let snap = self.record(0, snapshot(tref));
-        let snap_bytes = snap.to_bytes()?;
+        let phase = started.phase();
         let mut puts = vec![(
-            keys::checkpoint_key(&self.run, 0, started.phase),
-            started.to_bytes()?,
+            keys::checkpoint_key(&self.run, 0, phase),
+            self.encode(0, phase, &started)?,
         )];
         puts.extend(entry);
         puts.push((
-            keys::checkpoint_key(&self.run, 0, snap.phase),
-            snap_bytes.clone(),
+            keys::checkpoint_key(&self.run, 0, Phase::RuntimeState),
+            snapshot.clone(),
         ));
         tracing::trace!(run = %self.run, "first commit");
-        self.commit(puts, Some(snap_bytes), false).await
+        self.commit(puts, Some(snapshot), false).await
     }
 
     /// Commit an effect row (no pointer move).

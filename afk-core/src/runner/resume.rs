@@ -256,9 +256,9 @@ pub(crate) async fn load(
     if state.step_open {
         count_lost_call(ckpt, &mut state).await?;
     }
-    let mut decisions = stored_decisions(ckpt, state.step).await?;
+    let mut decisions = stored_decisions(ckpt, state.snap.step).await?;
     if let Some((step, id, child_call, d)) = new_decision
-        && step == state.step
+        && step == state.snap.step
     {
         match child_call {
             Some(c) => {
@@ -282,7 +282,7 @@ pub(crate) async fn load(
 /// calls. Repeated crashes in one step count once each (each `pre_llm` names its call's
 /// ordinal).
 async fn count_lost_call(ckpt: &Checkpointer, state: &mut RunState) -> Result<()> {
-    let key = keys::checkpoint_key(&ckpt.run, state.step, Phase::PreLlm);
+    let key = keys::checkpoint_key(&ckpt.run, state.snap.step, Phase::PreLlm);
     let Some(bytes) = ckpt.store().get(&ckpt.thread, &key).await? else {
         return Ok(());
     };

@@ -101,7 +101,7 @@ pub(crate) async fn apply(
     settlement: &Settlement,
 ) -> Result<()> {
     if let Some(row) = check(ckpt, state, id, settlement).await? {
-        write(ckpt, state.step, id, settlement, &row).await?;
+        write(ckpt, state.snap.step, id, settlement, &row).await?;
     }
     Ok(())
 }
@@ -129,9 +129,9 @@ pub(crate) async fn check(
     id: &str,
     settlement: &Settlement,
 ) -> Result<Option<EffectRow>> {
-    let step = state.step;
+    let step = state.snap.step;
     let run = ckpt.run.clone();
-    let Some(resp) = &state.pending_llm_response else {
+    let Some(resp) = &state.snap.pending_llm_response else {
         return Err(Error::invalid_input(format!(
             "run {run} has no pending tool batch at step {step}; tool call {id} cannot be settled"
         )));

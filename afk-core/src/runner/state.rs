@@ -1,10 +1,10 @@
 //! The in-memory state of one run, and its conversion to and from the runtime snapshot.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::schema::{
-    AgentResult, Extra, LlmResponse, Message, RunStatus, RuntimeSnapshot, StateSnapshot,
-    StepRecords, SubagentExecution, ToolExecution, TranscriptRef, Usage,
+    AgentResult, Extra, Message, RunStatus, RuntimeSnapshot, StateSnapshot, StepRecords,
+    SubagentExecution, ToolExecution, TranscriptRef,
 };
 
 /// Key in the snapshot's extra fields holding the run's active milliseconds (v2).
@@ -20,97 +20,61 @@ pub(crate) const LLM_REQUESTS_KEY: &str = "llm_requests";
 pub(crate) const LLM_REQUEST_KEY: &str = "llm_request";
 
 /// Everything a run carries from step to step. Restored from a snapshot on resume.
+///
+/// Built around the [`RuntimeSnapshot`] it writes: `snap` holds every field a snapshot
+/// carries, and a snapshot is written straight from it ([`RunState::snapshot`]), not copied.
+/// What a v2 snapshot leaves to the transcript log (the messages and the execution records)
+/// and what only this process tracks live beside it. In `snap`, `messages` stays `None` and the
+/// record lists stay empty; `extra` holds the fields of the restored snapshot this version
+/// does not know (written back unchanged) and, once a snapshot is taken, this version's own
+/// extra fields (active time, model requests, the open-step mark).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RunState {
-    pub step: u64,
-    pub state: RunStatus,
-    pub context: Map<String, Value>,
+    /// The snapshot fields.
+    pub snap: RuntimeSnapshot,
+    /// The whole transcript.
     pub messages: Vec<Message>,
-    pub llm_calls: u64,
+    /// Every tool execution record of the run.
+    pub tool_executions: Vec<ToolExecution>,
+    /// Every subagent execution record of the run.
+    pub subagent_executions: Vec<SubagentExecution>,
     /// Model calls started, including calls whose answer a crash lost (real spend; what
-    /// `max_llm_calls` counts). Equal to `llm_calls` for a run that never crashed mid-turn.
+    /// `max_llm_calls` counts). Equal to `snap.llm_calls` for a run that never crashed
+    /// mid-turn.
     pub llm_requests: u64,
     /// The step's model turn has not finished (its answer is not in a snapshot yet).
     pub step_open: bool,
-    pub tool_calls: u64,
-    pub started_at_s: f64,
     /// Active milliseconds accumulated by earlier processes (resumes) of this run.
     pub active_ms_before: u64,
-    pub usage: Usage,
-    pub total_cost_usd: f64,
-    pub session_token: Option<String>,
-    pub checkpoint_token: Option<String>,
-    pub requested_model: Option<String>,
-    pub normalized_model: Option<String>,
-    pub provider_adapter: Option<String>,
-    pub tool_executions: Vec<ToolExecution>,
-    pub subagent_executions: Vec<SubagentExecution>,
-    pub final_text: String,
-    pub final_structured: Option<Map<String, Value>>,
-    pub pending_llm_response: Option<LlmResponse>,
-    pub final_response: Option<LlmResponse>,
-    pub replayed_effect_count: u64,
-    /// Fields of the restored snapshot this version does not know; written back unchanged.
-    pub extra: Extra,
 }
 
 impl RunState {
-    /// Build the snapshot payload. `transcript` is the log reference when the transcript and
-    /// the execution records are in the append-only log (then `messages` is left out and the
-    /// record lists are empty, so the snapshot does not grow with the run).
-    pub(super) fn to_snapshot(
-        &self,
+    /// The snapshot to write now, referencing the transcript log `transcript` (which holds the
+    /// messages and records, so the snapshot does not grow with the run).
+    pub(super) fn snapshot(
+        &mut self,
         thread_id: &str,
         active_ms: u64,
-        transcript: Option<TranscriptRef>,
-    ) -> RuntimeSnapshot {
-        let mut extra = self.extra.clone();
-        extra.insert(ACTIVE_MS_KEY.to_owned(), Value::from(active_ms));
-        extra.insert(
+        transcript: TranscriptRef,
+    ) -> &RuntimeSnapshot {
+        let snap = &mut self.snap;
+        if snap.thread_id != thread_id {
+            thread_id.clone_into(&mut snap.thread_id);
+        }
+        snap.transcript = Some(transcript);
+        snap.extra
+            .insert(ACTIVE_MS_KEY.to_owned(), Value::from(active_ms));
+        snap.extra.insert(
             LLM_REQUESTS_KEY.to_owned(),
-            Value::from(self.llm_requests.max(self.llm_calls)),
+            Value::from(self.llm_requests.max(snap.llm_calls)),
         );
         if self.step_open {
-            extra.insert(STEP_OPEN_KEY.to_owned(), Value::Bool(true));
-        }
-        let (messages, tool_executions, subagent_executions) = if transcript.is_some() {
-            (None, Vec::new(), Vec::new())
+            snap.extra
+                .insert(STEP_OPEN_KEY.to_owned(), Value::Bool(true));
         } else {
-            (
-                Some(self.messages.clone()),
-                self.tool_executions.clone(),
-                self.subagent_executions.clone(),
-            )
-        };
-        RuntimeSnapshot {
-            thread_id: thread_id.to_owned(),
-            step: self.step,
-            state: self.state.clone(),
-            context: self.context.clone(),
-            messages,
-            llm_calls: self.llm_calls,
-            tool_calls: self.tool_calls,
-            started_at_s: self.started_at_s,
-            usage: self.usage.clone(),
-            total_cost_usd: self.total_cost_usd,
-            session_token: self.session_token.clone(),
-            checkpoint_token: self.checkpoint_token.clone(),
-            requested_model: self.requested_model.clone(),
-            normalized_model: self.normalized_model.clone(),
-            provider_adapter: self.provider_adapter.clone(),
-            tool_executions,
-            subagent_executions,
-            skill_reads: Vec::new(),
-            skill_command_executions: Vec::new(),
-            final_text: self.final_text.clone(),
-            final_structured: self.final_structured.clone(),
-            pending_llm_response: self.pending_llm_response.clone(),
-            final_response: self.final_response.clone(),
-            replayed_effect_count: self.replayed_effect_count,
-            background_tools_pending: Vec::new(),
-            transcript,
-            extra,
+            snap.extra.remove(STEP_OPEN_KEY);
         }
+        snap
     }
 
     /// Restore from a snapshot whose transcript has already been reassembled into `messages`;
@@ -120,97 +84,101 @@ impl RunState {
     /// field, the active time so far is taken as `timestamp - started_at` (AFK had no pauses
     /// that outlive a process).
     pub(super) fn from_snapshot(
-        snap: &RuntimeSnapshot,
+        restored: &RuntimeSnapshot,
         messages: Vec<Message>,
         logged: StepRecords,
         snapshot_ts_ms: u64,
     ) -> Self {
-        let mut extra = snap.extra.clone();
-        let active = match extra.remove(ACTIVE_MS_KEY).and_then(|v| v.as_u64()) {
+        let mut snap = restored.clone();
+        let active = match snap.extra.remove(ACTIVE_MS_KEY).and_then(|v| v.as_u64()) {
             Some(ms) => ms,
             None => {
                 let started_ms = (snap.started_at_s * 1000.0).max(0.0) as u64;
                 snapshot_ts_ms.saturating_sub(started_ms)
             }
         };
-        let llm_requests = extra
+        let llm_requests = snap
+            .extra
             .remove(LLM_REQUESTS_KEY)
             .and_then(|v| v.as_u64())
             .unwrap_or(0)
             .max(snap.llm_calls);
-        let step_open = extra
+        let step_open = snap
+            .extra
             .remove(STEP_OPEN_KEY)
             .and_then(|v| v.as_bool())
             .unwrap_or(false)
             && snap.pending_llm_response.is_none();
+        // AFK wrote `""` for a state and tokens it had not set yet.
+        if matches!(&snap.state, RunStatus::Other(s) if s.is_empty()) {
+            snap.state = RunStatus::Running;
+        }
+        snap.session_token = snap.session_token.filter(|s| !s.is_empty());
+        snap.checkpoint_token = snap.checkpoint_token.filter(|s| !s.is_empty());
+        // The inline transcript and records (v1, or v2 before records moved into the log)
+        // move out; the next snapshot carries a log reference instead. Skill records and
+        // background tickets are not run by this version and are not written back.
+        snap.messages = None;
+        snap.transcript = None;
+        let tool_executions = [
+            std::mem::take(&mut snap.tool_executions),
+            logged.tool_executions,
+        ]
+        .concat();
+        let subagent_executions = [
+            std::mem::take(&mut snap.subagent_executions),
+            logged.subagent_executions,
+        ]
+        .concat();
+        snap.skill_reads.clear();
+        snap.skill_command_executions.clear();
+        snap.background_tools_pending.clear();
         RunState {
-            step: snap.step,
+            snap,
+            messages,
+            tool_executions,
+            subagent_executions,
             llm_requests,
             step_open,
-            // AFK wrote `""` for a state it had not set yet.
-            state: match &snap.state {
-                RunStatus::Other(s) if s.is_empty() => RunStatus::Running,
-                s => s.clone(),
-            },
-            context: snap.context.clone(),
-            messages,
-            llm_calls: snap.llm_calls,
-            tool_calls: snap.tool_calls,
-            started_at_s: snap.started_at_s,
             active_ms_before: active,
-            usage: snap.usage.clone(),
-            total_cost_usd: snap.total_cost_usd,
-            session_token: snap.session_token.clone().filter(|s| !s.is_empty()),
-            checkpoint_token: snap.checkpoint_token.clone().filter(|s| !s.is_empty()),
-            requested_model: snap.requested_model.clone(),
-            normalized_model: snap.normalized_model.clone(),
-            provider_adapter: snap.provider_adapter.clone(),
-            tool_executions: [snap.tool_executions.clone(), logged.tool_executions].concat(),
-            subagent_executions: [snap.subagent_executions.clone(), logged.subagent_executions]
-                .concat(),
-            final_text: snap.final_text.clone(),
-            final_structured: snap.final_structured.clone(),
-            pending_llm_response: snap.pending_llm_response.clone(),
-            final_response: snap.final_response.clone(),
-            replayed_effect_count: snap.replayed_effect_count,
-            extra,
         }
     }
 
     /// The `AgentResult` of this state, as stored in `run_terminal.terminal_result`.
     pub(super) fn to_result(&self, run_id: &str, thread_id: &str, elapsed_s: f64) -> AgentResult {
-        let cost = (self.total_cost_usd > 0.0).then_some(self.total_cost_usd);
+        let s = &self.snap;
+        let cost = (s.total_cost_usd > 0.0).then_some(s.total_cost_usd);
         AgentResult {
             run_id: run_id.to_owned(),
             thread_id: thread_id.to_owned(),
-            state: self.state.clone(),
-            final_text: self.final_text.clone(),
-            requested_model: self.requested_model.clone(),
-            normalized_model: self.normalized_model.clone(),
-            provider_adapter: self.provider_adapter.clone(),
-            final_structured: self.final_structured.clone(),
-            llm_response: self.final_response.clone(),
+            state: s.state.clone(),
+            final_text: s.final_text.clone(),
+            requested_model: s.requested_model.clone(),
+            normalized_model: s.normalized_model.clone(),
+            provider_adapter: s.provider_adapter.clone(),
+            final_structured: s.final_structured.clone(),
+            llm_response: s.final_response.clone(),
             tool_executions: self.tool_executions.clone(),
             subagent_executions: self.subagent_executions.clone(),
             skills_used: Vec::new(),
             skill_reads: Vec::new(),
             skill_command_executions: Vec::new(),
-            usage_aggregate: self.usage.clone(),
+            usage_aggregate: s.usage.clone(),
             total_cost_usd: cost,
-            session_token: self.session_token.clone(),
-            checkpoint_token: self.checkpoint_token.clone(),
+            session_token: s.session_token.clone(),
+            checkpoint_token: s.checkpoint_token.clone(),
             state_snapshot: StateSnapshot {
-                state: self.state.clone(),
-                step: self.step,
-                llm_calls: self.llm_calls,
-                tool_calls: self.tool_calls,
-                started_at_s: self.started_at_s,
+                state: s.state.clone(),
+                step: s.step,
+                llm_calls: s.llm_calls,
+                tool_calls: s.tool_calls,
+                started_at_s: s.started_at_s,
                 elapsed_s,
-                requested_model: self.requested_model.clone(),
-                normalized_model: self.normalized_model.clone(),
-                provider_adapter: self.provider_adapter.clone(),
+                requested_model: s.requested_model.clone(),
+                normalized_model: s.normalized_model.clone(),
+                provider_adapter: s.provider_adapter.clone(),
                 total_cost_usd: cost,
-                replayed_effect_count: self.replayed_effect_count,
+                replayed_effect_count: s.replayed_effect_count,
                 extra: Extra::new(),
             },
             extra: Extra::new(),

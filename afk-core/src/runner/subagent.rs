@@ -91,9 +91,9 @@ impl ChildRun {
             shared: task.shared.clone(),
             agent,
             thread: task.ckpt.thread.clone(),
-            run: child_run_id(&task.ckpt.run, task.st.step, call_id),
+            run: child_run_id(&task.ckpt.run, task.st.snap.step, call_id),
             depth: task.depth + 1,
-            parent: (task.ckpt.run.clone(), task.st.step, call_id.to_owned()),
+            parent: (task.ckpt.run.clone(), task.st.snap.step, call_id.to_owned()),
             decision: task.child_decisions.get(call_id).cloned(),
         }
     }
@@ -217,7 +217,7 @@ fn execute_boxed(
 
 /// `pre_subagent_batch` naming the targets and their child run ids.
 pub(crate) async fn pre_batch(task: &mut RunTask, targets: Vec<(String, String)>) -> Result<()> {
-    let step = task.st.step;
+    let step = task.st.snap.step;
     let children: Vec<Value> = targets
         .iter()
         .map(|(_, id)| Value::String(child_run_id(&task.ckpt.run, step, id).to_string()))
@@ -242,7 +242,7 @@ pub(crate) async fn post_batch(task: &mut RunTask, ok: u64, failed: u64) -> Resu
         extra: Default::default(),
     };
     task.ckpt
-        .checkpoint(task.st.step, PhasePayload::PostSubagentBatch(p))
+        .checkpoint(task.st.snap.step, PhasePayload::PostSubagentBatch(p))
         .await
 }
 

@@ -83,7 +83,7 @@ pub(crate) fn call_id(step: u64, i: usize, call: &ToolCall) -> String {
 
 /// Run the tool calls of `resp` for the current step.
 pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<BatchOutcome> {
-    let step = task.st.step;
+    let step = task.st.snap.step;
     let calls = &resp.tool_calls;
     let ids: Vec<String> = calls
         .iter()
@@ -187,7 +187,7 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
     for (i, call) in calls.iter().enumerate() {
         let (res, replayed) = match &plans[i] {
             Plan::Replay(out) => {
-                task.st.replayed_effect_count += 1;
+                task.st.snap.replayed_effect_count += 1;
                 // A delegation answered from its result row keeps its subagent record, as
                 // when it ran (the record lives in the snapshot a crash may have lost).
                 if task.agent.subagent(&call.tool_name).is_some() {
@@ -211,7 +211,7 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
                 None => (failed("tool did not report a result".to_owned()), false),
             },
         };
-        task.st.tool_calls += 1;
+        task.st.snap.tool_calls += 1;
         if !res.success {
             failures += 1;
             let policy = if matches!(plans[i], Plan::Denied(_)) {
@@ -325,7 +325,7 @@ async fn execute(
     hashes: &[String],
     marks: &[Extra],
 ) -> Result<Executed> {
-    let step = task.st.step;
+    let step = task.st.snap.step;
     let sem = Arc::new(Semaphore::new(task.agent.limits.tool_parallelism.max(1)));
     let mut futs = FuturesUnordered::new();
     let sub_targets: Vec<(String, String)> = calls
@@ -546,7 +546,7 @@ async fn pause(
     let mut payload = Map::new();
     payload.insert("tool_name".into(), Value::String(call.tool_name.clone()));
     payload.insert("arguments".into(), Value::Object(call.arguments.clone()));
-    payload.insert("step".into(), json!(task.st.step));
+    payload.insert("step".into(), json!(task.st.snap.step));
     let request = PauseRequest {
         kind: PauseKind::Approval,
         reason: Some(reason),
@@ -569,7 +569,7 @@ async fn commit_pause(task: &mut RunTask, request: PauseRequest) -> Result<Batch
         extra: Default::default(),
     };
     task.ckpt
-        .checkpoint(task.st.step, PhasePayload::Paused(rec))
+        .checkpoint(task.st.snap.step, PhasePayload::Paused(rec))
         .await?;
     task.ckpt.flush().await?;
     Ok(BatchOutcome::Paused(request))

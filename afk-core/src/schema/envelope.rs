@@ -129,16 +129,46 @@ pub struct CheckpointRecord {
 }
 
 #[derive(Serialize)]
-struct RecordOut<'a> {
+struct RecordOut<'a, P> {
     schema_version: &'a str,
     run_id: &'a RunId,
     thread_id: &'a ThreadId,
     step: u64,
     phase: Phase,
     timestamp_ms: u64,
-    payload: &'a PhasePayload,
+    payload: &'a P,
     #[serde(flatten)]
     extra: &'a Extra,
+}
+
+/// The bytes of a v2 record with no unknown fields, the payload borrowed (the runner's write
+/// path: the same bytes as building the [`CheckpointRecord`] and calling
+/// [`CheckpointRecord::to_bytes`], without copying the payload into it). `payload` must
+/// serialize as `phase`'s payload type does. `capacity`: the bytes to reserve up front (the
+/// size of the last such record, so the buffer is not grown step by step).
+pub(crate) fn encode_record<P: Serialize>(
+    run_id: &RunId,
+    thread_id: &ThreadId,
+    step: u64,
+    phase: Phase,
+    timestamp_ms: u64,
+    payload: &P,
+    capacity: usize,
+) -> Result<Vec<u8>> {
+    let out = RecordOut {
+        schema_version: super::SCHEMA_VERSION,
+        run_id,
+        thread_id,
+        step,
+        phase,
+        timestamp_ms,
+        payload,
+        extra: &Extra::new(),
+    };
+    let mut bytes = Vec::with_capacity(capacity);
+    serde_json::to_writer(&mut bytes, &out)
+        .map_err(|e| Error::unexpected("cannot serialize checkpoint record").with_source(e))?;
+    Ok(bytes)
 }
 
 impl Serialize for CheckpointRecord {
@@ -202,5 +232,39 @@ impl CheckpointRecord {
             PhasePayload::RuntimeState(s) => Some(s),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::RuntimeSnapshot;
+
+    /// The runner's borrowed encoding writes what building the record and calling `to_bytes`
+    /// writes.
+    #[test]
+    fn encode_record_gives_the_built_record() {
+        let snap: RuntimeSnapshot = serde_json::from_value(serde_json::json!({
+            "thread_id": "t", "step": 3, "state": "running", "context": {"k": [1, "é"]},
+            "llm_calls": 2, "usage": {"input_tokens": 1}, "total_cost_usd": 0.25,
+            "pending_llm_response": {"text": "x", "tool_calls": []}, "unknown": {"kept": true}
+        }))
+        .unwrap();
+        let (run, thread) = (RunId::new("r1").unwrap(), ThreadId::new("t").unwrap());
+        let built = CheckpointRecord {
+            schema_version: super::super::SCHEMA_VERSION.to_owned(),
+            run_id: run.clone(),
+            thread_id: thread.clone(),
+            step: 3,
+            phase: Phase::RuntimeState,
+            timestamp_ms: 17,
+            payload: PhasePayload::RuntimeState(Box::new(snap.clone())),
+            extra: Extra::new(),
+        };
+        let encoded = encode_record(&run, &thread, 3, Phase::RuntimeState, 17, &snap, 0).unwrap();
+        assert_eq!(
+            String::from_utf8(encoded).unwrap(),
+            String::from_utf8(built.to_bytes().unwrap()).unwrap()
+        );
     }
 }

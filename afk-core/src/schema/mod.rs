@@ -23,6 +23,7 @@ mod status;
 mod transcript;
 
 pub use effect::{EffectRow, EffectStatus};
+pub(crate) use envelope::encode_record;
 pub use envelope::{CheckpointRecord, Phase};
 pub use llm::{LlmResponse, ToolCall, Usage};
 pub use message::{Message, MessageContent, Role};
@@ -35,6 +36,7 @@ pub use result::{AgentResult, StateSnapshot};
 pub use rows::{BackgroundTicket, CommandExecution, SkillRead, SubagentExecution, ToolExecution};
 pub use snapshot::RuntimeSnapshot;
 pub use status::RunStatus;
+pub(crate) use transcript::encode_entry;
 pub use transcript::{
     Reassembled, StepRecords, TranscriptEntry, TranscriptRef, chain_digest, entry_digest,
     reassemble, records_digest,
