@@ -7,6 +7,7 @@
 //! path escape (`..`), so no id can produce another run's or thread's key.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -51,16 +52,17 @@ fn check_id(what: &str, s: &str) -> Result<()> {
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $what:literal) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-        #[serde(transparent)]
-        pub struct $name(String);
+        ///
+        /// Cheap to clone (a shared string): the runner copies ids into every commit.
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Validate and wrap an id. Fails with `InvalidInput` naming the allowed alphabet.
             pub fn new(s: impl Into<String>) -> Result<Self> {
                 let s = s.into();
                 check_id($what, &s)?;
-                Ok($name(s))
+                Ok($name(Arc::from(s)))
             }
 
             /// The id as a string slice.
@@ -91,6 +93,12 @@ macro_rules! id_type {
             type Err = Error;
             fn from_str(s: &str) -> Result<Self> {
                 $name::new(s)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
             }
         }
 

@@ -192,12 +192,19 @@ impl Writer {
         if let Some(e) = st.refuse(&key) {
             return Err(e);
         }
-        if !st.runs.contains_key(&key) {
-            st.forget_older_claims(&key);
-        }
-        let run = st.runs.entry(key.clone()).or_default();
-        run.submitted += 1;
-        let seq = run.submitted;
+        // One lookup for a claim already known (every commit but a claim's first).
+        let seq = match st.runs.get_mut(&key) {
+            Some(run) => {
+                run.submitted += 1;
+                run.submitted
+            }
+            None => {
+                st.forget_older_claims(&key);
+                let run = st.runs.entry(key.clone()).or_default();
+                run.submitted += 1;
+                run.submitted
+            }
+        };
         st.stats.submitted += 1;
         // Sent under the lock, so channel order is sequence order even for concurrent submits.
         permit.send(Msg::Commit(Entry {
