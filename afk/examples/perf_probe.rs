@@ -2,7 +2,8 @@
 //! `perf_probe run N MODE RUNS [memory|redis]` runs RUNS runs of the scripted N-step agent
 //! (`benches/support`: one tool call per step, instant model and tool) with MODE `async` or
 //! `sync` checkpoint writes, and prints one JSON line: steps/s, and commits and store round
-//! trips per step counted at the store (`PROBE_RAW=1`: no counting wrapper, for profiles).
+//! trips per step counted at the store (`PROBE_RAW=1`: no counting wrapper, for profiles;
+//! `PROBE_CT=1`: a current-thread runtime, so a profile sees one thread).
 //! Redis needs `AFK_TEST_REDIS_URL` and `--features redis`.
 //!
 //! `valgrind --tool=callgrind perf_probe run 10 async 101` minus the same with RUNS 1 gives the
@@ -37,7 +38,15 @@ fn main() {
     };
     let runs: u64 = args[3].parse().unwrap_or_else(|_| usage());
     let backend = args.get(4).map_or("memory", String::as_str).to_owned();
-    let rt = support::runtime();
+    // `PROBE_CT=1`: a current-thread runtime (one thread: a deterministic profile).
+    let rt = if std::env::var_os("PROBE_CT").is_some_and(|v| v == "1") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    } else {
+        support::runtime()
+    };
     rt.block_on(async move {
         let store: Arc<dyn Store> = match backend.as_str() {
             "memory" => Arc::new(MemoryStore::new()),
