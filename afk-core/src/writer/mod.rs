@@ -184,7 +184,10 @@ impl Writer {
         let Some(tx) = &self.inner.tx else {
             return self.submit_sync(key, commit).await;
         };
-        if let Some(e) = self.inner.shared.lock().refuse(&key) {
+        // A full queue may keep `reserve` waiting: a claim that already failed learns it now.
+        if tx.capacity() == 0
+            && let Some(e) = self.inner.shared.lock().refuse(&key)
+        {
             return Err(e);
         }
         let permit = tx.reserve().await.map_err(|_| self.stopped_now())?;

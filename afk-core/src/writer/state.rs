@@ -20,6 +20,10 @@ use crate::store::Epoch;
 /// attempt left queued (which fail `Fenced` after the new claim) never touch the new attempt.
 pub(crate) type RunKey = (ThreadId, RunId, Epoch);
 
+/// A map by run claim. foldhash's seeded fast hasher: every commit looks its claim up a few
+/// times, and SipHash over two ids was most of that cost.
+pub(crate) type RunMap<V> = HashMap<RunKey, V, foldhash::fast::RandomState>;
+
 /// Counters of a [`Writer`](super::Writer), for tests and metrics (the public view is
 /// [`RunnerStats`](crate::runner::RunnerStats)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,7 +68,7 @@ pub(crate) struct RunState {
 
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    pub(crate) runs: HashMap<RunKey, RunState>,
+    pub(crate) runs: RunMap<RunState>,
     /// Shutdown has started: no new commits.
     pub(crate) closed: bool,
     /// Why the background task is gone, once it is.

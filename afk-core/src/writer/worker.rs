@@ -108,7 +108,7 @@ pub(crate) struct Worker {
     limits: Limits,
     queue: VecDeque<Queued>,
     /// Runs with a commit in a store call.
-    busy: HashSet<RunKey>,
+    busy: HashSet<RunKey, foldhash::fast::RandomState>,
     calls: FuturesUnordered<BoxFuture<'static, Done>>,
     closing: bool,
 }
@@ -129,7 +129,7 @@ impl Worker {
                 max_value: caps.max_value_size,
             },
             queue: VecDeque::new(),
-            busy: HashSet::new(),
+            busy: HashSet::default(),
             calls: FuturesUnordered::new(),
             closing: false,
         }
