@@ -247,15 +247,16 @@ fn main() {
     opts.create_if_missing(true);
     let own = rocksdb::DB::open(&opts, format!("{dir}/app")).expect("open the app's database");
     own.put(b"started", b"yes").expect("put");
-    let store = afk_store_rocksdb::RocksDbStore::open(format!("{dir}/afk")).expect("open AFK");
+    let store = afk_store_rocksdb::RocksDbStore::open(afk_store_rocksdb::RocksDbConfig::new(format!("{dir}/afk"))).expect("open AFK");
     println!("{store:?}");
 }
 "#;
 
 const APP_TEST: &str = r#"//! The application's own test: its RocksDB and AFK's store in one process, one library.
 
-use afk_core::{Epoch, Store, RunId, ThreadId};
-use afk_store_rocksdb::RocksDbStore;
+use afk_core::store::{Epoch, Store};
+use afk_core::{RunId, ThreadId};
+use afk_store_rocksdb::{RocksDbConfig, RocksDbStore};
 
 #[tokio::test]
 async fn the_app_database_and_the_afk_store_work_side_by_side() {
@@ -268,11 +269,11 @@ async fn the_app_database_and_the_afk_store_work_side_by_side() {
     // The default configuration (Snappy), with nothing but afk-store-rocksdb's own features.
     let path = dir.path().join("afk");
     {
-        let store = RocksDbStore::open(&path).expect("open AFK with the default config");
+        let store = RocksDbStore::open(RocksDbConfig::new(&path)).expect("open AFK with the default config");
         let (thread, run) = (ThreadId::new("t1").unwrap(), RunId::new("r1").unwrap());
         assert_eq!(store.claim(&thread, &run).await.unwrap(), Epoch(1));
     }
-    let store = RocksDbStore::open(&path).expect("reopen");
+    let store = RocksDbStore::open(RocksDbConfig::new(&path)).expect("reopen");
     let (thread, run) = (ThreadId::new("t1").unwrap(), RunId::new("r1").unwrap());
     assert_eq!(store.claim(&thread, &run).await.unwrap(), Epoch(2));
     assert_eq!(own.get(b"user:1").unwrap().as_deref(), Some(&b"ada"[..]));
