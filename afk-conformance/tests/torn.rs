@@ -62,6 +62,7 @@ async fn crash_catches(test: &str, breakage: Breakage) -> usize {
             Err(msg) => {
                 caught += 1;
                 println!("seed {seed}: caught: {}", msg.lines().next().unwrap_or(""));
+                remove_kept_store(&msg);
             }
             Ok(()) => println!("seed {seed}: NOT caught"),
         }
@@ -111,6 +112,23 @@ async fn crash_level_catches_lost_writes() {
     let result = killed_writer_leaves_whole_commits(open, config(test, 1)).await;
     let msg = result.expect_err("a store losing acknowledged commits passed the crash level");
     println!("{msg}");
+    remove_kept_store(&msg);
+}
+
+/// A failing crash level keeps its store for a person to look at and names it in the message
+/// ("the store is kept in DIR)"); here the failure is the expected outcome, so remove it
+/// (otherwise every test run leaves ~40 directories in the temp dir).
+fn remove_kept_store(msg: &str) {
+    let kept = msg
+        .rsplit_once("the store is kept in ")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(dir, _)| std::path::PathBuf::from(dir));
+    match kept {
+        Some(dir) if dir.starts_with(std::env::temp_dir()) => {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        _ => panic!("the crash level's failure names no kept store: {msg}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
