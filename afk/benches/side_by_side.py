@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Steps/s of AFK Python and of this project, side by side: same machine, same minutes.
+
+For each repetition (REPS, default 3), run length n (NS, default "10,100") and write mode
+(MODES, default "async,sync"), one AFK process and one of ours run back to back, the order
+alternating per repetition; each process times its own runs. Prints one line per measurement
+(JSON) and a Markdown table of medians with the 1-minute load seen during each case.
+
+Workloads match: n tool-calling steps = n tool calls and n + 1 model calls on both sides (AFK's
+peer driver `afk_nocount.py` with TOOL_STEPS=n and the driver's byte counting off, COUNT=0;
+ours `perf_probe run n MODE RUNS` with the plain store, PROBE_RAW=1). Check the counts with
+`afk_count.py` (AFK) and perf_probe's commit/round-trip counts (ours) before trusting a ratio.
+
+Environment: PEER_DIR (the peer scripts, e.g. ../shared/peer), AFK_SRC (AFK's `src/`), AFK_PY
+(a Python >= 3.13 with AFK's imports; see the peer README), PROBE (the release `perf_probe`:
+`cargo build --release -p afk --example perf_probe`). Optional: REPS, NS, MODES, and
+BACKENDS=memory,redis with AFK_TEST_REDIS_URL for Redis (ours needs `--features redis`).
+"""
+import json, os, statistics, subprocess, sys, time
+
+PEER = os.environ["PEER_DIR"]
+PY = os.environ["AFK_PY"]
+PROBE = os.environ["PROBE"]
+REPS = int(os.environ.get("REPS", "3"))
+NS = [int(x) for x in os.environ.get("NS", "10,100").split(",")]
+MODES = os.environ.get("MODES", "async,sync").split(",")
+BACKENDS = os.environ.get("BACKENDS", "memory").split(",")
+# Runs per process: AFK is slower, so it gets fewer runs of the same length; both sides' store
+# grows over a process's runs, so each side runs its own count every repetition.
+RUNS = {("memory", 10): (100, 1000), ("memory", 100): (10, 100),
+        ("redis", 10): (10, 200), ("redis", 100): (2, 30)}
+
+
+def load():
+    return float(open("/proc/loadavg").read().split()[0])
+
+
+def afk(backend, n, mode):
+    runs = RUNS[(backend, n)][0]
+    env = dict(os.environ, AFK_SRC=os.environ["AFK_SRC"], TOOL_STEPS=str(n), RUNS=str(runs),
+               ASYNC="1" if mode == "async" else "0", COUNT="0",
+               AFK_LLM_MAX_INPUT_CHARS="1000000000")
+    if backend == "memory":
+        cmd = [PY, os.path.join(PEER, "afk_nocount.py")]
+    else:
+        env.update(STEPS=str(n + 1), BACKEND="redis", REDIS_URL=os.environ["AFK_TEST_REDIS_URL"])
+        cmd = [PY, os.path.join(PEER, "afk_steps.py")]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    d = json.loads(out.strip().splitlines()[-1])
+    return d["steps_per_s"] if "steps_per_s" in d and backend == "memory" else n * runs / d["seconds"]
+
+
+def ours(backend, n, mode):
+    runs = RUNS[(backend, n)][1]
+    env = dict(os.environ, PROBE_RAW="1")
+    out = subprocess.run([PROBE, "run", str(n), mode, str(runs), backend], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["steps_per_s"]
+
+
+results = {}
+for rep in range(REPS):
+    for backend in BACKENDS:
+        for n in NS:
+            for mode in MODES:
+                sides = [("afk", afk), ("ours", ours)]
+                if rep % 2:
+                    sides.reverse()
+                for name, f in sides:
+                    l0 = load()
+                    sps = f(backend, n, mode)
+                    rec = {"rep": rep, "backend": backend, "n": n, "mode": mode, "side": name,
+                           "steps_per_s": round(sps, 1), "load": [l0, load()],
+                           "utc": time.strftime("%H:%M:%S", time.gmtime())}
+                    print(json.dumps(rec), flush=True)
+                    results.setdefault((backend, n, mode), {}).setdefault(name, []).append(rec)
+
+print("\n| store | steps/run | mode | AFK Python steps/s (median; each rep) | ours steps/s (median; each rep) | ours ÷ AFK | load (1-min) during |")
+print("|---|---:|---|---:|---:|---:|---:|")
+for (backend, n, mode), sides in results.items():
+    a = [r["steps_per_s"] for r in sides["afk"]]
+    o = [r["steps_per_s"] for r in sides["ours"]]
+    loads = [x for s in sides.values() for r in s for x in r["load"]]
+    fmt = lambda xs: f"{statistics.median(xs):,.1f} ({', '.join(f'{x:,.1f}' for x in xs)})"
+    print(f"| {backend} | {n} | {mode} | {fmt(a)} | {fmt(o)} | "
+          f"{statistics.median(o) / statistics.median(a):.1f}× | {min(loads):.1f}–{max(loads):.1f} |")
