@@ -285,49 +285,27 @@ impl Seq<'_, '_> {
     }
 }
 
-impl ser::SerializeSeq for Seq<'_, '_> {
-    type Ok = ();
-    type Error = CanonError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
-        self.element(value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
+/// serde's four sequence traits differ only in the name of their element method.
+macro_rules! seq_impl {
+    ($($trait:ident :: $method:ident),*) => {$(
+        impl ser::$trait for Seq<'_, '_> {
+            type Ok = ();
+            type Error = CanonError;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
+                self.element(value)
+            }
+            fn end(self) -> Res {
+                self.close()
+            }
+        }
+    )*};
 }
-
-impl ser::SerializeTuple for Seq<'_, '_> {
-    type Ok = ();
-    type Error = CanonError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
-        self.element(value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleStruct for Seq<'_, '_> {
-    type Ok = ();
-    type Error = CanonError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
-        self.element(value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleVariant for Seq<'_, '_> {
-    type Ok = ();
-    type Error = CanonError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
-        self.element(value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
-}
+seq_impl!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field
+);
 
 /// An object being written: each value goes to the end of the output as it comes, with its key
 /// and byte range noted; `end` cuts them off and writes them back in key order.
@@ -398,27 +376,26 @@ impl ser::SerializeMap for Obj<'_, '_> {
     }
 }
 
-impl ser::SerializeStruct for Obj<'_, '_> {
-    type Ok = ();
-    type Error = CanonError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Res {
-        self.value(key.into(), value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
+/// A struct and a struct variant are written alike (the variant's outer brace is `Obj`'s).
+macro_rules! struct_impl {
+    ($($trait:ident),*) => {$(
+        impl ser::$trait for Obj<'_, '_> {
+            type Ok = ();
+            type Error = CanonError;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Res {
+                self.value(key.into(), value)
+            }
+            fn end(self) -> Res {
+                self.close()
+            }
+        }
+    )*};
 }
-
-impl ser::SerializeStructVariant for Obj<'_, '_> {
-    type Ok = ();
-    type Error = CanonError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Res {
-        self.value(key.into(), value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
-}
+struct_impl!(SerializeStruct, SerializeStructVariant);
 
 /// A map key as `to_value` takes it: strings as they are, chars, integers and booleans as
 /// their text; anything else is an error.
