@@ -68,31 +68,31 @@ if ttl > 0 then touch_run(KEYS[1], kp, ARGV[4], ttl, fresh) end
 return 'ok'
 "#;
 
-/// Claim body. KEYS: index, fence, removal marker, last removal (see `threads.rs`). ARGV: kp,
-/// run, ttl_ms, the thread index's removal counter as the claim's `ZADD` saw it. Returns
-/// `{epoch, add_again}`: `add_again` is 1 when a removal of the thread from the thread index
-/// may have come after that `ZADD`.
+/// Claim body. KEYS: index, fence, the thread's generation (see `threads.rs`). ARGV: kp, run,
+/// ttl_ms, the thread's index stamp as the claim's `ZADD` saw it. Returns
+/// `{epoch, add_again, gen}`: `add_again` is 1 when the removal of the thread's last emptying
+/// (generation `gen`) may come after that `ZADD`; the claim then sends the add stamped `gen`.
 pub(crate) const CLAIM_BODY: &str = r#"
 local e = redis.call('INCR', KEYS[2])
 redis.call('ZADD', KEYS[1], 0, 'run:' .. ARGV[2])
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then touch_run(KEYS[1], ARGV[1], ARGV[2], ttl, {}) end
-local again = redis.call('EXISTS', KEYS[3])
-local r = redis.call('GET', KEYS[4])
-if r and tonumber(r) > tonumber(ARGV[4]) then again = 1 end
-return {e, again}
+local g = tonumber(redis.call('GET', KEYS[3]) or '0')
+local again = 0
+if g > 0 and tonumber(ARGV[4]) < 2 * g then again = 1 end
+return {e, again, g}
 "#;
 
-/// The end of a delete: when the thread holds no key any more, set the marker of a removal from
-/// the thread index (step 1 in `threads.rs`; the marker `{<prefix>:T}#forgetting` sits beside the
-/// index `{<prefix>:T}#index`, in its slot). Returns `{n, empty}`.
+/// The end of a delete: when the thread holds no key any more, raise its generation (the
+/// emptying of `threads.rs`; `{<prefix>:T}#gen` sits beside the index `{<prefix>:T}#index`, in
+/// its slot). Returns `{n, gen}`, `gen` 0 when the thread still holds keys. Preceded by
+/// `threads::next_gen`.
 const MARK_IF_EMPTY: &str = r#"
-local empty = 0
+local g = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('SET', string.sub(KEYS[1], 1, #KEYS[1] - 6) .. '#forgetting', '1')
-  empty = 1
+  g = next_gen(string.sub(KEYS[1], 1, #KEYS[1] - 6) .. '#gen')
 end
-return {n, empty}
+return {n, g}
 "#;
 
 /// List one page. KEYS: index. ARGV: kp, min, max, limit. Returns `{more, last, keys}`:
@@ -116,7 +116,7 @@ end
 return {more, last, out}
 "#;
 
-/// Delete keys. KEYS: index, data keys…. ARGV: kp. Returns `{how many existed, empty}`.
+/// Delete keys. KEYS: index, data keys…. ARGV: kp. Returns `{how many existed, gen}`.
 pub(crate) const DELETE: &str = r#"
 local plen = #ARGV[1]
 local n = 0
@@ -126,7 +126,7 @@ for i = 2, #KEYS do
 end
 "#;
 
-/// Delete a run. KEYS: index, fence. ARGV: kp, run. Returns `{how many keys existed, empty}`.
+/// Delete a run. KEYS: index, fence. ARGV: kp, run. Returns `{how many keys existed, gen}`.
 pub(crate) const DELETE_RUN_BODY: &str = r#"
 local n = 0
 for _, m in ipairs(run_members(KEYS[1], ARGV[2])) do
@@ -160,24 +160,25 @@ pub(crate) struct Scripts {
     pub(crate) delete: Lua,
     pub(crate) delete_run: Lua,
     pub(crate) index_add: Lua,
-    pub(crate) index_forget: Lua,
-    pub(crate) index_forgotten: Lua,
+    pub(crate) index_set_if_newer: Lua,
+    pub(crate) index_held: Lua,
     pub(crate) index_mark_empty: Lua,
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
         let with = |body: &str| Lua::new(format!("{HELPERS}{body}"));
+        let next_gen = threads::next_gen();
         Scripts {
             commit: with(COMMIT_BODY),
             claim: with(CLAIM_BODY),
             list: Lua::new(LIST.to_string()),
-            delete: Lua::new(format!("{DELETE}{MARK_IF_EMPTY}")),
-            delete_run: with(&format!("{DELETE_RUN_BODY}{MARK_IF_EMPTY}")),
+            delete: Lua::new(format!("{next_gen}{DELETE}{MARK_IF_EMPTY}")),
+            delete_run: with(&format!("{next_gen}{DELETE_RUN_BODY}{MARK_IF_EMPTY}")),
             index_add: Lua::new(threads::ADD.to_string()),
-            index_forget: Lua::new(threads::FORGET.to_string()),
-            index_forgotten: Lua::new(threads::FORGOTTEN.to_string()),
-            index_mark_empty: Lua::new(threads::MARK_EMPTY.to_string()),
+            index_set_if_newer: Lua::new(threads::SET_IF_NEWER.to_string()),
+            index_held: Lua::new(format!("{next_gen}{}", threads::HELD)),
+            index_mark_empty: Lua::new(format!("{next_gen}{}", threads::MARK_EMPTY)),
         }
     }
 }

@@ -94,8 +94,7 @@ impl RedisStore {
         crate::threads::rebuild(&self.client, &self.scripts, &self.cfg).await
     }
 
-    /// The claim script, after the claim's `ZADD` to the thread index saw removal counter
-    /// `seen` (split from `claim` so tests can put a removal between the two).
+    /// The claim script, after the claim's `ZADD` to the thread index saw stamp `seen` (split from `claim` so tests can put a removal between the two).
     pub(crate) async fn claim_after_remember(
         &self,
         thread: &ThreadId,
@@ -106,8 +105,7 @@ impl RedisStore {
         let keys = [
             index_key(&self.cfg, thread),
             phys(&kp, &run_key(run)),
-            crate::threads::marker_key(&self.cfg, thread.as_str()),
-            crate::threads::forgotten_key(&self.cfg, thread.as_str()),
+            crate::threads::gen_key(&self.cfg, thread.as_str()),
         ];
         let args = [
             kp.into_bytes(),
@@ -117,12 +115,20 @@ impl RedisStore {
         ];
         match self
             .client
-            .eval::<(u64, i64)>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
+            .eval::<(u64, i64, u64)>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
             .await
         {
-            Ok((e, again)) => {
+            Ok((e, again, g)) => {
                 if again == 1 {
-                    crate::threads::add_again(&self.client, &self.cfg, thread.as_str()).await?;
+                    let up = crate::threads::Update::Add(g);
+                    crate::threads::update(
+                        &self.client,
+                        &self.scripts,
+                        &self.cfg,
+                        thread.as_str(),
+                        up,
+                    )
+                    .await?;
                 }
                 Ok(Epoch(e))
             }
@@ -360,7 +366,7 @@ impl Store for RedisStore {
             validate_key(k)?;
             ks.push(phys(&kp, k));
         }
-        let (_, empty): (i64, i64) = self
+        let (_, g): (i64, u64) = self
             .client
             .eval(
                 &self.scripts.delete,
@@ -370,8 +376,9 @@ impl Store for RedisStore {
                 "delete",
             )
             .await?;
-        if empty == 1 {
-            crate::threads::forget(&self.client, &self.scripts, &self.cfg, thread.as_str()).await?;
+        if g > 0 {
+            crate::threads::forget(&self.client, &self.scripts, &self.cfg, thread.as_str(), g)
+                .await?;
         }
         Ok(())
     }
@@ -380,7 +387,7 @@ impl Store for RedisStore {
         let kp = kp(&self.cfg, thread);
         let keys = [index_key(&self.cfg, thread), phys(&kp, &run_key(run))];
         let args = [kp.into_bytes(), run.as_str().as_bytes().to_vec()];
-        let (n, empty): (u64, i64) = self
+        let (n, g): (u64, u64) = self
             .client
             .eval(
                 &self.scripts.delete_run,
@@ -391,8 +398,9 @@ impl Store for RedisStore {
                 "delete_run",
             )
             .await?;
-        if empty == 1 {
-            crate::threads::forget(&self.client, &self.scripts, &self.cfg, thread.as_str()).await?;
+        if g > 0 {
+            crate::threads::forget(&self.client, &self.scripts, &self.cfg, thread.as_str(), g)
+                .await?;
         }
         Ok(n)
     }

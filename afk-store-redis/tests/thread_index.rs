@@ -190,10 +190,15 @@ async fn rebuild_adds_threads_written_before_the_index_and_drops_dead_members() 
             IndexRebuild::default(),
             "{topo}"
         );
-        // Nothing of the removal protocol is left behind for the dead thread.
-        let mut exists = redis::cmd("EXISTS");
-        exists.arg(format!("{{{}:{dead}}}#forgetting", cfg.prefix));
-        let n: i64 = raw_query(&cfg, exists).await;
-        assert_eq!(n, 0, "{topo}");
+        // What the removal protocol leaves behind for the dead thread expires.
+        for key in [
+            format!("{{{}:{dead}}}#gen", cfg.prefix),
+            format!("{{{}}}#threads:stamp:{dead}", cfg.prefix),
+        ] {
+            let mut pttl = redis::cmd("PTTL");
+            pttl.arg(&key);
+            let ms: i64 = raw_query(&cfg, pttl).await;
+            assert!(ms > 0, "{topo}: {key} has PTTL {ms}");
+        }
     }
 }
