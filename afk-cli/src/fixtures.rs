@@ -11,7 +11,7 @@ use afk_core::keys::{ParsedKey, parse_key};
 use afk_core::runner::fixture_check::{check_fixture, scripted_tools};
 use afk_core::store::StoreExt;
 use afk_core::store::run_of_key;
-use afk_core::{Error, RunId, Store, ThreadId};
+use afk_core::{Error, RunId, ThreadId, store::Store};
 use clap::{Subcommand, ValueEnum};
 use serde_json::{Value, json};
 

@@ -7,10 +7,10 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use afk::backend::{RocksDbConfig, RocksDbStore};
+use afk::backend::rocksdb::{RocksDbConfig, RocksDbStore};
 use afk::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk::runner::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
-use afk::{RunId, Store, ThreadId};
+use afk::{RunId, ThreadId, store::Store};
 use common::{afk_in, corpus, line, numbers, rocks};
 use serde_json::{Value, json};
 

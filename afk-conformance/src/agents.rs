@@ -14,7 +14,7 @@ use afk_core::runner::{
 };
 use afk_core::schema::{AgentResult, LlmResponse, Phase, ToolCall, TranscriptEntry};
 use afk_core::store::{MAX_LIST_LIMIT, RetryPolicy};
-use afk_core::{CheckpointConfig, RunId, Store, ThreadId};
+use afk_core::{CheckpointConfig, RunId, ThreadId, store::Store};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::store::FaultStore;
 use afk_core::store::{CrashMode, Epoch};
-use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId, store::Store};
 use common::{agent_with, runner, script};
 use serde_json::Value;
 

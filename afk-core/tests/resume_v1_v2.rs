@@ -17,7 +17,7 @@ use afk_core::runner::{Agent, ManualClock, Outcome, Runner, RunnerConfig, Sequen
 use afk_core::schema::Phase;
 use afk_core::schema::migrate::v1_to_v2;
 use afk_core::store::{Capabilities, Commit, Epoch, ListPage, ThreadPage};
-use afk_core::{Error, MemoryStore, Result, RunId, Store, ThreadId};
+use afk_core::{Error, MemoryStore, Result, RunId, ThreadId, store::Store};
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 

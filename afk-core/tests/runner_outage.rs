@@ -15,7 +15,7 @@ use afk_core::runner::{
 };
 use afk_core::store::FaultStore;
 use afk_core::store::{Op, RetryPolicy};
-use afk_core::{CheckpointConfig, ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{CheckpointConfig, ErrorKind, MemoryStore, RunId, ThreadId, store::Store};
 use common::{agent_with, essence, script};
 use serde_json::{Value, json};
 

@@ -16,7 +16,7 @@ use afk_core::runner::{Agent, Outcome, Runner, Settlement};
 use afk_core::schema::AgentResult;
 use afk_core::store::CrashMode;
 use afk_core::store::FaultStore;
-use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId, store::Store};
 use common::{agent_with, essence, lone_intent, script};
 use serde_json::{Value, json};
 

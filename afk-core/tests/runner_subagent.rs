@@ -17,7 +17,7 @@ use afk_core::runner::{
 use afk_core::schema::{AgentResult, ToolCall};
 use afk_core::store::FaultStore;
 use afk_core::store::{CrashMode, FaultEvent, Op};
-use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId, store::Store};
 use common::{resp, runner};
 use serde_json::{Value, json};
 
@@ -360,7 +360,7 @@ async fn a_corrupt_child_stops_the_parent_which_stays_resumable() {
     assert!(first.is_err(), "{first:?}");
     let epoch = inner.claim(&thread, &child_run).await.unwrap();
     inner
-        .commit(&afk_core::Commit {
+        .commit(&afk_core::store::Commit {
             thread: thread.clone(),
             run: child_run.clone(),
             epoch,

@@ -15,7 +15,7 @@ use afk_core::runner::{Agent, Limits, LlmClient, LlmRequest, Outcome, Runner, Ru
 use afk_core::schema::LlmResponse;
 use afk_core::store::FaultStore;
 use afk_core::store::Op;
-use afk_core::{CheckpointConfig, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{CheckpointConfig, MemoryStore, RunId, ThreadId, store::Store};
 use serde_json::json;
 
 const STEPS: u64 = 10;

@@ -15,7 +15,7 @@ use afk_core::runner::{Agent, EffectPolicy, Outcome, Runner, RunnerConfig};
 use afk_core::schema::LlmResponse;
 use afk_core::store::RetryPolicy;
 use afk_core::verify::{Report, verify_thread};
-use afk_core::{CheckpointConfig, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{CheckpointConfig, ErrorKind, RunId, ThreadId, store::Store};
 use common::*;
 use serde_json::{Value, json};
 

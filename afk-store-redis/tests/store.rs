@@ -3,7 +3,7 @@
 mod common;
 
 use afk_core::store::{Store, latest_key};
-use afk_core::{Epoch, ErrorKind};
+use afk_core::{ErrorKind, store::Epoch};
 use common::*;
 
 #[tokio::test]

@@ -12,7 +12,7 @@ mod common;
 
 use std::path::Path;
 
-use afk_core::{Epoch, Store};
+use afk_core::store::{Epoch, Store};
 use afk_store_rocksdb::{Compression, RocksDbConfig, RocksDbStore};
 use common::{commit, r, t};
 

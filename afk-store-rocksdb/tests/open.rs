@@ -2,7 +2,10 @@
 
 mod common;
 
-use afk_core::{Epoch, ErrorKind, Store};
+use afk_core::{
+    ErrorKind,
+    store::{Epoch, Store},
+};
 use afk_store_rocksdb::{Compression, RocksDbConfig, RocksDbStore};
 use common::{commit, get, r, t};
 

@@ -6,7 +6,7 @@
 //! head (`If-Match`, reusing the ETag just read): three round trips in a row.
 
 use afk_core::store::{latest_key, validate_commit};
-use afk_core::{Commit, Error, ErrorKind, Result};
+use afk_core::{Error, ErrorKind, Result, store::Commit};
 use futures::{StreamExt, TryStreamExt, stream};
 
 use crate::head::{Head, INLINE_LATEST_MAX, Slot, new_nonce, object_suffix};
@@ -119,7 +119,7 @@ fn flushed(head: &Head, flush: Option<&Flush>) -> bool {
 }
 
 impl S3Store {
-    /// [`afk_core::Store::commit`] on S3.
+    /// [`afk_core::store::Store::commit`] on S3.
     pub(crate) async fn commit_one(&self, commit: &Commit) -> Result<()> {
         validate_commit(commit)?;
         check_sizes(commit)?;

@@ -10,7 +10,10 @@ mod proxy;
 use std::future::Future;
 use std::time::Duration;
 
-use afk_core::{Commit, Epoch, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{
+    ErrorKind, RunId, ThreadId,
+    store::{Commit, Epoch, Store},
+};
 use afk_store_s3::{S3Config, S3Store};
 use aws_sdk_s3::Client;
 use proxy::{Fault, Proxy};

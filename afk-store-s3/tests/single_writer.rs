@@ -9,7 +9,10 @@ mod proxy;
 use std::future::Future;
 use std::time::Duration;
 
-use afk_core::{Commit, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{
+    ErrorKind, RunId, ThreadId,
+    store::{Commit, Store},
+};
 use afk_store_s3::{S3Config, S3Store};
 use proxy::Proxy;
 

@@ -2,7 +2,10 @@
 
 mod common;
 
-use afk_core::{Commit, Epoch, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{
+    ErrorKind, RunId, ThreadId,
+    store::{Commit, Epoch, Store},
+};
 use afk_store_s3::{S3Config, S3Store};
 
 fn ids(thread: &str, run: &str) -> (ThreadId, RunId) {

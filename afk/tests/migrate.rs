@@ -17,7 +17,7 @@ use afk::runner::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialI
 use afk::schema::SCHEMA_VERSION_V1;
 use afk::store::{CrashMode, FaultStore, StoreExt};
 use afk::verify::verify_run;
-use afk::{ErrorKind, RunId, Store, ThreadId};
+use afk::{ErrorKind, RunId, ThreadId, store::Store};
 use serde_json::{Value, json};
 
 /// Fixtures of v1 runs with several records (one crashed once, one twice).
@@ -166,7 +166,7 @@ async fn migration_on_rocksdb_resumes_alike_and_finishes_after_a_crash() {
     let root = dir.path().to_owned();
     migration_on(&move |tag| {
         let url = format!("rocksdb://{}", root.join(tag).display());
-        Arc::new(afk::backend::RocksDbStore::from_url(&url).unwrap()) as Arc<dyn Store>
+        Arc::new(afk::backend::rocksdb::RocksDbStore::from_url(&url).unwrap()) as Arc<dyn Store>
     })
     .await;
 }

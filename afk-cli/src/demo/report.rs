@@ -6,7 +6,7 @@ use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::runner::{Outcome, RunEvent};
 use afk_core::schema::{AgentResult, EffectStatus};
 use afk_core::store::StoreExt;
-use afk_core::{ErrorKind, Result, RunId, Store, ThreadId};
+use afk_core::{ErrorKind, Result, RunId, ThreadId, store::Store};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 

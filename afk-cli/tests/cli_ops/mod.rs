@@ -18,7 +18,7 @@ use afk::runner::{
 };
 use afk::schema::{AgentResult, LlmResponse, ToolCall};
 use afk::store::StoreExt;
-use afk::{Result, RunId, Store, ThreadId};
+use afk::{Result, RunId, ThreadId, store::Store};
 use serde_json::{Value, json};
 
 /// The `charge` tool: at most once; counts its executions and records their idempotency keys;

@@ -12,7 +12,7 @@ use afk_core::runner::scripted::InvocationCounter;
 use afk_core::runner::{LlmClient, LlmRequest, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
 use afk_core::schema::LlmResponse;
 use afk_core::store::{Capabilities, Commit, Epoch, ListPage, ThreadPage};
-use afk_core::{MemoryStore, Result, RunId, Store, ThreadId};
+use afk_core::{MemoryStore, Result, RunId, ThreadId, store::Store};
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::{Notify, watch};

@@ -13,7 +13,7 @@ use afk_core::runner::{
 };
 use afk_core::schema::{AgentResult, LlmResponse};
 use afk_core::store::RetryPolicy;
-use afk_core::{CheckpointConfig, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{CheckpointConfig, MemoryStore, RunId, ThreadId, store::Store};
 use serde_json::{Value, json};
 
 /// Parse a scripted response.

@@ -31,7 +31,7 @@ use afk::runner::{Outcome, RunEvent, Runner, RunnerConfig, Settlement, ToolConte
 use afk::schema::EffectRow;
 use afk::store::latest_key;
 use afk::verify::verify_thread;
-use afk::{Error, ErrorKind, RunId, Store, ThreadId};
+use afk::{Error, ErrorKind, RunId, ThreadId, store::Store};
 use clap::{Parser, Subcommand};
 
 use plan::{CHARGE, Plan, REFUND, REFUNDER};

@@ -2,7 +2,7 @@
 //! explicit paging.
 
 use afk_core::store::MAX_LIST_LIMIT;
-use afk_core::{Store, ThreadId};
+use afk_core::{ThreadId, store::Store};
 
 use super::is_fence;
 use crate::support::{CaseResult, fail, show, show_err, show_key};
