@@ -254,7 +254,7 @@ fn main() {
 
 const APP_TEST: &str = r#"//! The application's own test: its RocksDB and AFK's store in one process, one library.
 
-use afk_core::{Epoch, Store, RunId, ThreadId};
+use afk_core::{RunId, ThreadId, store::{Epoch, Store}};
 use afk_store_rocksdb::RocksDbStore;
 
 #[tokio::test]
