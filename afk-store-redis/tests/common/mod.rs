@@ -52,9 +52,9 @@ pub fn run(id: &str) -> RunId {
 
 /// Config for `url` under a fresh key prefix, so concurrent test runs never meet.
 pub fn config(url: &str) -> RedisConfig {
-    let mut cfg = RedisConfig::from_url(url).expect("test URL parses");
-    cfg.prefix = unique("t");
-    cfg
+    RedisConfig::from_url(url)
+        .expect("test URL parses")
+        .with_prefix(unique("t"))
 }
 
 /// The topologies configured in the environment: `("single", config)`, `("cluster", config)`.
