@@ -34,10 +34,10 @@ async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
 async fn setup(tag: &str, attempts: u32) -> Option<(Proxy, S3Store, S3Config, Client)> {
     let (endpoint, ..) = common::server()?;
     let proxy = Proxy::start(&endpoint).await;
-    let mut cfg: S3Config = common::config(&proxy.endpoint(), tag)?;
-    cfg.attempt_timeout_ms = Some(ATTEMPT_MS);
-    cfg.operation_timeout_ms = Some(30_000);
-    cfg.max_attempts = Some(attempts);
+    let cfg: S3Config = common::config(&proxy.endpoint(), tag)?
+        .with_attempt_timeout_ms(ATTEMPT_MS)
+        .with_operation_timeout_ms(30_000)
+        .with_max_attempts(attempts);
     let store = bounded("open", S3Store::open(cfg.clone()))
         .await
         .expect("open through the proxy");

@@ -326,10 +326,10 @@ async fn delete_keys_fence_and_runs() {
 
 #[tokio::test]
 async fn a_missing_bucket_is_a_clear_error_naming_it() {
-    let Some(mut cfg) = common::config("", "nobucket") else {
+    let Some(cfg) = common::config("", "nobucket") else {
         return;
     };
-    cfg.create_bucket = false;
+    let cfg = cfg.with_create_bucket(false);
     let err = S3Store::open(cfg.clone()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     assert!(err.to_string().contains(&cfg.bucket), "{err}");
