@@ -12,10 +12,11 @@ impl RedisConfig {
     /// A Redis Cluster configuration from its seed nodes `(host, port)`, every option at its
     /// default. One reachable seed is enough; the client learns the rest of the cluster.
     pub fn cluster<H: Into<String>>(nodes: impl IntoIterator<Item = (H, u16)>) -> Self {
-        let mut config = RedisConfig::default();
-        config.nodes = nodes.into_iter().map(|(h, p)| (h.into(), p)).collect();
-        config.cluster = true;
-        config
+        RedisConfig {
+            nodes: nodes.into_iter().map(|(h, p)| (h.into(), p)).collect(),
+            cluster: true,
+            ..RedisConfig::default()
+        }
     }
 
     /// Use TLS or not ([`RedisConfig::tls`]).
@@ -142,9 +143,11 @@ mod tests {
     #[test]
     fn cluster_takes_the_seeds_and_keeps_the_defaults() {
         let c = RedisConfig::cluster([("a", 1), ("b", 2)]);
-        let mut want = RedisConfig::default();
-        want.nodes = vec![("a".into(), 1), ("b".into(), 2)];
-        want.cluster = true;
+        let want = RedisConfig {
+            nodes: vec![("a".into(), 1), ("b".into(), 2)],
+            cluster: true,
+            ..RedisConfig::default()
+        };
         assert_eq!(c, want);
         assert_eq!(
             RedisConfig::from_url("redis+cluster://a:1,b:2").unwrap(),
