@@ -19,8 +19,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
-use afk_core::store::StoreExt;
-use afk_core::store::latest_key;
+use afk_core::store::{StoreExt, latest_key};
 use afk_core::verify::verify_run;
 use afk_core::{
     Error, Result, RunId, ThreadId,

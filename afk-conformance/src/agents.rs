@@ -13,8 +13,8 @@ use afk_core::runner::{
     RunnerConfig, SequentialIds, Settlement, Tool, ToolContext, ToolError, ToolGate, ToolSpec,
 };
 use afk_core::schema::{AgentResult, LlmResponse, Phase, ToolCall, TranscriptEntry};
-use afk_core::store::{MAX_LIST_LIMIT, RetryPolicy};
-use afk_core::{CheckpointConfig, RunId, ThreadId, store::Store};
+use afk_core::store::{MAX_LIST_LIMIT, RetryPolicy, Store};
+use afk_core::{CheckpointConfig, RunId, ThreadId};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 

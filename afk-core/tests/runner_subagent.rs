@@ -15,9 +15,8 @@ use afk_core::runner::{
     Agent, Decision, EffectPolicy, GateDecision, Outcome, Settlement, ToolGate, child_run_id,
 };
 use afk_core::schema::{AgentResult, ToolCall};
-use afk_core::store::FaultStore;
-use afk_core::store::{CrashMode, FaultEvent, Op};
-use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId, store::Store};
+use afk_core::store::{CrashMode, FaultEvent, FaultStore, Op, Store};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use common::{resp, runner};
 use serde_json::{Value, json};
 

@@ -2,8 +2,8 @@
 
 mod common;
 
-use afk_core::store::{Store, latest_key};
-use afk_core::{ErrorKind, store::Epoch};
+use afk_core::ErrorKind;
+use afk_core::store::{Epoch, Store, latest_key};
 use afk_store_redis::{RedisConfig, RedisStore};
 use common::*;
 

@@ -5,8 +5,8 @@
 //! the head's recent keys, its index segment, all at once (`If-None-Match: *`), then swaps the
 //! head (`If-Match`, reusing the ETag just read): three round trips in a row.
 
-use afk_core::store::{latest_key, validate_commit};
-use afk_core::{Error, ErrorKind, Result, store::Commit};
+use afk_core::store::{Commit, latest_key, validate_commit};
+use afk_core::{Error, ErrorKind, Result};
 use futures::{StreamExt, TryStreamExt, stream};
 
 use crate::head::{Head, INLINE_LATEST_MAX, Slot, new_nonce, object_suffix};

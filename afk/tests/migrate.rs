@@ -14,9 +14,9 @@ use afk::fixture::load_state;
 use afk::migrate::migrate_run;
 use afk::runner::fixture_check::{resume_fixture, scripted_tools};
 use afk::schema::SCHEMA_VERSION_V1;
-use afk::store::{CrashMode, FaultStore, StoreExt};
+use afk::store::{CrashMode, FaultStore, Store, StoreExt};
 use afk::verify::verify_run;
-use afk::{ErrorKind, RunId, ThreadId, store::Store};
+use afk::{ErrorKind, RunId, ThreadId};
 use serde_json::Value;
 
 /// Fixtures of v1 runs with several records (one crashed once, one twice).

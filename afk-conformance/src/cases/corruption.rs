@@ -22,8 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use afk_core::runner::Outcome;
-use afk_core::store::FaultStore;
-use afk_core::store::{CrashMode, latest_key, run_key};
+use afk_core::store::{CrashMode, FaultStore, latest_key, run_key};
 use afk_core::{
     ErrorKind, MemoryStore, RunId, ThreadId,
     store::{Commit, Store},

@@ -48,9 +48,8 @@ use std::time::Duration;
 
 use afk_core::normalize::normalize_record;
 use afk_core::runner::Outcome;
-use afk_core::store::FaultStore;
-use afk_core::store::{CrashMode, FaultEvent, Op};
-use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId, store::Store};
+use afk_core::store::{CrashMode, FaultEvent, FaultStore, Op, Store};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::Value;

@@ -12,8 +12,8 @@ use afk_core::runner::{
     Agent, EffectPolicy, ManualClock, RunHandle, Runner, RunnerConfig, SequentialIds,
 };
 use afk_core::schema::LlmResponse;
-use afk_core::store::RetryPolicy;
-use afk_core::{CheckpointConfig, MemoryStore, RunId, ThreadId, store::Store};
+use afk_core::store::{RetryPolicy, Store};
+use afk_core::{CheckpointConfig, MemoryStore, RunId, ThreadId};
 use serde_json::{Value, json};
 
 /// Parse a scripted response.

@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use afk_core::store::Commit;
-use afk_core::{RunId, ThreadId, store::Epoch};
+use afk_core::store::{Commit, Epoch};
+use afk_core::{RunId, ThreadId};
 use afk_store_redis::{RedisConfig, RedisStore};
 
 /// The value of `var`, or `None` after printing a skip line; panics instead when

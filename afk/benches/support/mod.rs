@@ -15,8 +15,7 @@ use std::sync::Arc;
 use afk::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk::runner::{Agent, Limits, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
 use afk::schema::LlmResponse;
-use afk::store::FaultStore;
-use afk::store::{CrashMode, RetryPolicy};
+use afk::store::{CrashMode, FaultStore, RetryPolicy};
 use afk::{
     CheckpointConfig, MemoryStore, RunId, ThreadId,
     store::{Commit, Epoch, Store},

@@ -23,8 +23,9 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use afk_core::store::validate_key;
-use afk_core::store::{latest_key, run_key, run_of_key, validate_commit, validate_list};
+use afk_core::store::{
+    latest_key, run_key, run_of_key, validate_commit, validate_key, validate_list,
+};
 use afk_core::{
     Error, Result, RunId, ThreadId,
     store::{Capabilities, Commit, Epoch, ListPage, Store},
