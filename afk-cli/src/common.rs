@@ -7,9 +7,9 @@ use std::sync::Arc;
 use afk_core::keys::messages_key;
 use afk_core::normalize::normalize_transcript_entry;
 use afk_core::schema::{RuntimeSnapshot, StepRecords, reassemble};
-use afk_core::store::StoreExt;
+use afk_core::store::{Store, StoreExt};
 pub use afk_core::verify::{latest_record as latest, newest_snapshot};
-use afk_core::{Error, Result, RunId, Store, ThreadId};
+use afk_core::{Error, Result, RunId, ThreadId};
 
 /// The store used when neither `--store` nor a command default says otherwise.
 pub const DEFAULT_STORE: &str = "rocksdb://./.afk-data";

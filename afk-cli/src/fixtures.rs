@@ -9,9 +9,8 @@ use afk_core::fixture::load_state;
 use afk_core::fixture::{FixtureFile, check_file_normalize};
 use afk_core::keys::{ParsedKey, parse_key};
 use afk_core::runner::fixture_check::{check_fixture, scripted_tools};
-use afk_core::store::StoreExt;
-use afk_core::store::run_of_key;
-use afk_core::{Error, RunId, Store, ThreadId};
+use afk_core::store::{Store, StoreExt, run_of_key};
+use afk_core::{Error, RunId, ThreadId};
 use clap::{Subcommand, ValueEnum};
 use serde_json::{Value, json};
 

@@ -10,7 +10,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use afk_core::{Error, ErrorKind, Result, Store};
+use afk_core::{Error, ErrorKind, Result, store::Store};
 use serde_json::{Value, json};
 
 /// What every command gets: the store URL and how to print.

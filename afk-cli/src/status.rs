@@ -12,8 +12,8 @@
 use afk_core::keys::effect_prefix;
 use afk_core::normalize::normalize_effect_row;
 use afk_core::schema::{EffectStatus, PhasePayload};
-use afk_core::store::StoreExt;
-use afk_core::{Result, RunId, Store, ThreadId};
+use afk_core::store::{Store, StoreExt};
+use afk_core::{Result, RunId, ThreadId};
 use serde::Serialize;
 
 use super::common::latest;

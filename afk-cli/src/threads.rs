@@ -135,7 +135,7 @@ async fn rebuild_index(url: &str) -> afk_core::Result<(u64, u64)> {
     }
     #[cfg(feature = "redis")]
     {
-        let store = afk::backend::RedisStore::from_url(url).await?;
+        let store = afk::backend::redis::RedisStore::from_url(url).await?;
         let r = store.rebuild_thread_index().await?;
         Ok((r.added, r.removed))
     }

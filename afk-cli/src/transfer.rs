@@ -19,10 +19,12 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
-use afk_core::store::StoreExt;
-use afk_core::store::latest_key;
+use afk_core::store::{StoreExt, latest_key};
 use afk_core::verify::verify_run;
-use afk_core::{Commit, Error, Result, RunId, Store, ThreadId};
+use afk_core::{
+    Error, Result, RunId, ThreadId,
+    store::{Commit, Store},
+};
 use serde_json::{Value, json};
 
 use super::common::{ids, keys_of_run};
@@ -160,7 +162,7 @@ fn parse(text: &str) -> Result<Parsed> {
             Some("key") => {
                 let run = RunId::new(v["run"].as_str().unwrap_or_default())?;
                 let key = v["key"].as_str().unwrap_or_default().to_owned();
-                afk_core::ids::validate_key(&key)?;
+                afk_core::store::validate_key(&key)?;
                 if afk_core::store::run_of_key(&key) != Some(run.as_str()) {
                     return Err(bad(n, format!("key {key:?} does not belong to run {run}")));
                 }

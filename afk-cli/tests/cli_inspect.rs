@@ -5,8 +5,11 @@
 
 mod common;
 
-use afk::backend::{RocksDbConfig, RocksDbStore};
-use afk::{Commit, RunId, Store, ThreadId};
+use afk::backend::rocksdb::{RocksDbConfig, RocksDbStore};
+use afk::{
+    RunId, ThreadId,
+    store::{Commit, Store},
+};
 use common::{afk_in, corpus, line, numbers, rocks};
 
 const THREAD: &str = "afk-demo";

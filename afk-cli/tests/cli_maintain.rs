@@ -7,10 +7,9 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use afk::backend::{RocksDbConfig, RocksDbStore};
-use afk::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk::runner::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
-use afk::{RunId, Store, ThreadId};
+use afk::backend::rocksdb::{RocksDbConfig, RocksDbStore};
+use afk::runner::fixture_check::{resume_fixture, scripted_tools};
+use afk::{ThreadId, store::Store};
 use common::{afk_in, corpus, line, numbers, rocks};
 use serde_json::{Value, json};
 
@@ -37,38 +36,19 @@ fn load(dir: &Path, db: &str, thread: &str, name: &str) {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
 }
 
-/// Resume the fixture's run stored in `db` with the fixture's script; the essence of the
-/// result, the model calls and tool executions of the resume.
+/// Resume the fixture's run stored in `db` with the fixture's script: the essence of the
+/// result, the model calls and tool executions of the resume (`FixtureResume::summary`).
 fn resume(db: &Path, f: &Value) -> Value {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let store: Arc<dyn Store> = Arc::new(RocksDbStore::open(RocksDbConfig::new(db)).unwrap());
-        let llm = ScriptedLlm::from_fixture_responses(&f["script"]["responses"]).unwrap();
-        let counter = InvocationCounter::new();
-        let agent = Agent::new("calculator", "", "unknown", llm.clone())
-            .with_tool(ScriptedTool::add(counter.clone()))
-            .with_tool(ScriptedTool::echo(counter.clone()));
-        let config = RunnerConfig::default()
-            .with_clock(ManualClock::new(2_000_000_000_000))
-            .with_ids(Arc::new(SequentialIds::default()));
-        let run = RunId::new(f["run_id"].as_str().unwrap()).unwrap();
-        let out = Runner::new(store, config)
-            .resume(&agent, &ThreadId::new("fx").unwrap(), &run)
-            .result()
+        let thread = ThreadId::new("fx").unwrap();
+        let summary = resume_fixture(f, store, &thread, &scripted_tools())
             .await
-            .unwrap();
-        let Outcome::Completed(r) = out else {
-            panic!("paused")
-        };
-        let tools: Vec<Value> = r
-            .tool_executions
-            .iter()
-            .map(|t| json!([t.tool_name, t.tool_call_id, t.success, t.output]))
-            .collect();
-        json!({"text": r.final_text, "state": r.state, "tools": tools,
-            "usage": serde_json::to_value(&r.usage_aggregate).unwrap(),
-            "llm_calls": r.state_snapshot.llm_calls, "resume_llm_calls": llm.calls(),
-            "resume_tools": serde_json::to_value(counter.snapshot()).unwrap()})
+            .unwrap()
+            .summary();
+        assert_eq!(summary["outcome"], "completed", "{summary}");
+        summary
     })
 }
 
@@ -172,7 +152,7 @@ fn migrate_turns_a_v1_state_into_v2_that_resumes_to_the_same_result() {
     let from_v1 = resume(&dir.path().join("v1"), &f);
     let from_v2 = resume(&dir.path().join("v2"), &f);
     assert_eq!(from_v1, from_v2);
-    assert_eq!(from_v2["text"], f["expect"]["final_text"]);
+    assert_eq!(from_v2["result"]["text"], f["expect"]["final_text"]);
     assert_eq!(
         from_v2["resume_llm_calls"],
         f["expect"]["llm_calls_during_resume"]

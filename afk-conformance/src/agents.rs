@@ -13,8 +13,8 @@ use afk_core::runner::{
     RunnerConfig, SequentialIds, Settlement, Tool, ToolContext, ToolError, ToolGate, ToolSpec,
 };
 use afk_core::schema::{AgentResult, LlmResponse, Phase, ToolCall, TranscriptEntry};
-use afk_core::store::{MAX_LIST_LIMIT, RetryPolicy};
-use afk_core::{CheckpointConfig, RunId, Store, ThreadId};
+use afk_core::store::{MAX_LIST_LIMIT, RetryPolicy, Store};
+use afk_core::{CheckpointConfig, RunId, ThreadId};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -362,17 +362,7 @@ pub(crate) async fn drive(
 }
 
 /// The parts of a result a crash must not change.
-pub(crate) fn essence(r: &AgentResult) -> Value {
-    let tools: Vec<Value> = r
-        .tool_executions
-        .iter()
-        .map(|t| json!([t.tool_name, t.tool_call_id, t.success, t.output, t.error]))
-        .collect();
-    json!({"text": r.final_text, "state": r.state, "step": r.state_snapshot.step,
-        "usage": serde_json::to_value(&r.usage_aggregate).ok(),
-        "llm_calls": r.state_snapshot.llm_calls, "tool_calls": r.state_snapshot.tool_calls,
-        "records": tools, "session": r.session_token})
-}
+pub(crate) use afk_core::runner::fixture_check::result_essence as essence;
 
 /// Every key and value of `thread` (fence keys included), read through the store.
 pub(crate) async fn dump(

@@ -9,7 +9,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use afk_core::{Capabilities, Commit, Epoch, ListPage, Result, RunId, Store, ThreadId};
+use afk_core::{
+    Result, RunId, ThreadId,
+    store::{Capabilities, Commit, Epoch, ListPage, Store},
+};
 use async_trait::async_trait;
 
 /// Which rule a [`BrokenStore`] breaks.

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use afk_core::Store;
+use afk_core::store::Store;
 
 use crate::cases::crash::{self, CrashConfig};
 use crate::support::{SEED, seed_from_env, skip};

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use afk_core::Store;
+use afk_core::store::Store;
 
 mod agents;
 pub mod broken;

@@ -1,6 +1,9 @@
 //! Helpers shared by the cases: unique ids, short error context, listing every page.
 
-use afk_core::{Commit, Epoch, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{
+    ErrorKind, RunId, ThreadId,
+    store::{Commit, Epoch, Store},
+};
 
 /// What every case returns: `Err` carries a message that says what the store did wrong.
 pub type CaseResult = Result<(), String>;

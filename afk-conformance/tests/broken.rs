@@ -7,7 +7,7 @@ use std::sync::Arc;
 use afk_conformance::broken::{Breakage, BrokenStore};
 use afk_conformance::cases::model::{ModelConfig, run_model};
 use afk_conformance::{CASES, Case, LARGE_CASE};
-use afk_core::{MemoryStore, Store};
+use afk_core::{MemoryStore, store::Store};
 
 /// Run every case against a fresh store from `make`; the names of the cases that failed.
 async fn failing(make: impl Fn() -> Arc<dyn Store>) -> BTreeSet<String> {

@@ -8,7 +8,7 @@ use afk_conformance::broken::{Breakage, BrokenStore};
 use afk_conformance::cases::resume::{ResumeConfig, run_resume};
 use afk_conformance::cases::{concurrency, corpus, corruption};
 use afk_conformance::{CORPUS_CASE, RESUME_CASE};
-use afk_core::{MemoryStore, Store};
+use afk_core::{MemoryStore, store::Store};
 
 fn broken(breakage: Breakage) -> Arc<dyn Store> {
     Arc::new(BrokenStore::new(MemoryStore::new(), breakage))

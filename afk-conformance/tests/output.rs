@@ -7,7 +7,7 @@ use afk_conformance::__private::{TestId, run_case, run_crash_without_reopen};
 use afk_conformance::broken::{Breakage, BrokenStore};
 use afk_conformance::cases::torn::concurrent_reader_sees_no_torn_commit;
 use afk_conformance::{show_bytes, show_key};
-use afk_core::{MemoryStore, Store};
+use afk_core::{MemoryStore, store::Store};
 
 fn id(group: &'static str, case: &'static str) -> TestId {
     TestId {

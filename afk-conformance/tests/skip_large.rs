@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use afk_core::{MemoryStore, Store};
+use afk_core::{MemoryStore, store::Store};
 
 afk_conformance::store_suite!(store(), skip_corpus, skip_large, skip_resume);
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use afk_conformance::broken::{Breakage, BrokenStore};
 use afk_conformance::cases::crash::{CrashConfig, killed_writer_leaves_whole_commits};
 use afk_conformance::cases::torn::concurrent_reader_sees_no_torn_commit;
-use afk_core::{MemoryStore, Store};
+use afk_core::{MemoryStore, store::Store};
 use common::filelog::FileLog;
 
 const RUNS: usize = 20;

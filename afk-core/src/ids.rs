@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 /// Maximum length of a thread or run id, in bytes.
-pub const MAX_ID_LEN: usize = 128;
+pub(crate) const MAX_ID_LEN: usize = 128;
 
 /// Maximum length of a logical key, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::ids::{MAX_KEY_LEN, RunId};
 use crate::schema::Phase;
 
-pub use crate::store::{latest_key, run_key};
+use crate::store::{latest_key, run_key};
 
 /// Width of the zero-padded transcript index, so that byte order is numeric order.
 pub const MESSAGE_INDEX_WIDTH: usize = 20;

@@ -5,7 +5,7 @@ mod error;
 #[cfg(feature = "test-kit")]
 pub mod fixture;
 pub mod hash;
-pub mod ids;
+mod ids;
 pub mod keys;
 pub mod migrate;
 pub mod normalize;
@@ -19,5 +19,4 @@ mod writer;
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use ids::{RunId, ThreadId};
 pub use store::memory::MemoryStore;
-pub use store::{Capabilities, Commit, Epoch, ListPage, Store};
 pub use writer::CheckpointConfig;

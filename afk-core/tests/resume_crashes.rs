@@ -19,9 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, EffectPolicy, Outcome, Settlement};
-use afk_core::store::CrashMode;
-use afk_core::store::FaultStore;
-use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::store::{CrashMode, FaultStore, Store};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use common::{agent_with, essence, resp, resume_or_start, runner};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};

@@ -14,9 +14,8 @@ use afk_core::normalize::normalize_record;
 use afk_core::runner::Outcome;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::schema::{PhasePayload, TranscriptEntry, TranscriptRef, reassemble};
-use afk_core::store::FaultStore;
-use afk_core::store::{Commit, CrashMode};
-use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::store::{Commit, CrashMode, FaultStore, Store};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use common::{agent_with, essence, runner, script};
 use serde_json::Value;
 

@@ -9,9 +9,8 @@ mod common;
 use std::sync::Arc;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
-use afk_core::store::FaultStore;
-use afk_core::store::{CrashMode, Epoch};
-use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::store::{CrashMode, Epoch, FaultStore, Store};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use common::{agent_with, runner, script};
 use serde_json::Value;
 

@@ -16,8 +16,8 @@ use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
 use afk_core::schema::Phase;
 use afk_core::schema::migrate::v1_to_v2;
-use afk_core::store::{Capabilities, Commit, Epoch, ListPage, ThreadPage};
-use afk_core::{Error, MemoryStore, Result, RunId, Store, ThreadId};
+use afk_core::store::{Capabilities, Commit, Epoch, ListPage, Store, ThreadPage};
+use afk_core::{Error, MemoryStore, Result, RunId, ThreadId};
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 

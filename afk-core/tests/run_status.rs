@@ -13,7 +13,10 @@ use afk_core::runner::Outcome;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::schema::RunStatus;
 use afk_core::store::latest_key;
-use afk_core::{Commit, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{
+    MemoryStore, RunId, ThreadId,
+    store::{Commit, Store},
+};
 use common::{agent_with, runner, script};
 
 #[tokio::test]

@@ -12,9 +12,8 @@ use std::sync::Arc;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::runner::{Agent, Outcome, Runner};
 use afk_core::schema::AgentResult;
-use afk_core::store::CrashMode;
-use afk_core::store::FaultStore;
-use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::store::{CrashMode, FaultStore, Store};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use common::{agent_with, durable_results, essence, resume_or_start, script};
 use serde_json::{Value, json};
 

@@ -7,9 +7,8 @@ use std::sync::Arc;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, EffectPolicy, Outcome, Runner, RunnerConfig, child_run_id};
 use afk_core::schema::LlmResponse;
-use afk_core::store::FaultStore;
-use afk_core::store::{Op, RetryPolicy};
-use afk_core::{CheckpointConfig, ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::store::{FaultStore, Op, RetryPolicy, Store};
+use afk_core::{CheckpointConfig, ErrorKind, MemoryStore, RunId, ThreadId};
 use serde_json::{Value, json};
 
 fn r(v: Value) -> LlmResponse {
@@ -82,7 +81,7 @@ async fn a_corrupt_pointer_is_corrupt_and_calls_nothing() {
     let run = RunId::new("run_c").unwrap();
     let epoch = store.claim(&thread, &run).await.unwrap();
     store
-        .commit(&afk_core::Commit {
+        .commit(&afk_core::store::Commit {
             thread: thread.clone(),
             run: run.clone(),
             epoch,

@@ -12,9 +12,8 @@ use std::sync::Arc;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::runner::{Decision, Outcome, Recorded, Runner, Settlement};
-use afk_core::store::CrashMode;
-use afk_core::store::FaultStore;
-use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::store::{CrashMode, FaultStore, Store};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use common::{agent_with, lone_intent, script};
 use serde_json::json;
 

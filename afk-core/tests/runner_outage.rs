@@ -13,9 +13,8 @@ use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{
     EffectPolicy, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds, ToolRef,
 };
-use afk_core::store::FaultStore;
-use afk_core::store::{Op, RetryPolicy};
-use afk_core::{CheckpointConfig, ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::store::{FaultStore, Op, RetryPolicy, Store};
+use afk_core::{CheckpointConfig, ErrorKind, MemoryStore, RunId, ThreadId};
 use common::{agent_with, essence, script};
 use serde_json::{Value, json};
 

@@ -11,7 +11,7 @@ use afk_core::runner::{
     SequentialIds, ToolGate,
 };
 use afk_core::schema::{LlmResponse, ToolCall};
-use afk_core::{MemoryStore, RunId, Store, ThreadId};
+use afk_core::{MemoryStore, RunId, ThreadId, store::Store};
 use serde_json::{Value, json};
 
 #[derive(Debug)]

@@ -13,8 +13,8 @@ use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{
     Agent, EffectPolicy, ManualClock, Runner, RunnerConfig, RunnerStats, SequentialIds,
 };
-use afk_core::store::{FaultStore, Op, RetryPolicy};
-use afk_core::{CheckpointConfig, ErrorKind, MemoryStore, Store, ThreadId};
+use afk_core::store::{FaultStore, Op, RetryPolicy, Store};
+use afk_core::{CheckpointConfig, ErrorKind, MemoryStore, ThreadId};
 use common::{agent_with, runner, script};
 use serde_json::{Value, json};
 

@@ -15,9 +15,8 @@ use afk_core::runner::{
     Agent, Decision, EffectPolicy, GateDecision, Outcome, Settlement, ToolGate, child_run_id,
 };
 use afk_core::schema::{AgentResult, ToolCall};
-use afk_core::store::FaultStore;
-use afk_core::store::{CrashMode, FaultEvent, Op};
-use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::store::{CrashMode, FaultEvent, FaultStore, Op, Store};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use common::{resp, runner};
 use serde_json::{Value, json};
 
@@ -360,7 +359,7 @@ async fn a_corrupt_child_stops_the_parent_which_stays_resumable() {
     assert!(first.is_err(), "{first:?}");
     let epoch = inner.claim(&thread, &child_run).await.unwrap();
     inner
-        .commit(&afk_core::Commit {
+        .commit(&afk_core::store::Commit {
             thread: thread.clone(),
             run: child_run.clone(),
             epoch,

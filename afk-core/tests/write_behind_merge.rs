@@ -13,9 +13,8 @@ use async_trait::async_trait;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, Limits, LlmClient, LlmRequest, Outcome, Runner, RunnerConfig};
 use afk_core::schema::LlmResponse;
-use afk_core::store::FaultStore;
-use afk_core::store::Op;
-use afk_core::{CheckpointConfig, MemoryStore, RunId, Store, ThreadId};
+use afk_core::store::{FaultStore, Op, Store};
+use afk_core::{CheckpointConfig, MemoryStore, RunId, ThreadId};
 use serde_json::json;
 
 const STEPS: u64 = 10;

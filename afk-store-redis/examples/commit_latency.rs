@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use afk_core::store::Store;
-use afk_core::{Commit, RunId, ThreadId};
+use afk_core::store::{Commit, Store};
+use afk_core::{RunId, ThreadId};
 use afk_store_redis::{RedisConfig, RedisStore};
 
 fn pct(v: &mut [Duration], p: f64) -> Duration {

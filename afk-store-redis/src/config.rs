@@ -45,9 +45,10 @@ const DEFAULT_PORT: u16 = 6379;
 /// `Debug` and [`RedisConfig::redacted_url`] never show the password; `Serialize` does (it is
 /// the configuration itself).
 ///
-/// Built with [`RedisConfig::default`] (`localhost:6379`), [`RedisConfig::single`] or
-/// [`RedisConfig::from_url`], then adjusted field by field; the struct is
-/// `#[non_exhaustive]`, so a new option is not a breaking change.
+/// Built with [`RedisConfig::default`] (`localhost:6379`), [`RedisConfig::single`],
+/// [`RedisConfig::cluster`] or [`RedisConfig::from_url`], then adjusted with the `with_*`
+/// setters (or field by field); the struct is `#[non_exhaustive]`, so a new option is not a
+/// breaking change.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use afk_core::ids::validate_key;
+use afk_core::store::validate_key;
 use afk_core::store::{
     Capabilities, Commit, Epoch, ListPage, Store, run_key, validate_commit, validate_list,
 };

@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use afk_core::{RunId, Store, ThreadId};
+use afk_core::{RunId, ThreadId, store::Store};
 
 use super::*;
 use crate::RedisStore;

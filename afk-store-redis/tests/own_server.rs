@@ -7,8 +7,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use afk_core::store::{Store, StoreExt, latest_key};
-use afk_core::{Epoch, ErrorKind, RunId, ThreadId};
+use afk_core::store::{Epoch, Store, StoreExt, latest_key};
+use afk_core::{ErrorKind, RunId, ThreadId};
 use afk_store_redis::{RedisConfig, RedisStore};
 use common::*;
 

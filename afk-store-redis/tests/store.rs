@@ -2,8 +2,9 @@
 
 mod common;
 
-use afk_core::store::{Store, latest_key};
-use afk_core::{Epoch, ErrorKind};
+use afk_core::ErrorKind;
+use afk_core::store::{Epoch, Store, latest_key};
+use afk_store_redis::{RedisConfig, RedisStore};
 use common::*;
 
 #[tokio::test]
@@ -356,8 +357,8 @@ async fn single_node_url_pointed_at_a_cluster_node_is_invalid_config() {
 
 #[tokio::test]
 async fn ttl_expires_a_run_as_a_whole() {
-    for (topo, mut cfg) in topologies() {
-        cfg.ttl_s = Some(2);
+    for (topo, cfg) in topologies() {
+        let cfg = cfg.with_ttl_s(2);
         let url = cfg.nodes[0].clone();
         let s = connect(cfg.clone()).await;
         assert!(s.capabilities().ttl);
@@ -449,4 +450,50 @@ async fn a_fence_that_is_not_an_integer_is_corrupt() {
     assert_eq!(err.key(), Some("run:run_c"));
     let c = commit(&t, &r, Epoch(1), &[("checkpoint:run_c:1:x", b"v")], None);
     assert_eq!(s.commit(&c).await.unwrap_err().kind(), ErrorKind::Fenced);
+}
+
+/// A config built with the constructors and setters, as code outside this crate builds one (the
+/// struct is `#[non_exhaustive]`, so no literal), opens on one node and on a cluster, and its
+/// options reach the store: the TTL capability, the key prefix in the physical keys.
+#[tokio::test]
+async fn a_config_built_with_setters_opens_with_its_options() {
+    for (topo, parsed) in topologies() {
+        let prefix = common::unique("b");
+        let cfg = if parsed.cluster {
+            RedisConfig::cluster(parsed.nodes.clone())
+        } else {
+            let (host, port) = parsed.nodes[0].clone();
+            RedisConfig::single(host, port)
+        }
+        .with_prefix(prefix.clone())
+        .with_ttl_s(600)
+        .with_connect_timeout_ms(3_000)
+        .with_response_timeout_ms(4_000);
+        assert_eq!((cfg.cluster, cfg.ttl_s), (topo == "cluster", Some(600)));
+        let s = RedisStore::open(cfg.clone()).await.expect("open");
+        assert!(
+            s.capabilities().ttl,
+            "{topo}: ttl_s did not reach the store"
+        );
+        let (t, r) = (thread("built"), run("run_b"));
+        let e = s.claim(&t, &r).await.unwrap();
+        s.commit(&commit(&t, &r, e, &[("messages:run_b:0", b"v")], None))
+            .await
+            .unwrap();
+        assert_eq!(
+            s.get(&t, "messages:run_b:0").await.unwrap().as_deref(),
+            Some(&b"v"[..])
+        );
+        if !cfg.cluster {
+            let (h, p) = &cfg.nodes[0];
+            let mut raw = common::raw(&format!("redis://{h}:{p}")).await;
+            let key = format!("{{{prefix}:{t}}}:messages:run_b:0");
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(&key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            assert!(exists, "{key} missing: the prefix did not reach the store");
+        }
+    }
 }

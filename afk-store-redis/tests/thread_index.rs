@@ -10,7 +10,7 @@ mod common;
 
 use std::sync::Arc;
 
-use afk_core::Store;
+use afk_core::store::Store;
 use afk_store_redis::{IndexRebuild, RedisConfig, RedisStore};
 use common::{commit, connect, run, thread, topologies};
 

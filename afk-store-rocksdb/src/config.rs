@@ -79,8 +79,22 @@ fn default_sync() -> bool {
 /// "block_cache_size": 67108864}`; only `path` is required. As a URL, see
 /// [`RocksDbConfig::from_url`].
 ///
-/// Built with [`RocksDbConfig::new`] (or parsed), then adjusted field by field; the struct is
-/// `#[non_exhaustive]`, so a new option is not a breaking change.
+/// Built with [`RocksDbConfig::new`] (or parsed), then adjusted with the `with_*` setters (or
+/// field by field); the struct is `#[non_exhaustive]`, so a new option is not a breaking change:
+///
+/// ```
+/// use afk_store_rocksdb::{Compression, RocksDbConfig, RocksDbStore};
+///
+/// # fn main() -> afk_core::Result<()> {
+/// # let dir = tempfile::tempdir().expect("tempdir");
+/// let config = RocksDbConfig::new(dir.path().join("db"))
+///     .with_compression(Compression::Lz4)
+///     .with_block_cache_size(64 << 20);
+/// let store = RocksDbStore::open(config)?;
+/// # drop(store);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]

@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use afk_core::store::{latest_key, run_key, validate_commit, validate_list};
-use afk_core::{Commit, Epoch, Error, ListPage, Result, RunId, ThreadId};
+use afk_core::{
+    Error, Result, RunId, ThreadId,
+    store::{Commit, Epoch, ListPage},
+};
 use rocksdb::{DB, ReadOptions, WriteBatch, WriteOptions};
 
 use crate::error::{Op, map};
@@ -73,7 +76,7 @@ impl Inner {
     }
 
     pub(crate) fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
-        afk_core::ids::validate_key(key)?;
+        afk_core::store::validate_key(key)?;
         self.db
             .get(physical(thread, key))
             .map_err(|e| map(e, Op::Read, &self.path))
@@ -85,7 +88,7 @@ impl Inner {
         keys: &[String],
     ) -> Result<Vec<Option<Vec<u8>>>> {
         for k in keys {
-            afk_core::ids::validate_key(k)?;
+            afk_core::store::validate_key(k)?;
         }
         self.db
             .multi_get(keys.iter().map(|k| physical(thread, k)))
@@ -216,7 +219,7 @@ impl Inner {
     pub(crate) fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
         let mut batch = WriteBatch::default();
         for k in keys {
-            afk_core::ids::validate_key(k)?;
+            afk_core::store::validate_key(k)?;
             batch.delete(physical(thread, k));
         }
         self.write(batch)

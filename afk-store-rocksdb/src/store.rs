@@ -4,7 +4,10 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use afk_core::{Capabilities, Commit, Epoch, ListPage, Result, RunId, Store, ThreadId};
+use afk_core::{
+    Result, RunId, ThreadId,
+    store::{Capabilities, Commit, Epoch, ListPage, Store},
+};
 use async_trait::async_trait;
 use rocksdb::{BlockBasedOptions, DB, Options};
 

@@ -12,7 +12,7 @@ mod common;
 
 use std::path::Path;
 
-use afk_core::{Epoch, Store};
+use afk_core::store::{Epoch, Store};
 use afk_store_rocksdb::{Compression, RocksDbConfig, RocksDbStore};
 use common::{commit, r, t};
 
@@ -75,8 +75,7 @@ async fn the_default_config_opens_and_compresses_with_snappy() {
 #[tokio::test]
 async fn without_compression_the_table_files_hold_the_whole_value() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = RocksDbConfig::new(dir.path().join("db"));
-    config.compression = Compression::None;
+    let config = RocksDbConfig::new(dir.path().join("db")).with_compression(Compression::None);
     let value = compressible();
     let bytes = write_reopen_read(config, &value).await;
     assert!(bytes >= value.len() as u64, "{bytes} bytes");

@@ -17,7 +17,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use afk_core::store::StoreExt;
-use afk_core::{Commit, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{
+    ErrorKind, RunId, ThreadId,
+    store::{Commit, Store},
+};
 use afk_store_rocksdb::{RocksDbConfig, RocksDbStore};
 
 const CHILD_ENV: &str = "AFK_ROCKSDB_WRITER_CHILD";

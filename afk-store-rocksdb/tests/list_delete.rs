@@ -2,7 +2,7 @@
 
 mod common;
 
-use afk_core::{Epoch, Store};
+use afk_core::store::{Epoch, Store};
 use common::{commit, get, list_all, open, r, t};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,10 @@
 
 mod common;
 
-use afk_core::{Epoch, ErrorKind, Store};
+use afk_core::{
+    ErrorKind,
+    store::{Epoch, Store},
+};
 use afk_store_rocksdb::{Compression, RocksDbConfig, RocksDbStore};
 use common::{commit, get, r, t};
 
@@ -107,8 +110,7 @@ async fn every_option_opens_and_capabilities_follow_sync() {
             Some(1 << 20)
         );
     }
-    let mut cfg = RocksDbConfig::new(dir.path().join("cfg"));
-    cfg.sync = false;
+    let cfg = RocksDbConfig::new(dir.path().join("cfg")).with_sync(false);
     assert!(
         !RocksDbStore::open(cfg)
             .expect("open")
@@ -117,4 +119,45 @@ async fn every_option_opens_and_capabilities_follow_sync() {
     );
     let err = RocksDbStore::from_url("rocksdb://relative").expect_err("bad url");
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+}
+
+/// A config built with the chainable setters, as code outside this crate builds one (the struct
+/// is `#[non_exhaustive]`, so no literal): each option reaches the opened database.
+#[tokio::test]
+async fn a_config_built_with_setters_opens_with_its_options() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("db");
+    let cfg = RocksDbConfig::new(&path)
+        .with_sync(false)
+        .with_compression(Compression::Lz4)
+        .with_block_cache_size(4 << 20);
+    assert_eq!(
+        (cfg.sync, cfg.compression, cfg.block_cache_size),
+        (false, Compression::Lz4, Some(4 << 20))
+    );
+    let store = RocksDbStore::open(cfg).expect("open");
+    assert!(!store.capabilities().durable, "sync=false is not durable");
+    let e = store.claim(&t("th"), &r("r")).await.expect("claim");
+    store
+        .commit(&commit("th", "r", e, &[("checkpoint:r:0:x", "v")], None))
+        .await
+        .expect("commit");
+    assert_eq!(
+        get(&store, "th", "checkpoint:r:0:x").await.as_deref(),
+        Some("v")
+    );
+    // RocksDB writes the options it opened with into its LOG.
+    let log = std::fs::read_to_string(path.join("LOG")).expect("LOG");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ompression") || l.contains("capacity"))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.contains("Options.compression: LZ4")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("capacity : 4194304")),
+        "{lines:#?}"
+    );
 }

@@ -4,7 +4,10 @@ mod common;
 
 use std::sync::Arc;
 
-use afk_core::{Epoch, ErrorKind, Store};
+use afk_core::{
+    ErrorKind,
+    store::{Epoch, Store},
+};
 use common::{commit, get, list_all, open, r, t};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,8 +5,8 @@
 //! the head's recent keys, its index segment, all at once (`If-None-Match: *`), then swaps the
 //! head (`If-Match`, reusing the ETag just read): three round trips in a row.
 
-use afk_core::store::{latest_key, validate_commit};
-use afk_core::{Commit, Error, ErrorKind, Result};
+use afk_core::store::{Commit, latest_key, validate_commit};
+use afk_core::{Error, ErrorKind, Result};
 use futures::{StreamExt, TryStreamExt, stream};
 
 use crate::head::{Head, INLINE_LATEST_MAX, Slot, new_nonce, object_suffix};
@@ -119,7 +119,7 @@ fn flushed(head: &Head, flush: Option<&Flush>) -> bool {
 }
 
 impl S3Store {
-    /// [`afk_core::Store::commit`] on S3.
+    /// [`afk_core::store::Store::commit`] on S3.
     pub(crate) async fn commit_one(&self, commit: &Commit) -> Result<()> {
         validate_commit(commit)?;
         check_sizes(commit)?;

@@ -41,8 +41,27 @@ impl fmt::Debug for Secret {
 /// web identity, container and instance metadata, `credential_process`). `Debug` never shows
 /// the secret key.
 ///
-/// Built with [`S3Config::new`] (or parsed), then adjusted field by field; the struct is
-/// `#[non_exhaustive]`, so a new option is not a breaking change.
+/// Built with [`S3Config::new`] (or parsed), then adjusted with the `with_*` setters (or field
+/// by field); the struct is `#[non_exhaustive]`, so a new option is not a breaking change:
+///
+/// ```
+/// use afk_store_s3::S3Config;
+///
+/// let built = S3Config::new("agents")
+///     .with_prefix("prod")
+///     .with_endpoint("http://127.0.0.1:9100")
+///     .with_region("us-east-1")
+///     .with_force_path_style(true)
+///     .with_credentials("test", "hidden")
+///     .with_max_attempts(5);
+/// let parsed: S3Config = "s3://agents/prod?endpoint=http://127.0.0.1:9100&region=us-east-1\
+///                         &force_path_style=true&access_key_id=test&secret_access_key=hidden\
+///                         &max_attempts=5"
+///     .parse()?;
+/// assert_eq!(built, parsed);
+/// // Opening contacts the service: `let store = afk_store_s3::S3Store::open(built).await?;`
+/// # Ok::<(), afk_core::Error>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use afk_core::{Epoch, Error, Result, RunId, ThreadId};
+use afk_core::{Error, Result, RunId, ThreadId, store::Epoch};
 use serde::{Deserialize, Serialize};
 
 /// Latest pointers up to this many bytes (and valid UTF-8) are kept inside the head.

@@ -6,7 +6,7 @@ use std::fmt;
 use afk_core::store::{
     Capabilities, Commit, Epoch, ListPage, Store, run_key, run_of_key, validate_list,
 };
-use afk_core::{Error, Result, RunId, ThreadId, ids::validate_key};
+use afk_core::{Error, Result, RunId, ThreadId, store::validate_key};
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt, stream};
 

@@ -10,7 +10,10 @@ mod proxy;
 use std::future::Future;
 use std::time::Duration;
 
-use afk_core::{Commit, Epoch, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{
+    ErrorKind, RunId, ThreadId,
+    store::{Commit, Epoch, Store},
+};
 use afk_store_s3::{S3Config, S3Store};
 use aws_sdk_s3::Client;
 use proxy::{Fault, Proxy};
@@ -31,10 +34,10 @@ async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
 async fn setup(tag: &str, attempts: u32) -> Option<(Proxy, S3Store, S3Config, Client)> {
     let (endpoint, ..) = common::server()?;
     let proxy = Proxy::start(&endpoint).await;
-    let mut cfg: S3Config = common::config(&proxy.endpoint(), tag)?;
-    cfg.attempt_timeout_ms = Some(ATTEMPT_MS);
-    cfg.operation_timeout_ms = Some(30_000);
-    cfg.max_attempts = Some(attempts);
+    let cfg: S3Config = common::config(&proxy.endpoint(), tag)?
+        .with_attempt_timeout_ms(ATTEMPT_MS)
+        .with_operation_timeout_ms(30_000)
+        .with_max_attempts(attempts);
     let store = bounded("open", S3Store::open(cfg.clone()))
         .await
         .expect("open through the proxy");

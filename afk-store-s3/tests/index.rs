@@ -10,7 +10,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use afk_core::store::StoreExt;
-use afk_core::{Commit, Epoch, RunId, Store, ThreadId};
+use afk_core::{
+    RunId, ThreadId,
+    store::{Commit, Epoch, Store},
+};
 use afk_store_s3::S3Store;
 
 const COMMITS: u64 = 300;

@@ -5,7 +5,10 @@ mod common;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use afk_core::{Commit, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{
+    ErrorKind, RunId, ThreadId,
+    store::{Commit, Store},
+};
 use aws_sdk_s3::primitives::ByteStream;
 
 const RACERS: usize = 8;

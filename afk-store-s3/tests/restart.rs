@@ -24,7 +24,10 @@ use afk_core::runner::{EffectPolicy, ToolSpec};
 use afk_core::schema::LlmResponse;
 use afk_core::store::RetryPolicy;
 use afk_core::verify::{Report, verify_thread};
-use afk_core::{CheckpointConfig, Commit, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{
+    CheckpointConfig, ErrorKind, RunId, ThreadId,
+    store::{Commit, Store},
+};
 use afk_store_s3::S3Store;
 use serde_json::{Value, json};
 use tokio::sync::Notify;

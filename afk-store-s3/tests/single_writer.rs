@@ -9,7 +9,10 @@ mod proxy;
 use std::future::Future;
 use std::time::Duration;
 
-use afk_core::{Commit, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{
+    ErrorKind, RunId, ThreadId,
+    store::{Commit, Store},
+};
 use afk_store_s3::{S3Config, S3Store};
 use proxy::Proxy;
 
@@ -53,10 +56,10 @@ async fn a_service_ignoring_conditional_writes_is_refused_by_default() {
 
 #[tokio::test]
 async fn single_writer_mode_opens_commits_and_reads() {
-    let Some((proxy, mut cfg)) = unconditional("single").await else {
+    let Some((proxy, cfg)) = unconditional("single").await else {
         return;
     };
-    cfg.single_writer = true;
+    let cfg = cfg.with_single_writer(true);
     let store = bounded("open", S3Store::open(cfg)).await.unwrap();
     assert!(!store.conditional_writes());
     assert!(!store.capabilities().multi_process);

@@ -2,7 +2,10 @@
 
 mod common;
 
-use afk_core::{Commit, Epoch, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{
+    ErrorKind, RunId, ThreadId,
+    store::{Commit, Epoch, Store},
+};
 use afk_store_s3::{S3Config, S3Store};
 
 fn ids(thread: &str, run: &str) -> (ThreadId, RunId) {
@@ -323,10 +326,10 @@ async fn delete_keys_fence_and_runs() {
 
 #[tokio::test]
 async fn a_missing_bucket_is_a_clear_error_naming_it() {
-    let Some(mut cfg) = common::config("", "nobucket") else {
+    let Some(cfg) = common::config("", "nobucket") else {
         return;
     };
-    cfg.create_bucket = false;
+    let cfg = cfg.with_create_bucket(false);
     let err = S3Store::open(cfg.clone()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     assert!(err.to_string().contains(&cfg.bucket), "{err}");

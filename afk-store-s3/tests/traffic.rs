@@ -8,7 +8,10 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use afk_core::{Commit, RunId, Store, ThreadId};
+use afk_core::{
+    RunId, ThreadId,
+    store::{Commit, Store},
+};
 
 /// One plain HTTP/1.1 request to the test server (moto answers with `Connection: close`).
 fn http(endpoint: &str, method: &str, path: &str) -> String {

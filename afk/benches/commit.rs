@@ -22,7 +22,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use afk::{Commit, MemoryStore, RunId, Store};
+use afk::{
+    MemoryStore, RunId,
+    store::{Commit, Store},
+};
 use criterion::{
     BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main, measurement::WallTime,
 };

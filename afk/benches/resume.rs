@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use afk::runner::Outcome;
-use afk::{MemoryStore, RunId, Store};
+use afk::{MemoryStore, RunId, store::Store};
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use support::{CrashedRun, agent, crashed_run, load_crashed, runner, runtime, thread};
 

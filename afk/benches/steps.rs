@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use afk::runner::Runner;
-use afk::{CheckpointConfig, MemoryStore, RunId, Store};
+use afk::{CheckpointConfig, MemoryStore, RunId, store::Store};
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use support::{agent, run_to_end, runner, runner_with, runtime};
 

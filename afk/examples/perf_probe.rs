@@ -17,7 +17,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Instant;
 
-use afk::{MemoryStore, RunId, Store};
+use afk::{MemoryStore, RunId, store::Store};
 use support::counting::CountingStore;
 
 fn usage() -> ! {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use afk_core::redact::redact_urls;
-use afk_core::{Error, MemoryStore, Result, Store};
+use afk_core::{Error, MemoryStore, Result, store::Store};
 
 /// The URL schemes [`open`] knows, with the Cargo feature each needs (`None`: always there).
 const SCHEMES: [(&str, Option<&str>); 7] = [

@@ -12,7 +12,7 @@ mod support;
 use std::sync::Arc;
 
 use afk::runner::Outcome;
-use afk::{MemoryStore, RunId, Store};
+use afk::{MemoryStore, RunId, store::Store};
 use support::counting::CountingStore;
 use support::{agent, runner, thread};
 

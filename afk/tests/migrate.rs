@@ -12,13 +12,12 @@ use std::sync::Arc;
 
 use afk::fixture::load_state;
 use afk::migrate::migrate_run;
-use afk::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk::runner::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
+use afk::runner::fixture_check::{resume_fixture, scripted_tools};
 use afk::schema::SCHEMA_VERSION_V1;
-use afk::store::{CrashMode, FaultStore, StoreExt};
+use afk::store::{CrashMode, FaultStore, Store, StoreExt};
 use afk::verify::verify_run;
-use afk::{ErrorKind, RunId, Store, ThreadId};
-use serde_json::{Value, json};
+use afk::{ErrorKind, RunId, ThreadId};
+use serde_json::Value;
 
 /// Fixtures of v1 runs with several records (one crashed once, one twice).
 const FIXTURES: [&str; 2] = ["b-crash-k42-s3-pre_llm", "a-double-crash-k15-k13"];
@@ -35,33 +34,14 @@ fn run_of(fx: &Value) -> RunId {
 }
 
 /// Resume the fixture's run in `thread` with the fixture's script: what the run returned and
-/// what the resume executed.
+/// what the resume executed (`FixtureResume::summary`); it must complete.
 async fn resume(store: Arc<dyn Store>, thread: &ThreadId, fx: &Value) -> Value {
-    let llm = ScriptedLlm::from_fixture_responses(&fx["script"]["responses"]).unwrap();
-    let counter = InvocationCounter::new();
-    let agent = Agent::new("calculator", "", "unknown", llm.clone())
-        .with_tool(ScriptedTool::add(counter.clone()))
-        .with_tool(ScriptedTool::echo(counter.clone()));
-    let config = RunnerConfig::default()
-        .with_clock(ManualClock::new(2_000_000_000_000))
-        .with_ids(Arc::new(SequentialIds::default()));
-    let out = Runner::new(store, config)
-        .resume(&agent, thread, &run_of(fx))
-        .result()
+    let summary = resume_fixture(fx, store, thread, &scripted_tools())
         .await
-        .unwrap();
-    let Outcome::Completed(r) = out else {
-        panic!("not completed: {out:?}")
-    };
-    let tools: Vec<Value> = r
-        .tool_executions
-        .iter()
-        .map(|t| json!([t.tool_name, t.tool_call_id, t.success, t.output]))
-        .collect();
-    json!({"text": r.final_text, "state": r.state, "tools": tools,
-        "usage": serde_json::to_value(&r.usage_aggregate).unwrap(),
-        "llm_calls": r.state_snapshot.llm_calls, "resume_llm_calls": llm.calls(),
-        "resume_tools": serde_json::to_value(counter.snapshot()).unwrap()})
+        .unwrap()
+        .summary();
+    assert_eq!(summary["outcome"], "completed", "{summary}");
+    summary
 }
 
 /// How many checkpoint records of the run are still v1.
@@ -166,7 +146,7 @@ async fn migration_on_rocksdb_resumes_alike_and_finishes_after_a_crash() {
     let root = dir.path().to_owned();
     migration_on(&move |tag| {
         let url = format!("rocksdb://{}", root.join(tag).display());
-        Arc::new(afk::backend::RocksDbStore::from_url(&url).unwrap()) as Arc<dyn Store>
+        Arc::new(afk::backend::rocksdb::RocksDbStore::from_url(&url).unwrap()) as Arc<dyn Store>
     })
     .await;
 }

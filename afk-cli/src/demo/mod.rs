@@ -38,10 +38,11 @@ use std::sync::Arc;
 use afk_core::runner::Outcome;
 use afk_core::runner::scripted::InvocationCounter;
 use afk_core::schema::AgentResult;
-use afk_core::store::FaultStore;
-use afk_core::store::StoreExt;
-use afk_core::store::{CrashMode, FaultEvent};
-use afk_core::{Commit, MemoryStore, Result, RunId, Store, ThreadId};
+use afk_core::store::{CrashMode, FaultEvent, FaultStore, StoreExt};
+use afk_core::{
+    MemoryStore, Result, RunId, ThreadId,
+    store::{Commit, Store},
+};
 use serde_json::{Value, json};
 
 use super::output::{Ctx, Report};

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::runner::{Outcome, RunEvent};
 use afk_core::schema::{AgentResult, EffectStatus};
-use afk_core::store::StoreExt;
-use afk_core::{ErrorKind, Result, RunId, Store, ThreadId};
+use afk_core::store::{Store, StoreExt};
+use afk_core::{ErrorKind, Result, RunId, ThreadId};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 

@@ -8,7 +8,10 @@ use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, EffectPolicy, Runner, RunnerConfig};
 use afk_core::schema::LlmResponse;
 use afk_core::store::RetryPolicy;
-use afk_core::{CheckpointConfig, Commit, Result, Store};
+use afk_core::{
+    CheckpointConfig, Result,
+    store::{Commit, Store},
+};
 use serde_json::{Value, json};
 
 /// Thread and run of the demo.

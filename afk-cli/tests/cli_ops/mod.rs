@@ -17,8 +17,8 @@ use afk::runner::{
     ToolSpec,
 };
 use afk::schema::{AgentResult, LlmResponse, ToolCall};
-use afk::store::StoreExt;
-use afk::{Result, RunId, Store, ThreadId};
+use afk::store::{Store, StoreExt};
+use afk::{Result, RunId, ThreadId};
 use serde_json::{Value, json};
 
 /// The `charge` tool: at most once; counts its executions and records their idempotency keys;

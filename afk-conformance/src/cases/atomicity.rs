@@ -1,7 +1,7 @@
 //! Commits are all or nothing, and the latest pointer never runs ahead of its record. A live
 //! reader beside a writer is [`super::torn`]; a writer killed mid-commit is [`super::crash`].
 
-use afk_core::{ErrorKind, Store};
+use afk_core::{ErrorKind, store::Store};
 
 use crate::support::{
     CaseResult, Ctx, commit, ensure, expect_kind, list_all, unique_run, unique_thread,

@@ -1,6 +1,6 @@
 //! Reading and writing through commits: get, get_many, overwrite, empty commits, batches.
 
-use afk_core::{ErrorKind, Store};
+use afk_core::{ErrorKind, store::Store};
 
 use crate::support::{
     CaseResult, Ctx, commit, ensure, expect_kind, expect_value, show, unique_run, unique_thread,

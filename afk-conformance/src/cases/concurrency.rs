@@ -19,9 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use afk_core::runner::Outcome;
-use afk_core::store::FaultStore;
-use afk_core::store::{CrashMode, FaultEvent};
-use afk_core::{ErrorKind, MemoryStore, Store};
+use afk_core::store::{CrashMode, FaultEvent, FaultStore, Store};
+use afk_core::{ErrorKind, MemoryStore};
 
 use crate::agents::{Calls, Rig, Script, Start, ToolKind, attempt, drive, essence};
 use crate::cases::resume::terminal_resume_does_nothing;

@@ -16,8 +16,8 @@
 
 use std::sync::Arc;
 
-use afk_core::Store;
 use afk_core::runner::fixture_check::{check_fixture, scripted_tools};
+use afk_core::store::Store;
 use futures::stream::{self, StreamExt};
 use serde_json::Value;
 

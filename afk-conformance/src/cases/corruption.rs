@@ -22,9 +22,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use afk_core::runner::Outcome;
-use afk_core::store::FaultStore;
-use afk_core::store::{CrashMode, latest_key, run_key};
-use afk_core::{Commit, ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::store::{CrashMode, FaultStore, latest_key, run_key};
+use afk_core::{
+    ErrorKind, MemoryStore, RunId, ThreadId,
+    store::{Commit, Store},
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;

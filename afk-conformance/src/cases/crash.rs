@@ -1,7 +1,7 @@
 //! The crash level: a writer process killed with `SIGKILL` at random moments leaves only whole
 //! commits behind.
 //!
-//! Only for durable stores ([`Capabilities::durable`](afk_core::Capabilities::durable)) that
+//! Only for durable stores ([`Capabilities::durable`](afk_core::store::Capabilities::durable)) that
 //! can be reopened at the same location: the factory takes a directory (a store over a server
 //! may use its name as a namespace) and opens the store there, also after a crash. Stores
 //! without a process boundary (in-memory) report `durable: false`, and the level is skipped
@@ -29,7 +29,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use afk_core::{Epoch, RunId, Store, ThreadId};
+use afk_core::{
+    RunId, ThreadId,
+    store::{Epoch, Store},
+};
 use rand::{Rng, SeedableRng};
 
 use crate::IntoSuiteStore;

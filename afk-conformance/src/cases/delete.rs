@@ -1,6 +1,6 @@
 //! Deleting keys and whole runs.
 
-use afk_core::{ErrorKind, Store};
+use afk_core::{ErrorKind, store::Store};
 
 use crate::support::{
     CaseResult, Ctx, commit, ensure, expect_kind, expect_value, list_all, unique_run, unique_thread,

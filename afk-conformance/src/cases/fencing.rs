@@ -1,6 +1,9 @@
 //! Fencing: claims hand out increasing epochs; only the newest claimant may commit.
 
-use afk_core::{Epoch, ErrorKind, Store};
+use afk_core::{
+    ErrorKind,
+    store::{Epoch, Store},
+};
 
 use crate::support::{
     CaseResult, Ctx, commit, ensure, expect_kind, expect_value, list_all, unique_run, unique_thread,

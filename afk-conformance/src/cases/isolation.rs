@@ -1,6 +1,6 @@
 //! Threads and runs do not see or disturb each other's keys.
 
-use afk_core::{ErrorKind, Store};
+use afk_core::{ErrorKind, store::Store};
 
 use crate::support::{
     CaseResult, Ctx, commit, ensure, expect_kind, expect_value, list_all, named_run, unique_suffix,

@@ -1,7 +1,7 @@
 //! Keys: every valid logical key works, every invalid one is rejected.
 
-use afk_core::ids::MAX_KEY_LEN;
-use afk_core::{ErrorKind, Store};
+use afk_core::ErrorKind;
+use afk_core::store::{MAX_KEY_LEN, Store};
 
 use crate::support::{
     CaseResult, Ctx, commit, ensure, expect_kind, expect_value, list_all, unique_run, unique_thread,

@@ -1,7 +1,7 @@
 //! The large case: 100,000 keys in one thread. Slow on remote backends; opt out with
 //! `store_suite!(factory(), skip_large)`.
 
-use afk_core::Store;
+use afk_core::store::Store;
 
 use crate::support::{CaseResult, Ctx, commit, ensure, list_all, unique_run, unique_thread};
 

@@ -1,6 +1,6 @@
 //! Listing: byte order, prefixes, pagination with every limit, the fence key.
 
-use afk_core::Store;
+use afk_core::store::Store;
 
 use crate::support::{CaseResult, Ctx, commit, ensure, list_all, unique_run, unique_thread};
 

@@ -7,7 +7,10 @@
 use std::collections::HashMap;
 
 use afk_core::store::{run_of_key, validate_commit};
-use afk_core::{Commit, Epoch, ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::{
+    ErrorKind, MemoryStore, RunId, ThreadId,
+    store::{Commit, Epoch, Store},
+};
 use proptest::test_runner::TestCaseError;
 
 use crate::support::{

@@ -48,9 +48,8 @@ use std::time::Duration;
 
 use afk_core::normalize::normalize_record;
 use afk_core::runner::Outcome;
-use afk_core::store::FaultStore;
-use afk_core::store::{CrashMode, FaultEvent, Op};
-use afk_core::{ErrorKind, MemoryStore, RunId, Store, ThreadId};
+use afk_core::store::{CrashMode, FaultEvent, FaultStore, Op, Store};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::Value;
@@ -325,7 +324,7 @@ fn first_fault(input: &Input, i: u32, model: &FaultStore, thread: &ThreadId) -> 
             FaultEvent::Claim { .. } => None,
         })
         .collect();
-    let effect_status = |c: &afk_core::Commit, want: &str| {
+    let effect_status = |c: &afk_core::store::Commit, want: &str| {
         c.puts.iter().any(|(k, v)| {
             k.starts_with("effect:")
                 && serde_json::from_slice::<Value>(v).is_ok_and(|row| {
@@ -334,7 +333,7 @@ fn first_fault(input: &Input, i: u32, model: &FaultStore, thread: &ThreadId) -> 
                 })
         })
     };
-    let pending = |c: &afk_core::Commit| {
+    let pending = |c: &afk_core::store::Commit| {
         let key = format!("checkpoint:{}:latest", c.run);
         c.latest.as_ref().is_some_and(|b| {
             normalize_record(b, thread, &key).is_ok_and(|r| {

@@ -1,5 +1,5 @@
 //! Enumerating threads ([`Store::list_threads`]), an optional capability: a store without
-//! [`Capabilities::list_threads`](afk_core::Capabilities::list_threads) must answer
+//! [`Capabilities::list_threads`](afk_core::store::Capabilities::list_threads) must answer
 //! `Unsupported`; a store with it must list every thread that holds a key exactly once, in
 //! pages of at most the limit, with any limit.
 //!
@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use afk_core::{ErrorKind, Store, ThreadId};
+use afk_core::{ErrorKind, ThreadId, store::Store};
 
 use crate::support::{CaseResult, Ctx, commit, ensure, expect_kind, unique_run, unique_thread};
 
@@ -145,7 +145,10 @@ mod tests {
     use std::sync::Arc;
 
     use afk_core::store::ThreadPage;
-    use afk_core::{Capabilities, Commit, Epoch, ListPage, MemoryStore, Result, RunId};
+    use afk_core::{
+        MemoryStore, Result, RunId,
+        store::{Capabilities, Commit, Epoch, ListPage},
+    };
     use async_trait::async_trait;
 
     use super::*;

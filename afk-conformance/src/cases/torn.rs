@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use afk_core::{RunId, Store, ThreadId};
+use afk_core::{RunId, ThreadId, store::Store};
 
 use crate::support::{CaseResult, Ctx, commit, ensure, fail, unique_run, unique_thread};
 
@@ -85,7 +85,7 @@ async fn write_loop(
     store: &dyn Store,
     t: &ThreadId,
     r: &RunId,
-    epoch: afk_core::Epoch,
+    epoch: afk_core::store::Epoch,
     looks: &AtomicU64,
     reader: &tokio::task::JoinHandle<Result<u64, String>>,
 ) -> CaseResult {

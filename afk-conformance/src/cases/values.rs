@@ -1,6 +1,6 @@
 //! Values: large ones, empty ones, every byte value; stored as copies.
 
-use afk_core::{ErrorKind, Store};
+use afk_core::{ErrorKind, store::Store};
 
 use crate::support::{
     CaseResult, Ctx, commit, ensure, expect_kind, expect_value, unique_run, unique_thread,

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use afk_core::store::{ThreadPage, commit_each, threads_unsupported};
 use afk_core::{
-    Capabilities, Commit, Epoch, Error, ListPage, MemoryStore, Result, RunId, Store, ThreadId,
+    Error, MemoryStore, Result, RunId, ThreadId,
+    store::{Capabilities, Commit, Epoch, ListPage, Store},
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};

@@ -5,13 +5,15 @@
 //! never from its name. The tools are the caller's: a team checks its own AFK corpus with its
 //! own tool implementations ([`scripted_tools`] are the `add` and `echo` of AFK's corpus).
 //! Used by the `afk fixtures check` command, the conformance suite's corpus level and the
-//! core test-suite.
+//! core test-suite. [`resume_fixture`] is the resume alone (for a run stored some other way:
+//! migrated, exported, on another store), and [`result_essence`] what two results of one run
+//! must share.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use super::tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
@@ -148,38 +150,19 @@ pub async fn check_fixture(
         .map(|f| rejected_keys(&f))
         .unwrap_or_default();
     let thread = ThreadId::new(field(fixture, "thread_id")?.as_str().unwrap_or(""))?;
-    let run = RunId::new(field(fixture, "run_id")?.as_str().unwrap_or(""))?;
+    RunId::new(field(fixture, "run_id")?.as_str().unwrap_or(""))?;
     let state = field(fixture, "state")?
         .as_object()
         .ok_or_else(|| Error::invalid_input("fixture state is not an object"))?;
     let expect = field(fixture, "expect")?;
-    let script = field(fixture, "script")?;
+    field(fixture, "script")?;
     load_state(store.as_ref(), &thread, state).await?;
 
-    let llm = ScriptedLlm::from_fixture_responses(field(script, "responses")?)?;
-    let executions = Executions::default();
-    let agent_name = state
-        .get(&format!("checkpoint:{run}:0:run_started"))
-        .and_then(|r| r.get("payload").and_then(|p| p.get("agent_name")))
-        .and_then(Value::as_str)
-        .unwrap_or("agent")
-        .to_owned();
-    let mut agent = Agent::new(agent_name, "", "unknown", llm.clone());
-    for tool in tools {
-        agent = agent.with_tool(Arc::new(Counted {
-            inner: tool.clone(),
-            executions: executions.clone(),
-        }));
-    }
-    // Old timestamps: a clock standing at the newest stored record keeps the wall-time budget
-    // meaningful (active time is what the records say, plus nothing).
-    let config = RunnerConfig {
-        clock: ManualClock::new(max_timestamp(state)),
-        ids: Arc::new(SequentialIds::default()),
-        ..RunnerConfig::default()
-    };
-    let runner = Runner::new(store, config);
-    let res = runner.resume(&agent, &thread, &run).result().await;
+    let FixtureResume {
+        outcome: res,
+        llm_calls,
+        tool_executions: ran,
+    } = resume_fixture(fixture, store, &thread, tools).await?;
 
     let mut problems = Vec::new();
     let want_outcome = expect.get("outcome").and_then(Value::as_str).unwrap_or("");
@@ -209,8 +192,8 @@ pub async fn check_fixture(
         .get("llm_calls_during_resume")
         .and_then(Value::as_u64)
         .unwrap_or(0);
-    if llm.calls() != want_llm {
-        problems.push(format!("llm calls {} (want {want_llm})", llm.calls()));
+    if llm_calls != want_llm {
+        problems.push(format!("llm calls {llm_calls} (want {want_llm})"));
     }
     let mut want_tools = BTreeMap::new();
     if let Some(Value::Object(m)) = expect.get("tool_invocations_during_resume") {
@@ -218,7 +201,6 @@ pub async fn check_fixture(
             want_tools.insert(k.clone(), v.as_u64().unwrap_or(0));
         }
     }
-    let ran = executions.lock().map(|m| m.clone()).unwrap_or_default();
     if ran != want_tools {
         problems.push(format!("tool executions {ran:?} (want {want_tools:?})"));
     }
@@ -227,6 +209,104 @@ pub async fn check_fixture(
         problems,
         missing_tools,
     })
+}
+
+/// What resuming a fixture's run gave ([`resume_fixture`]): the outcome, and what the resume
+/// itself ran.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct FixtureResume {
+    /// The resume's outcome, or its error.
+    pub outcome: Result<Outcome>,
+    /// Model calls the resume made.
+    pub llm_calls: u64,
+    /// Real tool executions during the resume, per tool call id.
+    pub tool_executions: BTreeMap<String, u64>,
+}
+
+impl FixtureResume {
+    /// One JSON document to compare two resumes of the same run by (say, before and after a
+    /// migration, or on two stores): the [`result_essence`] of a completed run (`null`
+    /// otherwise, with `"outcome"` saying what happened) and the resume's own model calls
+    /// and tool executions.
+    pub fn summary(&self) -> Value {
+        let (outcome, essence) = match &self.outcome {
+            Ok(Outcome::Completed(r)) => ("completed".to_owned(), result_essence(r)),
+            Ok(other) => (format!("{other:?}"), Value::Null),
+            Err(e) => (format!("error: {e}"), Value::Null),
+        };
+        json!({"outcome": outcome, "result": essence, "resume_llm_calls": self.llm_calls,
+            "resume_tool_executions": self.tool_executions})
+    }
+}
+
+/// Resume the fixture's run (`run_id`), already stored in `thread` of `store` (by
+/// [`load_state`], or migrated, exported, …), with the fixture's scripted model and the
+/// caller's `tools`, counting what the resume runs. The agent is named as the run's
+/// `run_started` record says; the clock stands at the newest stored timestamp, so wall-time
+/// budgets stay meaningful. Checks nothing: see [`check_fixture`] for the `expect` block.
+///
+/// Errors: the fixture has no `run_id` or `script.responses`, or they are malformed.
+pub async fn resume_fixture(
+    fixture: &Value,
+    store: Arc<dyn Store>,
+    thread: &ThreadId,
+    tools: &[ToolRef],
+) -> Result<FixtureResume> {
+    let run = RunId::new(field(fixture, "run_id")?.as_str().unwrap_or(""))?;
+    let empty = Map::new();
+    let state = fixture
+        .get("state")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let llm = ScriptedLlm::from_fixture_responses(field(field(fixture, "script")?, "responses")?)?;
+    let executions = Executions::default();
+    let agent_name = state
+        .get(&format!("checkpoint:{run}:0:run_started"))
+        .and_then(|r| r.get("payload").and_then(|p| p.get("agent_name")))
+        .and_then(Value::as_str)
+        .unwrap_or("agent")
+        .to_owned();
+    let mut agent = Agent::new(agent_name, "", "unknown", llm.clone());
+    for tool in tools {
+        agent = agent.with_tool(Arc::new(Counted {
+            inner: tool.clone(),
+            executions: executions.clone(),
+        }));
+    }
+    // Old timestamps: a clock standing at the newest stored record keeps the wall-time budget
+    // meaningful (active time is what the records say, plus nothing).
+    let config = RunnerConfig {
+        clock: ManualClock::new(max_timestamp(state)),
+        ids: Arc::new(SequentialIds::default()),
+        ..RunnerConfig::default()
+    };
+    let outcome = Runner::new(store, config)
+        .resume(&agent, thread, &run)
+        .result()
+        .await;
+    let tool_executions = executions.lock().map(|m| m.clone()).unwrap_or_default();
+    Ok(FixtureResume {
+        outcome,
+        llm_calls: llm.calls(),
+        tool_executions,
+    })
+}
+
+/// The parts of a run's result that a crash, a resume, a migration or another store must not
+/// change: final text, status, step, usage, model and tool call counts, every tool execution
+/// (name, call id, success, output, error) and the session token. Compare two of them with
+/// `==`; the keys are for reading a failed comparison.
+pub fn result_essence(r: &AgentResult) -> Value {
+    let tools: Vec<Value> = r
+        .tool_executions
+        .iter()
+        .map(|t| json!([t.tool_name, t.tool_call_id, t.success, t.output, t.error]))
+        .collect();
+    json!({"text": r.final_text, "state": r.state, "step": r.state_snapshot.step,
+        "usage": serde_json::to_value(&r.usage_aggregate).ok(),
+        "llm_calls": r.state_snapshot.llm_calls, "tool_calls": r.state_snapshot.tool_calls,
+        "records": tools, "session": r.session_token})
 }
 
 fn compare_result(

@@ -13,6 +13,11 @@
 //! `<family>:<run_id>:…` (`checkpoint:`, `effect:`, `messages:`, `bgtool:`) or is `run:<run_id>`,
 //! so a store can find the run of any key with [`run_of_key`] (Redis uses it for hash tags, S3
 //! and RocksDB for their per-run layout).
+//!
+//! Every name of the store contract has this one path (`afk_core::store::Store`, [`Commit`],
+//! [`Epoch`], …), so the crate root keeps only what nearly every caller names: errors, ids,
+//! [`MemoryStore`](crate::MemoryStore) (a backend, named at its crate's root like the other
+//! stores' `RocksDbStore`, `RedisStore`, `S3Store`) and `CheckpointConfig`.
 
 use std::fmt;
 
@@ -30,6 +35,7 @@ mod retry;
 mod threads;
 mod validate;
 
+pub use crate::ids::{MAX_KEY_LEN, validate_key};
 pub use ext::StoreExt;
 #[cfg(any(test, feature = "test-kit"))]
 pub use fault::{CrashMode, FaultEvent, FaultStore, Op};
@@ -163,8 +169,8 @@ pub const MAX_LIST_LIMIT: usize = 1000;
 /// `afk_conformance::store_suite!(store(), reopen = open_at);`, and read
 /// `examples/custom-store` (an append-only log file) for a whole store in 300 lines.
 ///
-/// **Keys.** Every key is printable ASCII, 1 to [`MAX_KEY_LEN`](crate::ids::MAX_KEY_LEN)
-/// bytes ([`validate_key`](crate::ids::validate_key)). The keys of run `<run>` are the families
+/// **Keys.** Every key is printable ASCII, 1 to [`MAX_KEY_LEN`](MAX_KEY_LEN)
+/// bytes ([`validate_key`]). The keys of run `<run>` are the families
 /// of [`KEY_FAMILIES`] (`<family>:<run>:…`) plus the fence `run:<run>`; [`run_of_key`] finds
 /// the run of any key, so a store may lay a run out together (a hash slot, a folder, a key
 /// range). [`Store::delete_run`] removes exactly those keys: every family of [`KEY_FAMILIES`]

@@ -22,7 +22,7 @@ use crate::keys::{checkpoint_key, effect_prefix, messages_key};
 use crate::normalize::{normalize_effect_row, normalize_transcript_entry};
 use crate::schema::{CheckpointRecord, EffectStatus, SCHEMA_VERSION_V1, reassemble};
 use crate::store::{StoreExt, latest_key};
-use crate::{Error, ErrorKind, Result, RunId, Store, ThreadId};
+use crate::{Error, ErrorKind, Result, RunId, ThreadId, store::Store};
 
 /// Which invariant a [`Problem`] breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -5,7 +5,7 @@ use crate::keys::{ParsedKey, checkpoint_prefix, parse_key};
 use crate::normalize::normalize_record;
 use crate::schema::CheckpointRecord;
 use crate::store::{StoreExt, latest_key};
-use crate::{Result, RunId, Store, ThreadId};
+use crate::{Result, RunId, ThreadId, store::Store};
 
 /// The run's latest record, normalized; `None` when there is no pointer. A pointer that does
 /// not normalize is an error of kind `Corrupt`.

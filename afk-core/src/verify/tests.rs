@@ -10,7 +10,10 @@ use crate::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use crate::runner::{Agent, Outcome, Runner, RunnerConfig};
 use crate::schema::{LlmResponse, Phase};
 use crate::store::latest_key;
-use crate::{Commit, MemoryStore, RunId, Store, ThreadId};
+use crate::{
+    MemoryStore, RunId, ThreadId,
+    store::{Commit, Store},
+};
 
 fn answer(v: Value) -> LlmResponse {
     serde_json::from_value(v).expect("scripted answer")

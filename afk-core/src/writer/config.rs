@@ -32,7 +32,7 @@ pub struct CheckpointConfig {
     /// Retries of failed writes (retryable errors only). Keep its `max_elapsed` below
     /// `flush_timeout` so a failing store fails the run with its own error, not a timeout.
     pub retry: RetryPolicy,
-    /// Most commits handed to [`Store::commit_batch`](crate::Store::commit_batch) in one call
+    /// Most commits handed to [`Store::commit_batch`](crate::store::Store::commit_batch) in one call
     /// (default 64; clamped to at least 1).
     pub max_batch_size: usize,
     /// How long the background writer may hold a run's commits, merging what the run queues

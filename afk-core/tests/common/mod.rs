@@ -11,9 +11,9 @@ use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{
     Agent, EffectPolicy, ManualClock, RunHandle, Runner, RunnerConfig, SequentialIds,
 };
-use afk_core::schema::{AgentResult, LlmResponse};
-use afk_core::store::RetryPolicy;
-use afk_core::{CheckpointConfig, MemoryStore, RunId, Store, ThreadId};
+use afk_core::schema::LlmResponse;
+use afk_core::store::{RetryPolicy, Store};
+use afk_core::{CheckpointConfig, MemoryStore, RunId, ThreadId};
 use serde_json::{Value, json};
 
 /// Parse a scripted response.
@@ -69,16 +69,8 @@ pub fn runner(store: Arc<dyn Store>, async_writes: bool) -> Runner {
 }
 
 /// What must be equal between a crashed-and-resumed run and the uncrashed one.
-pub fn essence(r: &AgentResult) -> Value {
-    let tools: Vec<Value> = r
-        .tool_executions
-        .iter()
-        .map(|t| json!([t.tool_name, t.tool_call_id, t.success, t.output, t.error]))
-        .collect();
-    json!({"text": r.final_text, "state": r.state, "usage": serde_json::to_value(&r.usage_aggregate).ok(),
-        "step": r.state_snapshot.step, "llm": r.state_snapshot.llm_calls, "tools": r.state_snapshot.tool_calls, "records": tools,
-        "session": r.session_token})
-}
+#[allow(unused_imports)] // each test binary uses a subset
+pub use afk_core::runner::fixture_check::result_essence as essence;
 
 /// Call ids whose effect row holds a durable successful result in `store`.
 pub fn durable_results(store: &MemoryStore, thread: &ThreadId) -> Vec<String> {

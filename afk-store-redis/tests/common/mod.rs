@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use afk_core::store::Commit;
-use afk_core::{Epoch, RunId, ThreadId};
+use afk_core::store::{Commit, Epoch};
+use afk_core::{RunId, ThreadId};
 use afk_store_redis::{RedisConfig, RedisStore};
 
 /// The value of `var`, or `None` after printing a skip line; panics instead when
@@ -52,9 +52,9 @@ pub fn run(id: &str) -> RunId {
 
 /// Config for `url` under a fresh key prefix, so concurrent test runs never meet.
 pub fn config(url: &str) -> RedisConfig {
-    let mut cfg = RedisConfig::from_url(url).expect("test URL parses");
-    cfg.prefix = unique("t");
-    cfg
+    RedisConfig::from_url(url)
+        .expect("test URL parses")
+        .with_prefix(unique("t"))
 }
 
 /// The topologies configured in the environment: `("single", config)`, `("cluster", config)`.

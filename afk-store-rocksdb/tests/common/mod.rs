@@ -1,7 +1,10 @@
 //! Helpers shared by the store-level tests.
 #![allow(dead_code)] // each test file uses a different subset
 
-use afk_core::{Commit, Epoch, RunId, Store, ThreadId};
+use afk_core::{
+    RunId, ThreadId,
+    store::{Commit, Epoch, Store},
+};
 use afk_store_rocksdb::{RocksDbConfig, RocksDbStore};
 
 pub fn open() -> (tempfile::TempDir, RocksDbStore) {

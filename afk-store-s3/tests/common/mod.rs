@@ -33,7 +33,7 @@ pub fn unique_bucket(tag: &str) -> String {
     format!("afk-{tag}-{:016x}", rand::random::<u64>())
 }
 
-/// Config for a fresh bucket on `endpoint` (created at open).
+/// Config for a fresh bucket on `endpoint` (created at open), built with the `with_*` setters.
 pub fn config(endpoint: &str, tag: &str) -> Option<S3Config> {
     let (default_endpoint, region, key, secret) = server()?;
     let endpoint = if endpoint.is_empty() {
@@ -41,15 +41,16 @@ pub fn config(endpoint: &str, tag: &str) -> Option<S3Config> {
     } else {
         endpoint.to_owned()
     };
-    let mut cfg = S3Config::new(unique_bucket(tag));
-    cfg.prefix = "afk/test".into();
-    cfg.endpoint = Some(endpoint);
-    cfg.region = Some(region);
-    cfg.force_path_style = true;
-    cfg.access_key_id = Some(key);
-    cfg.secret_access_key = Some(afk_store_s3::Secret::new(secret));
-    cfg.create_bucket = true;
-    Some(cfg)
+    // Built as code outside the crate must build it (the struct is #[non_exhaustive]).
+    Some(
+        S3Config::new(unique_bucket(tag))
+            .with_prefix("afk/test")
+            .with_endpoint(endpoint)
+            .with_region(region)
+            .with_force_path_style(true)
+            .with_credentials(key, secret)
+            .with_create_bucket(true),
+    )
 }
 
 /// A store on a fresh bucket of the shared test server, or `None` when skipped.

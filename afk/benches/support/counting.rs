@@ -6,7 +6,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use afk::{Commit, Epoch, ListPage, Result, RunId, Store, ThreadId};
+use afk::{
+    Result, RunId, ThreadId,
+    store::{Commit, Epoch, ListPage, Store},
+};
 use async_trait::async_trait;
 
 #[derive(Debug, Default)]
@@ -138,7 +141,7 @@ impl CountingStore {
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl Store for CountingStore {
-    fn capabilities(&self) -> afk::Capabilities {
+    fn capabilities(&self) -> afk::store::Capabilities {
         self.inner.capabilities()
     }
 

@@ -15,9 +15,11 @@ use std::sync::Arc;
 use afk::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk::runner::{Agent, Limits, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
 use afk::schema::LlmResponse;
-use afk::store::FaultStore;
-use afk::store::{CrashMode, RetryPolicy};
-use afk::{CheckpointConfig, Commit, Epoch, MemoryStore, RunId, Store, ThreadId};
+use afk::store::{CrashMode, FaultStore, RetryPolicy};
+use afk::{
+    CheckpointConfig, MemoryStore, RunId, ThreadId,
+    store::{Commit, Epoch, Store},
+};
 use serde_json::{Value, json};
 
 /// The thread every benchmark run lives in (stores are fresh or use unique prefixes).

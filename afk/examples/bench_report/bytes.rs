@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use afk::{MemoryStore, RunId, Store};
+use afk::{MemoryStore, RunId, store::Store};
 
 use crate::support::counting::CountingStore;
 use crate::support::{agent, run_to_end, runner};

@@ -11,7 +11,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use afk::runner::Outcome;
-use afk::{Commit, Epoch, Error, ListPage, Result, RunId, Store, ThreadId};
+use afk::{
+    Error, Result, RunId, ThreadId,
+    store::{Commit, Epoch, ListPage, Store},
+};
 use afk_store_s3::{S3Store, S3Traffic};
 use async_trait::async_trait;
 
@@ -83,7 +86,7 @@ impl Probe {
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl Store for Probe {
-    fn capabilities(&self) -> afk::Capabilities {
+    fn capabilities(&self) -> afk::store::Capabilities {
         self.inner.capabilities()
     }
     async fn get(&self, t: &ThreadId, k: &str) -> Result<Option<Vec<u8>>> {

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use afk::runner::{Outcome, Runner, RunnerConfig};
 use afk::schema::AgentResult;
-use afk::store::StoreExt;
+use afk::store::{Store, StoreExt};
 use afk::verify::{latest_record, verify_thread};
-use afk::{RunId, Store, ThreadId};
+use afk::{RunId, ThreadId};
 use serde_json::{Value, json};
 
 use crate::plan::{CHARGE, LOOKUP, Plan, REFUND, REFUNDER};

@@ -29,9 +29,9 @@ use std::process::ExitCode;
 use afk::keys::{ParsedKey, parse_key};
 use afk::runner::{Outcome, RunEvent, Runner, RunnerConfig, Settlement, ToolContext};
 use afk::schema::EffectRow;
-use afk::store::latest_key;
+use afk::store::{Store, latest_key};
 use afk::verify::verify_thread;
-use afk::{Error, ErrorKind, RunId, Store, ThreadId};
+use afk::{Error, ErrorKind, RunId, ThreadId};
 use clap::{Parser, Subcommand};
 
 use plan::{CHARGE, Plan, REFUND, REFUNDER};

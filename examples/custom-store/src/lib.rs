@@ -1,6 +1,6 @@
 //! A store written outside the workspace's backends: [`LogStore`], an append-only log file.
 //!
-//! It is the worked example of the README: a third-party `afk_core::Store` that passes the
+//! It is the worked example of the README: a third-party `afk_core::store::Store` that passes the
 //! whole conformance suite from a one-line `tests/conformance.rs`.
 //!
 //! Design, in one paragraph: every change (a commit, a claim, a deletion) is one *entry*
@@ -23,9 +23,13 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use afk_core::ids::validate_key;
-use afk_core::store::{latest_key, run_key, run_of_key, validate_commit, validate_list};
-use afk_core::{Capabilities, Commit, Epoch, Error, ListPage, Result, RunId, Store, ThreadId};
+use afk_core::store::{
+    latest_key, run_key, run_of_key, validate_commit, validate_key, validate_list,
+};
+use afk_core::{
+    Error, Result, RunId, ThreadId,
+    store::{Capabilities, Commit, Epoch, ListPage, Store},
+};
 use async_trait::async_trait;
 
 mod codec;

@@ -3,7 +3,10 @@
 
 use std::io::Write;
 
-use afk_core::{Commit, ErrorKind, RunId, Store, ThreadId};
+use afk_core::{
+    ErrorKind, RunId, ThreadId,
+    store::{Commit, Store},
+};
 
 use super::LogStore;
 
@@ -14,7 +17,7 @@ fn ids() -> (ThreadId, RunId) {
     )
 }
 
-fn commit(thread: &ThreadId, run: &RunId, epoch: afk_core::Epoch, v: &[u8]) -> Commit {
+fn commit(thread: &ThreadId, run: &RunId, epoch: afk_core::store::Epoch, v: &[u8]) -> Commit {
     Commit {
         thread: thread.clone(),
         run: run.clone(),

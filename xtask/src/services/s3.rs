@@ -1,10 +1,13 @@
 //! The S3-compatible server: moto's `moto_server` (PyPI), installed on demand into a
 //! virtualenv under the cache directory. It keeps objects in memory, accepts any credentials,
 //! and answers a failed `If-None-Match: *` or `If-Match` with 412 (see README "Development").
+//! It runs through `moto_server.py`, which makes each write atomic as on S3 (moto 5.2.5 checks
+//! `If-Match` and stores the object later, without a lock, in a threaded server).
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -21,23 +24,47 @@ fn venv() -> PathBuf {
     system::cache_dir().join("moto-venv")
 }
 
-/// The `moto_server` binary in xtask's virtualenv (tests that need a throwaway server of their
-/// own, like the S3 restart test, get it as `AFK_TEST_MOTO_SERVER`).
-pub fn moto_server() -> PathBuf {
+/// The wrapper around moto's server that serializes writes (`moto_server.py`, written into the
+/// virtualenv with a shebang naming its python).
+const SERIALIZED: &str = include_str!("moto_server.py");
+
+/// moto's own `moto_server` script in xtask's virtualenv.
+fn moto_bin() -> PathBuf {
     venv().join("bin").join("moto_server")
+}
+
+/// The server to start: moto behind the write-serializing wrapper, in xtask's virtualenv (tests
+/// that need a throwaway server of their own, like the S3 restart test, get it as
+/// `AFK_TEST_MOTO_SERVER`). Its name contains `moto_server`, which `services down` looks for.
+pub fn moto_server() -> PathBuf {
+    venv().join("bin").join("afk_moto_server")
+}
+
+/// Writes the wrapper (every time: it is small, and an older one is replaced), through a
+/// rename so that another xtask starting it meanwhile never runs half a file.
+fn write_wrapper() -> Result<()> {
+    let python = venv().join("bin").join("python3");
+    let script = format!("#!{}\n{SERIALIZED}", python.display());
+    let path = moto_server();
+    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+    fs::write(&tmp, script).with_context(|| format!("cannot write {}", tmp.display()))?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
+    fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
 }
 
 /// True when the virtualenv is missing and `python3` cannot create one (Debian's python3
 /// without `python3-venv`).
 pub fn needs_python_venv() -> bool {
-    !moto_server().is_file()
+    !moto_bin().is_file()
         && system::output(Command::new("python3").args(["-c", "import venv, ensurepip"])).is_none()
 }
 
-/// Creates the virtualenv and installs moto into it, unless that was done before.
+/// Creates the virtualenv and installs moto into it, unless that was done before; writes the
+/// wrapper.
 fn install() -> Result<()> {
-    if moto_server().is_file() {
-        return Ok(());
+    if moto_bin().is_file() {
+        return write_wrapper();
     }
     let venv = venv();
     eprintln!(
@@ -46,7 +73,8 @@ fn install() -> Result<()> {
     );
     let _ = fs::remove_dir_all(&venv); // a half-made venv from an interrupted install
     system::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    system::run(Command::new(venv.join("bin").join("pip")).args(["install", "-q", MOTO]))
+    system::run(Command::new(venv.join("bin").join("pip")).args(["install", "-q", MOTO]))?;
+    write_wrapper()
 }
 
 /// True when something answers HTTP on `port`.

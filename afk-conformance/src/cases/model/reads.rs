@@ -1,8 +1,8 @@
 //! The read operations of the model test that compare more than one answer: `get_many` and
 //! explicit paging.
 
-use afk_core::store::MAX_LIST_LIMIT;
-use afk_core::{Store, ThreadId};
+use afk_core::ThreadId;
+use afk_core::store::{MAX_LIST_LIMIT, Store};
 
 use super::is_fence;
 use crate::support::{CaseResult, fail, show, show_err, show_key};
