@@ -14,7 +14,9 @@ ours `perf_probe run n MODE RUNS` with the plain store, PROBE_RAW=1). Check the 
 Environment: PEER_DIR (the peer scripts, e.g. ../shared/peer), AFK_SRC (AFK's `src/`), AFK_PY
 (a Python >= 3.13 with AFK's imports; see the peer README), PROBE (the release `perf_probe`:
 `cargo build --release -p afk --example perf_probe`). Optional: REPS, NS, MODES, and
-BACKENDS=memory,redis with AFK_TEST_REDIS_URL for Redis (ours needs `--features redis`).
+BACKENDS=memory,redis with AFK_TEST_REDIS_URL for Redis (ours needs `--features redis`), and
+SAME_RUNS=1 to give ours as many runs per process as AFK (by default ours runs 10x more, so its
+store holds 10x more records by the end; both stores slow down as they grow).
 """
 import json, os, statistics, subprocess, sys, time
 
@@ -51,7 +53,8 @@ def afk(backend, n, mode):
 
 
 def ours(backend, n, mode):
-    runs = RUNS[(backend, n)][1]
+    # SAME_RUNS=1: as many runs as AFK's process makes (the same store growth on both sides).
+    runs = RUNS[(backend, n)][0 if os.environ.get("SAME_RUNS") == "1" else 1]
     env = dict(os.environ, PROBE_RAW="1")
     out = subprocess.run([PROBE, "run", str(n), mode, str(runs), backend], env=env,
                          capture_output=True, text=True, check=True).stdout
