@@ -18,7 +18,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
     LlmResponse, Message, MessageContent, Phase, PhasePayload, PostLlmPayload,
     PostToolBatchPayload, PreLlmPayload, PreToolBatchPayload, Role, RunStartedPayload, RunStatus,
-    RunTerminalPayload, StepStartedPayload,
+    RunTerminalPayload, StepStartedPayload, TranscriptRef,
 };
 
 /// AFK's preamble for the system message and for tool output.
@@ -104,10 +104,15 @@ impl RunTask {
                 &self.st.subagent_executions,
             )
             .await?;
+        let bytes = self.snapshot_record(step, tref)?;
+        self.ckpt.put_snapshot(step, bytes).await
+    }
+
+    /// The bytes of the `runtime_state` record at `step` referencing the log `tref`.
+    fn snapshot_record(&mut self, step: u64, tref: TranscriptRef) -> Result<Vec<u8>> {
         let active_ms = self.active_ms();
         let snap = self.st.snapshot(self.ckpt.thread.as_str(), active_ms, tref);
-        let bytes = self.ckpt.encode(step, Phase::RuntimeState, snap)?;
-        self.ckpt.put_snapshot(step, bytes).await
+        self.ckpt.encode(step, Phase::RuntimeState, snap)
     }
 
     fn check_budgets(&self) -> Result<()> {
@@ -176,9 +181,7 @@ impl RunTask {
         } else {
             // The first commit carries the step-0 snapshot: resumable from here on.
             let (entry, tref) = self.ckpt.log_entry(0, &self.st.messages, &[], &[])?;
-            let active_ms = self.active_ms();
-            let snap = self.st.snapshot(self.ckpt.thread.as_str(), active_ms, tref);
-            let bytes = self.ckpt.encode(0, Phase::RuntimeState, snap)?;
+            let bytes = self.snapshot_record(0, tref)?;
             self.ckpt
                 .first_commit(PhasePayload::RunStarted(started), entry, bytes)
                 .await?;
