@@ -12,6 +12,7 @@ use super::agent::{Agent, FailurePolicy};
 use super::llm::LlmRequest;
 use super::persist::Checkpointer;
 use super::state::RunState;
+use super::tool::{ToolRef, ToolSpec};
 use super::tools::{self, BatchOutcome};
 use super::{Decision, Outcome, RunEvent, Shared, Signal};
 use crate::error::{Error, ErrorKind, Result};
@@ -54,6 +55,8 @@ pub(crate) struct RunTask {
     pub control: watch::Receiver<Signal>,
     pub events: broadcast::Sender<RunEvent>,
     pub segment_start_ms: u64,
+    /// The tools offered to the model, once asked for (see [`RunTask::tool_specs`]).
+    pub specs: Option<Arc<[ToolSpec]>>,
 }
 
 impl RunTask {
@@ -77,6 +80,33 @@ impl RunTask {
 
     pub(super) fn run_str(&self) -> String {
         self.ckpt.run.to_string()
+    }
+
+    /// The tools offered to the model: the agent's tools and subagents, asked for their specs
+    /// once per run (a spec holds a JSON schema; building it for every step was a measurable
+    /// part of a step's cost).
+    fn tool_specs(&mut self) -> Arc<[ToolSpec]> {
+        let agent = &self.agent;
+        Arc::clone(self.specs.get_or_insert_with(|| {
+            agent
+                .tools
+                .iter()
+                .map(|t| t.spec())
+                .chain(agent.subagents.iter().map(super::subagent::spec_of))
+                .collect()
+        }))
+    }
+
+    /// The agent's tool named `name`, found through the specs asked for once per run (not by
+    /// asking every tool for its spec again, as [`Agent::tool`] does).
+    pub(super) fn tool(&mut self, name: &str) -> Option<ToolRef> {
+        let specs = self.tool_specs();
+        let tools = &self.agent.tools;
+        specs
+            .iter()
+            .take(tools.len())
+            .position(|s| s.name == name)
+            .and_then(|i| tools.get(i).cloned())
     }
 
     /// Fail fast when the caller asked to stop.
@@ -163,8 +193,8 @@ impl RunTask {
                 "[trusted_system]\n{UNTRUSTED_NOTE}\n\n{}",
                 self.agent.instructions
             );
-            self.st.messages.push(text_message(Role::System, sys, None));
-            self.st.messages.push(text_message(Role::User, input, None));
+            self.st.push_message(text_message(Role::System, sys, None));
+            self.st.push_message(text_message(Role::User, input, None));
         }
         self.st.snap.state = RunStatus::Running;
         self.st.snap.requested_model = Some(self.agent.model.clone());
@@ -247,8 +277,7 @@ impl RunTask {
         };
         if !resp.text.is_empty() {
             self.st
-                .messages
-                .push(text_message(Role::Assistant, resp.text.clone(), None));
+                .push_message(text_message(Role::Assistant, resp.text.clone(), None));
         }
         self.st.snap.final_response = Some(resp.clone());
         self.emit(RunEvent::LlmCompleted {
@@ -326,15 +355,14 @@ impl RunTask {
             .checkpoint(step, PhasePayload::PreLlm(pre))
             .await?;
         let key = format!("{}:step:{step}", self.ckpt.run);
-        let mut specs: Vec<_> = self.agent.tools.iter().map(|t| t.spec()).collect();
-        specs.extend(self.agent.subagents.iter().map(super::subagent::spec_of));
+        let specs = self.tool_specs();
         let mut last_err = None;
         let mut got = None;
         for model in self.agent.model_candidates() {
             let req = LlmRequest {
                 model: model.clone(),
-                messages: self.st.messages.clone(),
-                tools: specs.clone(),
+                messages: Arc::clone(&self.st.messages),
+                tools: Arc::clone(&specs),
                 session_token: self.st.snap.session_token.clone(),
                 checkpoint_token: self.st.snap.checkpoint_token.clone(),
                 idempotency_key: key.clone(),
@@ -419,21 +447,23 @@ impl RunTask {
             normalized_model: Some(self.st.snap.normalized_model.clone().unwrap_or_default()),
             provider_adapter: Some(self.st.snap.provider_adapter.clone().unwrap_or_default()),
             message: None,
-            terminal_result: Some(result.clone()),
+            terminal_result: Some(result),
             background_tools_pending: None,
             extra: Default::default(),
         };
-        self.ckpt
-            .checkpoint(
-                self.st.snap.step,
-                PhasePayload::RunTerminal(Box::new(payload)),
-            )
-            .await?;
+        // Written from the payload, then the result taken back out of it (not copied).
+        let record = PhasePayload::RunTerminal(Box::new(payload));
+        self.ckpt.checkpoint_ref(self.st.snap.step, &record).await?;
         self.ckpt.flush().await?;
         self.emit(RunEvent::Finished {
             state: self.st.snap.state.clone(),
         });
-        Ok(Outcome::Completed(Box::new(result)))
+        match record {
+            PhasePayload::RunTerminal(p) => p.terminal_result,
+            _ => None,
+        }
+        .map(|result| Outcome::Completed(Box::new(result)))
+        .ok_or_else(|| Error::unexpected("the terminal record lost its result"))
     }
 
     /// After an error: record a terminal `failed`/`cancelled` record when the error ends the

@@ -1,6 +1,7 @@
 //! The model-client contract.
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -13,10 +14,13 @@ use crate::schema::{LlmResponse, Message};
 pub struct LlmRequest {
     /// The model to use (the agent's model or a fallback).
     pub model: String,
-    /// The transcript so far (system, user, assistant and tool messages).
-    pub messages: Vec<Message>,
-    /// The tools the model may call.
-    pub tools: Vec<ToolSpec>,
+    /// The transcript so far (system, user, assistant and tool messages). Shared with the
+    /// run, not copied for each request: a client that keeps it beyond the call makes the run
+    /// copy its transcript once when it next grows.
+    pub messages: Arc<Vec<Message>>,
+    /// The tools the model may call (the agent's tools and subagents, computed once per run
+    /// and shared by its requests).
+    pub tools: Arc<[ToolSpec]>,
     /// Provider continuity token from the previous response, if any.
     pub session_token: Option<String>,
     /// Provider checkpoint token from the previous response, if any.

@@ -484,6 +484,7 @@ pub(crate) async fn execute(
         control,
         events,
         segment_start_ms,
+        specs: None,
     };
     let res = task.run_loop(input).await;
     if let Err(e) = &res {

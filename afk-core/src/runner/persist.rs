@@ -176,6 +176,13 @@ impl Checkpointer {
         self.checkpoint_with(step, payload, true).await
     }
 
+    /// [`Checkpointer::checkpoint`] of a payload the caller keeps (it is written as it is).
+    pub(super) async fn checkpoint_ref(&mut self, step: u64, payload: &PhasePayload) -> Result<()> {
+        let phase = payload.phase();
+        let bytes = self.encode(step, phase, payload)?;
+        self.put_record(step, phase, bytes, true).await
+    }
+
     /// Commit a checkpoint record; move the latest pointer only if `move_latest`.
     pub(super) async fn checkpoint_with(
         &mut self,

@@ -1,5 +1,7 @@
 //! The in-memory state of one run, and its conversion to and from the runtime snapshot.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::schema::{
@@ -32,8 +34,9 @@ pub(crate) const LLM_REQUEST_KEY: &str = "llm_request";
 pub(crate) struct RunState {
     /// The snapshot fields.
     pub snap: RuntimeSnapshot,
-    /// The whole transcript.
-    pub messages: Vec<Message>,
+    /// The whole transcript, shared with the model requests made from it (pushed to through
+    /// [`RunState::push_message`]).
+    pub messages: Arc<Vec<Message>>,
     /// Every tool execution record of the run.
     pub tool_executions: Vec<ToolExecution>,
     /// Every subagent execution record of the run.
@@ -75,6 +78,12 @@ impl RunState {
             snap.extra.remove(STEP_OPEN_KEY);
         }
         snap
+    }
+
+    /// Append `message` to the transcript (copying it first only if a model request still
+    /// holds the current one).
+    pub(super) fn push_message(&mut self, message: Message) {
+        Arc::make_mut(&mut self.messages).push(message);
     }
 
     /// Restore from a snapshot whose transcript has already been reassembled into `messages`;
@@ -135,7 +144,7 @@ impl RunState {
         snap.background_tools_pending.clear();
         RunState {
             snap,
-            messages,
+            messages: Arc::new(messages),
             tool_executions,
             subagent_executions,
             llm_requests,

@@ -86,7 +86,8 @@ pub struct ToolSpec {
 /// call, never a hang.
 #[async_trait]
 pub trait Tool: Send + Sync + fmt::Debug {
-    /// Name, JSON schema and description.
+    /// Name, JSON schema and description. Asked for once per run (per process that runs or
+    /// resumes it): the runner offers the same specs to every model call of the run.
     fn spec(&self) -> ToolSpec;
 
     /// What resume does when this tool's intent is durable but its result is not.

@@ -135,7 +135,7 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
             continue;
         }
         let is_sub = task.agent.subagent(&call.tool_name).is_some();
-        let policy = match task.agent.tool(&call.tool_name) {
+        let policy = match task.tool(&call.tool_name) {
             Some(t) => t.effect_policy(),
             None if is_sub => EffectPolicy::Idempotent,
             None => {
@@ -359,31 +359,30 @@ async fn execute(
         let sem = sem.clone();
         let span = tracing::info_span!("tool_call", tool = %name, call_id = %ids[i], step);
         let tool_name = call.tool_name.clone();
-        let fut: futures::future::BoxFuture<'static, Call> =
-            if let Some(tool) = task.agent.tool(&name).cloned() {
-                Box::pin(async move {
-                    let t0 = Instant::now();
-                    let out = AssertUnwindSafe(tool.call(ctx, args)).catch_unwind().await;
-                    let out = out.map(|r| r.map_err(|e| e.message));
-                    Call::Done(call_result(out, &tool_name, t0))
-                })
-            } else if let Some(sub) = task.agent.subagent(&name).cloned() {
-                let child = subagent::ChildRun::new(task, sub, &ids[i]);
-                Box::pin(async move {
-                    let t0 = Instant::now();
-                    match child.run(args).await {
-                        ChildOutcome::Final(r) => Call::Done(call_result(Ok(r), &tool_name, t0)),
-                        ChildOutcome::Paused(request) => Call::Paused(request),
-                        ChildOutcome::Stopped(e) => Call::Stopped(e),
-                    }
-                })
-            } else {
-                Box::pin(async move {
-                    let t0 = Instant::now();
-                    let out = Err(format!("Unknown tool '{name}'"));
-                    Call::Done(call_result(Ok(out), &tool_name, t0))
-                })
-            };
+        let fut: futures::future::BoxFuture<'static, Call> = if let Some(tool) = task.tool(&name) {
+            Box::pin(async move {
+                let t0 = Instant::now();
+                let out = AssertUnwindSafe(tool.call(ctx, args)).catch_unwind().await;
+                let out = out.map(|r| r.map_err(|e| e.message));
+                Call::Done(call_result(out, &tool_name, t0))
+            })
+        } else if let Some(sub) = task.agent.subagent(&name).cloned() {
+            let child = subagent::ChildRun::new(task, sub, &ids[i]);
+            Box::pin(async move {
+                let t0 = Instant::now();
+                match child.run(args).await {
+                    ChildOutcome::Final(r) => Call::Done(call_result(Ok(r), &tool_name, t0)),
+                    ChildOutcome::Paused(request) => Call::Paused(request),
+                    ChildOutcome::Stopped(e) => Call::Stopped(e),
+                }
+            })
+        } else {
+            Box::pin(async move {
+                let t0 = Instant::now();
+                let out = Err(format!("Unknown tool '{name}'"));
+                Call::Done(call_result(Ok(out), &tool_name, t0))
+            })
+        };
         futs.push(
             async move {
                 let _permit = sem.acquire_owned().await;
@@ -533,7 +532,7 @@ fn push_records(task: &mut RunTask, call: &ToolCall, id: &str, res: &CallResult)
     );
     let mut msg = text_message(Role::Tool, text, Some(call.tool_name.clone()));
     msg.tool_call_id = Some(id.to_owned());
-    task.st.messages.push(msg);
+    task.st.push_message(msg);
 }
 
 /// Commit a `paused` record holding the full request, make it durable, and stop.
