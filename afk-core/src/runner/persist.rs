@@ -210,10 +210,24 @@ impl Checkpointer {
         move_latest: bool,
     ) -> Result<()> {
         let key = keys::checkpoint_key(&self.run, step, phase);
-        let latest = move_latest.then(|| bytes.clone());
         tracing::trace!(run = %self.run, step, phase = %phase, "checkpoint");
-        self.commit(vec![(key, bytes)], latest, phase == Phase::RuntimeState)
-            .await
+        if !move_latest {
+            return self
+                .commit(vec![(key, bytes)], None, phase == Phase::RuntimeState)
+                .await;
+        }
+        // The pointer's copy of the record is made by the writer, only for a record that is
+        // still the newest when its commit is written.
+        let c = Commit {
+            thread: self.thread.clone(),
+            run: self.run.clone(),
+            epoch: self.epoch,
+            puts: vec![(key, bytes)],
+            latest: None,
+        };
+        self.writer.submit_record(c).await?;
+        self.commits += 1;
+        Ok(())
     }
 
     /// Append the messages and records not yet in the log as one entry (if there are any) and

@@ -49,6 +49,8 @@ mod claim_tests;
 #[cfg(test)]
 mod hold_tests;
 #[cfg(test)]
+mod latest_tests;
+#[cfg(test)]
 mod merge_tests;
 #[cfg(test)]
 mod proptests;
@@ -180,8 +182,25 @@ impl Writer {
     pub(crate) async fn submit(&self, commit: Commit, coalescible: bool) -> Result<Ticket> {
         // Merging does not depend on it (see above); kept so callers need not change.
         let _ = coalescible;
+        self.submit_entry(commit, None).await
+    }
+
+    /// [`Writer::submit`] of a commit of one record that also moves the latest pointer to it:
+    /// `commit` has one put and no `latest`; the pointer's value (the record's bytes) is made
+    /// when the commit is handed to the store, so a record that a newer one supersedes in a
+    /// merged commit is never copied for the pointer.
+    pub(crate) async fn submit_record(&self, commit: Commit) -> Result<Ticket> {
+        debug_assert!(commit.puts.len() == 1 && commit.latest.is_none());
+        let latest = (commit.puts.len() == 1 && commit.latest.is_none()).then_some(0);
+        self.submit_entry(commit, latest).await
+    }
+
+    /// Queue or write `commit`; `latest_put`: the latest pointer takes the value of that put
+    /// (see [`Entry::latest_put`]).
+    async fn submit_entry(&self, mut commit: Commit, latest_put: Option<usize>) -> Result<Ticket> {
         let key: RunKey = (commit.thread.clone(), commit.run.clone(), commit.epoch);
         let Some(tx) = &self.inner.tx else {
+            worker::materialize_latest(&mut commit, latest_put);
             return self.submit_sync(key, commit).await;
         };
         // A full queue may keep `reserve` waiting: a claim that already failed learns it now.
@@ -214,6 +233,7 @@ impl Writer {
             key: key.clone(),
             seq,
             commit,
+            latest_put,
         }));
         drop(st);
         Ok(Ticket {

@@ -56,6 +56,20 @@ pub(crate) struct Entry {
     pub(crate) key: RunKey,
     pub(crate) seq: u64,
     pub(crate) commit: Commit,
+    /// The latest pointer takes the value of `commit.puts[i]` (then `commit.latest` is
+    /// `None`): set when the commit is handed to the store ([`materialize_latest`]), so the
+    /// pointers of the records a merge supersedes are never copied.
+    pub(crate) latest_put: Option<usize>,
+}
+
+/// Give `commit` its latest pointer from `commit.puts[latest_put]`, if that is where it is.
+pub(crate) fn materialize_latest(commit: &mut Commit, latest_put: Option<usize>) {
+    if let Some(v) = latest_put
+        .and_then(|i| commit.puts.get(i))
+        .map(|(_, v)| v.clone())
+    {
+        commit.latest = Some(v);
+    }
 }
 
 /// What travels over the channel.
@@ -268,7 +282,9 @@ impl Worker {
                     } else if picked.len() < max && free {
                         self.busy.insert(q.entry.key.clone());
                         picked.push((q.entry.key, q.entry.seq));
-                        commits.push(q.entry.commit);
+                        let mut commit = q.entry.commit;
+                        materialize_latest(&mut commit, q.entry.latest_put);
+                        commits.push(commit);
                     } else {
                         rest.push_back(q);
                     }
@@ -359,7 +375,12 @@ fn merge(older: &mut Queued, newer: Entry, limits: Limits) -> Option<Entry> {
         .iter()
         .filter(|(k, _)| position(&older.index, &old.puts, k).is_none())
         .count();
-    let latest = usize::from(old.latest.is_some() || new.latest.is_some());
+    let latest = usize::from(
+        old.latest.is_some()
+            || new.latest.is_some()
+            || older.entry.latest_put.is_some()
+            || newer.latest_put.is_some(),
+    );
     if limits
         .max_keys
         .is_some_and(|m| old.puts.len() + added + latest > m)
@@ -367,17 +388,40 @@ fn merge(older: &mut Queued, newer: Entry, limits: Limits) -> Option<Entry> {
     {
         return Some(newer);
     }
-    let Entry { seq, commit, .. } = newer;
+    let Entry {
+        seq,
+        commit,
+        latest_put,
+        ..
+    } = newer;
     let old = &mut older.entry.commit;
-    for (k, v) in commit.puts {
-        match position(&older.index, &old.puts, &k) {
-            Some(i) => old.puts[i].1 = v,
+    // The newer commit moves the pointer: the older one's lazy pointer is dropped unmade.
+    if latest_put.is_some() || commit.latest.is_some() {
+        older.entry.latest_put = None;
+        old.latest = None;
+    }
+    for (j, (k, v)) in commit.puts.into_iter().enumerate() {
+        let i = match position(&older.index, &old.puts, &k) {
+            Some(i) => {
+                // The pointer holds the value it was given, not a newer value of its key.
+                if older.entry.latest_put == Some(i) {
+                    older.entry.latest_put = None;
+                    old.latest = Some(std::mem::replace(&mut old.puts[i].1, v));
+                } else {
+                    old.puts[i].1 = v;
+                }
+                i
+            }
             None => {
                 if let Some(index) = older.index.as_mut() {
                     index.insert(k.clone(), old.puts.len());
                 }
                 old.puts.push((k, v));
+                old.puts.len() - 1
             }
+        };
+        if latest_put == Some(j) {
+            older.entry.latest_put = Some(i);
         }
     }
     if commit.latest.is_some() {
