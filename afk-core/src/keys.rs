@@ -96,12 +96,19 @@ pub fn run_prefixes(run: &RunId) -> [String; 4] {
 
 /// Escape a free-form key component: bytes outside `A-Z a-z 0-9 _ - .` become `%XX`.
 pub fn escape_component(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.');
+    if s.bytes().all(plain) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
     for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.') {
+        if plain(b) {
             out.push(b as char);
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xF)]));
         }
     }
     out

@@ -516,19 +516,13 @@ fn push_records(task: &mut RunTask, call: &ToolCall, id: &str, res: &CallResult)
         agent_path: Some(task.agent.name.clone()),
         extra: Default::default(),
     });
-    let mut body = Map::new();
-    body.insert("success".into(), Value::Bool(res.success));
-    body.insert("output".into(), res.output.clone());
-    body.insert(
-        "error".into(),
-        res.error.clone().map_or(Value::Null, Value::String),
-    );
+    let error = res.error.clone().map_or(Value::Null, Value::String);
     let text = format!(
         "[untrusted_tool_output:{}]\n{UNTRUSTED_NOTE}\n{{\"success\": {}, \"output\": {}, \"error\": {}}}",
         call.tool_name,
         res.success,
         canonical_json(&res.output),
-        canonical_json(&body["error"]),
+        canonical_json(&error),
     );
     let mut msg = text_message(Role::Tool, text, Some(call.tool_name.clone()));
     msg.tool_call_id = Some(id.to_owned());
