@@ -42,7 +42,10 @@ async fn list_all(s: &RedisStore, t: &ThreadId, prefix: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let page = s.list(t, prefix, cursor.as_deref(), 1000).await.unwrap();
+        let page = s
+            .list(t, prefix, cursor.as_deref(), 1000)
+            .await
+            .expect("list a page");
         out.extend(page.keys);
         match page.next_cursor {
             Some(c) => cursor = Some(c),
@@ -188,13 +191,13 @@ async fn query<T: redis::FromRedisValue>(
             .iter()
             .map(|(h, p)| format!("redis://{h}:{p}"))
             .collect();
-        let c = redis::cluster::ClusterClient::new(nodes).unwrap();
-        let mut conn = c.get_async_connection().await.unwrap();
-        pipe.query_async(&mut conn).await.unwrap()
+        let c = redis::cluster::ClusterClient::new(nodes).expect("cluster client");
+        let mut conn = c.get_async_connection().await.expect("cluster connection");
+        pipe.query_async(&mut conn).await.expect("query")
     } else {
         let (h, p) = &cfg.nodes[0];
         let mut conn = raw(&format!("redis://{h}:{p}")).await;
-        pipe.query_async(&mut conn).await.unwrap()
+        pipe.query_async(&mut conn).await.expect("query")
     }
 }
 
