@@ -1,7 +1,8 @@
-//! Commits and deletes of more keys than one chunk of a script (the scripts write, index and
-//! delete 500 keys per `MSET`/`ZADD`/`DEL`/`ZREM`) and than Lua's `unpack` returns at once
-//! (~8000 values: a single `MSET` of 4001 keys would unpack 8002), on a single node and on
-//! Cluster.
+//! How the commit and delete scripts write, on a single node and on Cluster: commits and
+//! deletes of more keys than one chunk of a script (the scripts write, index and delete 500
+//! keys per `MSET`/`ZADD`/`DEL`/`ZREM`) and than Lua's `unpack` returns at once (~8000 values:
+//! a single `MSET` of 4001 keys would unpack 8002); a commit whose index write fails writes no
+//! data.
 
 mod common;
 
@@ -230,5 +231,27 @@ async fn with_a_ttl_every_key_of_a_commit_of_many_chunks_expires_with_its_run() 
             off.is_empty(),
             "{topo}: keys off the run's instant: {off:?}"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_commit_whose_index_write_fails_writes_no_data() {
+    for (topo, cfg) in topologies() {
+        let s = connect(cfg.clone()).await;
+        let t = thread("chunki");
+        let r = run("run_i");
+        let e = s.claim(&t, &r).await.unwrap();
+        // Break the index: a string where the sorted set was.
+        let index = format!("{{{}:{}}}#index", cfg.prefix, t);
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET").arg(&index).arg("not a sorted set").ignore();
+        let () = query(topo, &cfg, &pipe).await;
+        let c = big_commit(&t, &r, e, 3);
+        let err = s.commit(&c).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unexpected, "{topo}: {err}");
+        let mut keys: Vec<String> = c.puts.iter().map(|(k, _)| k.clone()).collect();
+        keys.push(afk_core::store::latest_key(&r));
+        let got = s.get_many(&t, &keys).await.unwrap();
+        assert!(got.iter().all(Option::is_none), "{topo}: {got:?}");
     }
 }
