@@ -12,6 +12,7 @@
 //! ambiguous commit is resolved by reading it back (`store.rs`), and a claim must not take
 //! two epochs.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use afk_core::{Error, Result};
@@ -73,8 +74,12 @@ fn primaries(nodes: &str) -> Vec<(String, u16)> {
     out
 }
 
-/// One script invocation: its KEYS and its ARGV.
-pub(crate) type ScriptCall = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+/// One script invocation: its KEYS and its ARGV (borrowed where the caller holds the bytes,
+/// as a commit's values: they are copied once, into the command).
+pub(crate) type ScriptCall<'a> = (Vec<Vec<u8>>, Vec<Cow<'a, [u8]>>);
+
+/// The ARGV of a script called without arguments.
+pub(crate) const NO_ARGS: &[&[u8]] = &[];
 
 #[derive(Clone)]
 pub(crate) enum Conn {
@@ -286,11 +291,11 @@ impl Client {
     /// Run a script: `EVALSHA`, and on `NOSCRIPT` the full `EVAL` (which also caches it).
     /// With [`Repeat::Safe`], a script that failed on a dead connection is sent once more on a
     /// fresh one.
-    pub(crate) async fn eval<T: FromRedisValue>(
+    pub(crate) async fn eval<T: FromRedisValue, A: AsRef<[u8]>>(
         &self,
         lua: &Lua,
         keys: &[Vec<u8>],
-        args: &[Vec<u8>],
+        args: &[A],
         repeat: Repeat,
         what: &str,
     ) -> Result<T> {
@@ -329,7 +334,7 @@ impl Client {
     pub(crate) async fn eval_many(
         &self,
         lua: &Lua,
-        calls: &[ScriptCall],
+        calls: &[ScriptCall<'_>],
         what: &str,
     ) -> Result<Vec<RedisResult<Value>>> {
         let fut = async {
@@ -391,7 +396,7 @@ async fn diagnose_tls(
     err
 }
 
-fn eval_cmd(lua: &Lua, keys: &[Vec<u8>], args: &[Vec<u8>], sha: bool) -> Cmd {
+fn eval_cmd<A: AsRef<[u8]>>(lua: &Lua, keys: &[Vec<u8>], args: &[A], sha: bool) -> Cmd {
     let mut cmd = if sha {
         redis::cmd("EVALSHA")
     } else {
@@ -402,7 +407,10 @@ fn eval_cmd(lua: &Lua, keys: &[Vec<u8>], args: &[Vec<u8>], sha: bool) -> Cmd {
     } else {
         cmd.arg(lua.code.as_bytes());
     }
-    cmd.arg(keys.len()).arg(keys).arg(args);
+    cmd.arg(keys.len()).arg(keys);
+    for a in args {
+        cmd.arg(a.as_ref());
+    }
     cmd
 }
 

@@ -24,8 +24,8 @@ end
 
 -- Give every key of `run` one common expiry instant, so a run expires as a whole. The instant
 -- is pushed to now + ttl when less than half of the ttl is left (amortised O(1) per key);
--- otherwise only the `fresh` keys join the run's current instant.
-local function touch_run(index, kp, run, ttl_ms, fresh)
+-- otherwise only the fresh keys `fresh[first..]` join the run's current instant.
+local function touch_run(index, kp, run, ttl_ms, fresh, first)
   local fence = kp .. 'run:' .. run
   local at = redis.call('PEXPIRETIME', fence)
   local left = redis.call('PTTL', fence)
@@ -36,7 +36,7 @@ local function touch_run(index, kp, run, ttl_ms, fresh)
       redis.call('PEXPIREAT', kp .. m, at)
     end
   else
-    for _, k in ipairs(fresh) do redis.call('PEXPIREAT', k, at) end
+    for i = first, #fresh do redis.call('PEXPIREAT', fresh[i], at) end
   end
   local iat = redis.call('PEXPIRETIME', index)
   if iat < at then redis.call('PEXPIREAT', index, at) end
@@ -47,6 +47,17 @@ end
 /// KEYS: index, fence, data keys…. ARGV: epoch, ttl_ms, kp, run, values… (aligned with
 /// KEYS[3..]). Returns `"ok"` or `"fenced:<current epoch>"` (also for a run never claimed); on a
 /// fence failure nothing is written.
+///
+/// The data keys are written with one `MSET` and indexed with one `ZADD` per chunk of
+/// [`CHUNK`] keys, not one `SET` and one `ZADD` per key: each `redis.call` costs the server
+/// ~1.5 µs of its own (command lookup, argument objects, call bookkeeping), and a merged commit
+/// of the write-behind holds a dozen keys (measured on Redis 7.0.15, replaying the merged
+/// commits of a bench run of 13 keys and ~7 KB each: 71 → 55 µs per commit on one node, 80 → 62
+/// µs on a Cluster node). The
+/// chunks keep `unpack` under Lua's limit of ~8000 results. Scores are the string `'0'`: a Lua
+/// number would be formatted with `snprintf` for every member. The index is written first: the
+/// only write of the script that can fail (an index key that is not a sorted set) then fails
+/// before any data is written.
 pub(crate) const COMMIT_BODY: &str = r#"
 local cur = redis.call('GET', KEYS[2])
 if not cur then
@@ -55,16 +66,22 @@ end
 if cur ~= ARGV[1] then
   return 'fenced:' .. cur
 end
-local kp = ARGV[3]
-local plen = #kp
-local fresh = {}
-for i = 3, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[i + 2])
-  redis.call('ZADD', KEYS[1], 0, string.sub(KEYS[i], plen + 1))
-  fresh[#fresh + 1] = KEYS[i]
+local plen = #ARGV[3]
+local n = #KEYS
+for i = 3, n, CHUNK do
+  local j = math.min(i + CHUNK - 1, n)
+  local kv, zs = {}, {}
+  for x = i, j do
+    kv[#kv + 1] = KEYS[x]
+    kv[#kv + 1] = ARGV[x + 2]
+    zs[#zs + 1] = '0'
+    zs[#zs + 1] = string.sub(KEYS[x], plen + 1)
+  end
+  redis.call('ZADD', KEYS[1], unpack(zs))
+  redis.call('MSET', unpack(kv))
 end
 local ttl = tonumber(ARGV[2])
-if ttl > 0 then touch_run(KEYS[1], kp, ARGV[4], ttl, fresh) end
+if ttl > 0 then touch_run(KEYS[1], ARGV[3], ARGV[4], ttl, KEYS, 3) end
 return 'ok'
 "#;
 
@@ -76,7 +93,7 @@ pub(crate) const CLAIM_BODY: &str = r#"
 local e = redis.call('INCR', KEYS[2])
 redis.call('ZADD', KEYS[1], 0, 'run:' .. ARGV[2])
 local ttl = tonumber(ARGV[3])
-if ttl > 0 then touch_run(KEYS[1], ARGV[1], ARGV[2], ttl, {}) end
+if ttl > 0 then touch_run(KEYS[1], ARGV[1], ARGV[2], ttl, {}, 1) end
 local g = tonumber(redis.call('GET', KEYS[3]) or '0')
 local again = 0
 if g > 0 and tonumber(ARGV[4]) < 2 * g then again = 1 end
@@ -116,24 +133,38 @@ end
 return {more, last, out}
 "#;
 
-/// Delete keys. KEYS: index, data keys…. ARGV: kp. Returns `{how many existed, gen}`.
+/// Delete keys. KEYS: index, data keys…. ARGV: kp. Returns `{how many existed, gen}`. One
+/// `ZREM` and one `DEL` per chunk of [`CHUNK`] keys, the index first (as in a commit).
 pub(crate) const DELETE: &str = r#"
 local plen = #ARGV[1]
 local n = 0
-for i = 2, #KEYS do
-  n = n + redis.call('DEL', KEYS[i])
-  redis.call('ZREM', KEYS[1], string.sub(KEYS[i], plen + 1))
+for i = 2, #KEYS, CHUNK do
+  local j = math.min(i + CHUNK - 1, #KEYS)
+  local ms = {}
+  for x = i, j do ms[#ms + 1] = string.sub(KEYS[x], plen + 1) end
+  redis.call('ZREM', KEYS[1], unpack(ms))
+  n = n + redis.call('DEL', unpack(KEYS, i, j))
 end
 "#;
 
 /// Delete a run. KEYS: index, fence. ARGV: kp, run. Returns `{how many keys existed, gen}`.
+/// One `DEL` and one `ZREM` per chunk of [`CHUNK`] members (a run of 10 steps has ~90 keys).
 pub(crate) const DELETE_RUN_BODY: &str = r#"
 local n = 0
-for _, m in ipairs(run_members(KEYS[1], ARGV[2])) do
-  n = n + redis.call('DEL', ARGV[1] .. m)
-  redis.call('ZREM', KEYS[1], m)
+local ms = run_members(KEYS[1], ARGV[2])
+for i = 1, #ms, CHUNK do
+  local j = math.min(i + CHUNK - 1, #ms)
+  local ks = {}
+  for x = i, j do ks[#ks + 1] = ARGV[1] .. ms[x] end
+  n = n + redis.call('DEL', unpack(ks))
+  redis.call('ZREM', KEYS[1], unpack(ms, i, j))
 end
 "#;
+
+/// Most keys one `MSET`, `DEL`, `ZADD` or `ZREM` of a script takes (the Lua name `CHUNK`):
+/// Lua's `unpack` returns at most ~8000 values (`LUAI_MAXCSTACK`), and a `ZADD` of `CHUNK`
+/// keys unpacks twice as many (score, member).
+pub(crate) const CHUNK: usize = 500;
 
 use crate::threads;
 
@@ -167,13 +198,15 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let with = |body: &str| Lua::new(format!("{HELPERS}{body}"));
+        let with = |body: &str| Lua::new(format!("local CHUNK = {CHUNK}\n{HELPERS}{body}"));
         let next_gen = threads::next_gen();
         Scripts {
             commit: with(COMMIT_BODY),
             claim: with(CLAIM_BODY),
             list: Lua::new(LIST.to_string()),
-            delete: Lua::new(format!("{next_gen}{DELETE}{MARK_IF_EMPTY}")),
+            delete: Lua::new(format!(
+                "local CHUNK = {CHUNK}\n{next_gen}{DELETE}{MARK_IF_EMPTY}"
+            )),
             delete_run: with(&format!("{next_gen}{DELETE_RUN_BODY}{MARK_IF_EMPTY}")),
             index_add: Lua::new(threads::ADD.to_string()),
             index_set_if_newer: Lua::new(threads::SET_IF_NEWER.to_string()),

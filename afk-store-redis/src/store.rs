@@ -1,5 +1,6 @@
 //! [`RedisStore`]: the store contract over Redis or Redis Cluster.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use afk_core::store::validate_key;
@@ -58,7 +59,7 @@ fn index_key(cfg: &RedisConfig, thread: &ThreadId) -> Vec<u8> {
 }
 
 fn phys(kp: &str, key: &str) -> Vec<u8> {
-    format!("{kp}{key}").into_bytes()
+    [kp.as_bytes(), key.as_bytes()].concat()
 }
 
 impl RedisStore {
@@ -115,7 +116,7 @@ impl RedisStore {
         ];
         match self
             .client
-            .eval::<(u64, i64, u64)>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
+            .eval::<(u64, i64, u64), _>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
             .await
         {
             Ok((e, again, g)) => {
@@ -159,29 +160,31 @@ impl RedisStore {
             .into_bytes()
     }
 
-    /// Check a commit and turn it into the commit script's KEYS and ARGV.
-    fn commit_call(&self, c: &Commit) -> Result<ScriptCall> {
-        let run = c.run.as_str();
-        let fence = run_key(&c.run);
-        let kp = kp(&self.cfg, &c.thread);
-        let mut keys = vec![index_key(&self.cfg, &c.thread), phys(&kp, &fence)];
-        let mut args = vec![
-            c.epoch.0.to_string().into_bytes(),
-            self.ttl_ms(),
-            kp.clone().into_bytes(),
-            run.as_bytes().to_vec(),
-        ];
+    /// Check a commit and turn it into the commit script's KEYS and ARGV (the values borrowed
+    /// from the commit).
+    fn commit_call<'c>(&self, c: &'c Commit) -> Result<ScriptCall<'c>> {
         validate_commit(c)?;
+        let run = c.run.as_str();
+        let kp = kp(&self.cfg, &c.thread);
+        let n = c.puts.len() + usize::from(c.latest.is_some());
+        let mut keys = Vec::with_capacity(2 + n);
+        keys.push(index_key(&self.cfg, &c.thread));
+        keys.push(phys(&kp, &run_key(&c.run)));
+        let mut args: Vec<Cow<'c, [u8]>> = Vec::with_capacity(4 + n);
+        args.push(Cow::Owned(c.epoch.0.to_string().into_bytes()));
+        args.push(Cow::Owned(self.ttl_ms()));
+        args.push(Cow::Owned(kp.as_bytes().to_vec()));
+        args.push(Cow::Borrowed(run.as_bytes()));
         for (k, v) in &c.puts {
             check_size(k, v.len())?;
             keys.push(phys(&kp, k));
-            args.push(v.clone());
+            args.push(Cow::Borrowed(v));
         }
         if let Some(latest) = &c.latest {
             let k = afk_core::store::latest_key(&c.run);
             check_size(&k, latest.len())?;
             keys.push(phys(&kp, &k));
-            args.push(latest.clone());
+            args.push(Cow::Borrowed(latest));
         }
         Ok((keys, args))
     }
@@ -237,7 +240,7 @@ impl RedisStore {
                     && got[1..]
                         .iter()
                         .zip(&args[4..])
-                        .all(|(g, want)| g.as_deref() == Some(want));
+                        .all(|(g, want)| g.as_deref() == Some(want.as_ref()));
                 if fence_ok && data_ok {
                     tracing::debug!(run = %c.run, "redis: ambiguous commit found applied");
                     Ok(())
@@ -415,7 +418,7 @@ impl Store for RedisStore {
         let what = format!("commit of run {}", commit.run);
         match self
             .client
-            .eval::<Value>(&self.scripts.commit, &keys, &args, Repeat::Never, &what)
+            .eval::<Value, _>(&self.scripts.commit, &keys, &args, Repeat::Never, &what)
             .await
         {
             Ok(v) => Self::commit_answer(commit, Ok(v)),

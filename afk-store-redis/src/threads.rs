@@ -54,7 +54,7 @@ use afk_core::store::{ThreadPage, thread_list_limit};
 use afk_core::{Error, Result, ThreadId};
 
 use crate::config::RedisConfig;
-use crate::conn::{Client, Repeat};
+use crate::conn::{Client, NO_ARGS, Repeat};
 use crate::scripts::Scripts;
 
 /// How long a thread's generation and stamp are remembered: 24 hours. A claim is two round
@@ -212,7 +212,7 @@ pub(crate) async fn held(
         .eval(
             &scripts.index_held,
             &[thread_index(cfg, thread), gen_key(cfg, thread)],
-            &[],
+            NO_ARGS,
             // Raises a missing generation once; a second copy reads it.
             Repeat::Safe,
             "check whether the thread holds keys",
@@ -298,7 +298,7 @@ pub(crate) async fn rebuild(
                 .eval(
                     &scripts.index_mark_empty,
                     &[thread_index(cfg, &id), gen_key(cfg, &id)],
-                    &[],
+                    NO_ARGS,
                     // A second copy raises the generation once more: still an emptying.
                     Repeat::Safe,
                     "check a listed thread",

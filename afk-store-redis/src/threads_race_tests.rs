@@ -52,7 +52,7 @@ async fn mark(s: &RedisStore, t: &ThreadId) -> u64 {
                 thread_index(s.config(), t.as_str()),
                 gen_key(s.config(), t.as_str()),
             ],
-            &[],
+            NO_ARGS,
             Repeat::Safe,
             "mark",
         )
