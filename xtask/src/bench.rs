@@ -96,6 +96,13 @@ pub fn run() -> Result<i32> {
             cmd.args(["--example", "bench_report", "--", "--out"]);
             cmd.arg(&path);
             cmd.env("CARGO_TARGET_DIR", &target);
+            // The report measures bytes, round trips and S3 resume itself: it needs the
+            // servers too (without them it printed "not measured" for Redis and S3).
+            cmd.envs(
+                services
+                    .iter()
+                    .flat_map(|s| s.env().iter().map(|(k, v)| (k, v))),
+            );
             let status = system::run_status(&mut cmd)?;
             if status.success() {
                 tables = fs::read_to_string(&path).ok();
