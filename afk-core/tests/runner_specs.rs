@@ -3,16 +3,18 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{
-    Agent, Limits, LlmClient, LlmRequest, Outcome, Runner, RunnerConfig, Tool, ToolContext,
-    ToolError, ToolSpec,
+    Agent, LlmClient, LlmRequest, Outcome, Runner, RunnerConfig, Tool, ToolContext, ToolError,
+    ToolSpec,
 };
 use afk_core::schema::LlmResponse;
 use afk_core::{MemoryStore, RunId, ThreadId};
@@ -61,16 +63,7 @@ impl LlmClient for Recording {
 
 #[tokio::test]
 async fn specs_are_asked_once_per_run_and_offered_to_every_model_call() {
-    let r = |v| serde_json::from_value::<LlmResponse>(v).unwrap();
-    let mut script: Vec<LlmResponse> = (0..STEPS)
-        .map(|i| {
-            r(
-                json!({"text": format!("step {i}"), "tool_calls": [{"id": format!("c{i}"),
-                "tool_name": "add", "arguments": {"a": i, "b": 1}}]}),
-            )
-        })
-        .collect();
-    script.push(r(json!({"text": "done", "tool_calls": []})));
+    let script = common::add_script(STEPS);
     let llm = Arc::new(Recording {
         inner: ScriptedLlm::new(script),
         seen: Mutex::new(Vec::new()),
@@ -80,11 +73,7 @@ async fn specs_are_asked_once_per_run_and_offered_to_every_model_call() {
         asked: AtomicU64::new(0),
     });
     let mut agent = Agent::new("specs", "Add.", "scripted-1", llm.clone()).with_tool(tool.clone());
-    agent.limits = Limits::default()
-        .with_max_steps(STEPS + 5)
-        .with_max_llm_calls(STEPS + 5)
-        .with_max_tool_calls(STEPS + 5)
-        .with_max_wall_time_ms(None);
+    agent.limits = common::limits_for(STEPS);
     let asked_before = tool.asked.load(Ordering::SeqCst);
 
     let runner = Runner::new(Arc::new(MemoryStore::new()), RunnerConfig::default());

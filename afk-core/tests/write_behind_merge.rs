@@ -5,39 +5,26 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{Agent, Limits, LlmClient, LlmRequest, Outcome, Runner, RunnerConfig};
+use afk_core::runner::{Agent, LlmClient, LlmRequest, Outcome, Runner, RunnerConfig};
 use afk_core::schema::LlmResponse;
 use afk_core::store::{FaultStore, Op, Store};
 use afk_core::{CheckpointConfig, MemoryStore, RunId, ThreadId};
-use serde_json::json;
 
 const STEPS: u64 = 10;
 
 fn agent() -> Agent {
-    let r = |v| serde_json::from_value::<LlmResponse>(v).unwrap();
-    let mut script: Vec<LlmResponse> = (0..STEPS)
-        .map(|i| {
-            r(
-                json!({"text": format!("step {i}"), "tool_calls": [{"id": format!("c{i}"),
-                "tool_name": "add", "arguments": {"a": i, "b": 1}}]}),
-            )
-        })
-        .collect();
-    script.push(r(json!({"text": "done", "tool_calls": []})));
-    let llm = Arc::new(Slow(ScriptedLlm::new(script)));
+    let llm = Arc::new(Slow(ScriptedLlm::new(common::add_script(STEPS))));
     let mut agent = Agent::new("merge", "Add.", "scripted-1", llm)
         .with_tool(ScriptedTool::add(InvocationCounter::new()));
-    agent.limits = Limits::default()
-        .with_max_steps(STEPS + 5)
-        .with_max_llm_calls(STEPS + 5)
-        .with_max_tool_calls(STEPS + 5)
-        .with_max_wall_time_ms(None);
+    agent.limits = common::limits_for(STEPS);
     agent
 }
 

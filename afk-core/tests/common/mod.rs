@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{
-    Agent, EffectPolicy, ManualClock, RunHandle, Runner, RunnerConfig, SequentialIds,
+    Agent, EffectPolicy, Limits, ManualClock, RunHandle, Runner, RunnerConfig, SequentialIds,
 };
 use afk_core::schema::LlmResponse;
 use afk_core::store::{RetryPolicy, Store};
@@ -41,6 +41,30 @@ pub fn script() -> Vec<LlmResponse> {
             "usage": {"input_tokens": 30, "output_tokens": 5, "total_tokens": 35}}),
         ),
     ]
+}
+
+/// `steps` answers that each call `add` once (call ids `c0`, `c1`, …, text `step <i>`), then
+/// the closing answer "done".
+pub fn add_script(steps: u64) -> Vec<LlmResponse> {
+    let mut script: Vec<LlmResponse> = (0..steps)
+        .map(|i| {
+            resp(
+                json!({"text": format!("step {i}"), "tool_calls": [{"id": format!("c{i}"),
+                "tool_name": "add", "arguments": {"a": i, "b": 1}}]}),
+            )
+        })
+        .collect();
+    script.push(resp(json!({"text": "done", "tool_calls": []})));
+    script
+}
+
+/// Limits under which a run of `steps` tool steps finishes (and no wall-time limit).
+pub fn limits_for(steps: u64) -> Limits {
+    Limits::default()
+        .with_max_steps(steps + 5)
+        .with_max_llm_calls(steps + 5)
+        .with_max_tool_calls(steps + 5)
+        .with_max_wall_time_ms(None)
 }
 
 /// The agent of the scenario with its model (answering from `llm`).
