@@ -113,12 +113,21 @@ async fn run(cli: Cli) -> afk::Result<ExitCode> {
         Cmd::Probe => Ok(ExitCode::SUCCESS),
         Cmd::Run => {
             let exists = store.get(&thread, &latest_key(&run)).await?.is_some();
-            let handle = if exists {
-                runner.resume(&agent, &thread, &run)
+            let out = if exists {
+                drive(runner.resume(&agent, &thread, &run)).await
             } else {
-                runner.run_with_id(&agent, &thread, run.clone(), "go")
+                match drive(runner.run_with_id(&agent, &thread, run.clone(), "go")).await {
+                    // A racer found the store empty too and started the run first (a run
+                    // whose first commit a kill kept from the store looks never started):
+                    // resume it, as the error says.
+                    (Err(e), _) if e.kind() == ErrorKind::Conflict => {
+                        eprintln!("chaos_agent: {e}; resuming");
+                        drive(runner.resume(&agent, &thread, &run)).await
+                    }
+                    other => other,
+                }
             };
-            Ok(report(drive(handle).await))
+            Ok(report(out))
         }
         Cmd::Settle => {
             let settled = settle_all(&runner, &plan, &cli, &thread, &run).await?;

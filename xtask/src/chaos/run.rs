@@ -200,8 +200,10 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
     Ok(Err(why))
 }
 
-/// Two runners resume the run at once: at most one of them runs it to the end; the other is
-/// fenced, finds it finished, or stops at an uncertain effect. `Ok((finished, uncertain))`.
+/// Two runners resume the run at once (or both start it, when a kill kept its first commit from
+/// the store: the one that finds it started resumes it): at most one of them runs it to the
+/// end; the other is fenced, finds it finished, or stops at an uncertain effect.
+/// `Ok((finished, uncertain))`.
 fn race(
     ctx: &Ctx<'_>,
     seed: u64,
