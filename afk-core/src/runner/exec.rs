@@ -206,7 +206,7 @@ impl RunTask {
         if resumed {
             // AFK defect #2: on resume the pointer stays where the run really is.
             self.ckpt
-                .checkpoint_with(0, PhasePayload::RunStarted(started), false)
+                .checkpoint_with(0, &PhasePayload::RunStarted(started), false)
                 .await?;
         } else {
             // The first commit carries the step-0 snapshot: resumable from here on.
@@ -453,7 +453,9 @@ impl RunTask {
         };
         // Written from the payload, then the result taken back out of it (not copied).
         let record = PhasePayload::RunTerminal(Box::new(payload));
-        self.ckpt.checkpoint_ref(self.st.snap.step, &record).await?;
+        self.ckpt
+            .checkpoint_with(self.st.snap.step, &record, true)
+            .await?;
         self.ckpt.flush().await?;
         self.emit(RunEvent::Finished {
             state: self.st.snap.state.clone(),

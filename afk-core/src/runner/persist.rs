@@ -127,19 +127,24 @@ impl Checkpointer {
         &self.store
     }
 
-    async fn commit(
-        &mut self,
-        puts: Vec<(String, Vec<u8>)>,
-        latest: Option<Vec<u8>>,
-        coalescible: bool,
-    ) -> Result<()> {
-        let c = Commit {
+    /// A commit of this run's claim.
+    fn new_commit(&self, puts: Vec<Put>, latest: Option<Vec<u8>>) -> Commit {
+        Commit {
             thread: self.thread.clone(),
             run: self.run.clone(),
             epoch: self.epoch,
             puts,
             latest,
-        };
+        }
+    }
+
+    async fn commit(
+        &mut self,
+        puts: Vec<Put>,
+        latest: Option<Vec<u8>>,
+        coalescible: bool,
+    ) -> Result<()> {
+        let c = self.new_commit(puts, latest);
         self.writer.submit(c, coalescible).await?;
         self.commits += 1;
         Ok(())
@@ -173,25 +178,19 @@ impl Checkpointer {
     /// Commit a checkpoint record at `checkpoint:<run>:<step>:<phase>` and move the latest
     /// pointer to it, atomically.
     pub(super) async fn checkpoint(&mut self, step: u64, payload: PhasePayload) -> Result<()> {
-        self.checkpoint_with(step, payload, true).await
+        self.checkpoint_with(step, &payload, true).await
     }
 
-    /// [`Checkpointer::checkpoint`] of a payload the caller keeps (it is written as it is).
-    pub(super) async fn checkpoint_ref(&mut self, step: u64, payload: &PhasePayload) -> Result<()> {
-        let phase = payload.phase();
-        let bytes = self.encode(step, phase, payload)?;
-        self.put_record(step, phase, bytes, true).await
-    }
-
-    /// Commit a checkpoint record; move the latest pointer only if `move_latest`.
+    /// Commit a checkpoint record (written from the caller's payload as it is); move the
+    /// latest pointer only if `move_latest`.
     pub(super) async fn checkpoint_with(
         &mut self,
         step: u64,
-        payload: PhasePayload,
+        payload: &PhasePayload,
         move_latest: bool,
     ) -> Result<()> {
         let phase = payload.phase();
-        let bytes = self.encode(step, phase, &payload)?;
+        let bytes = self.encode(step, phase, payload)?;
         self.put_record(step, phase, bytes, move_latest).await
     }
 
@@ -218,13 +217,7 @@ impl Checkpointer {
         }
         // The pointer's copy of the record is made by the writer, only for a record that is
         // still the newest when its commit is written.
-        let c = Commit {
-            thread: self.thread.clone(),
-            run: self.run.clone(),
-            epoch: self.epoch,
-            puts: vec![(key, bytes)],
-            latest: None,
-        };
+        let c = self.new_commit(vec![(key, bytes)], None);
         self.writer.submit_record(c).await?;
         self.commits += 1;
         Ok(())
