@@ -5,11 +5,15 @@
 //! the head's recent keys, its index segment, all at once (`If-None-Match: *`), then swaps the
 //! head (`If-Match`, reusing the ETag just read): three round trips in a row.
 
+use std::borrow::Cow;
+
 use afk_core::store::{Commit, latest_key, validate_commit};
 use afk_core::{Error, ErrorKind, Result};
 use futures::{StreamExt, TryStreamExt, stream};
 
-use crate::head::{Head, INLINE_LATEST_MAX, Slot, new_nonce, object_suffix};
+use crate::head::{
+    Head, INLINE_LATEST_MAX, Slot, garbage, new_nonce, object_suffix, pack_suffix,
+};
 use crate::index::Flush;
 use crate::store::{MAX_VALUE_SIZE, PARALLEL, S3Store};
 
@@ -50,22 +54,67 @@ pub(crate) fn check_epoch(commit: &Commit, head: &Head) -> Result<()> {
     Ok(())
 }
 
-/// What one commit attempt writes: record objects (suffix, value) and the head slots.
+/// Values up to this size go into a commit's packs; larger ones get an object of their own.
+pub(crate) const PACK_VALUE_MAX: usize = 256 * 1024;
+
+/// A pack is closed once it holds this many bytes; the commit's next values start another.
+pub(crate) const PACK_TARGET: usize = 8 * 1024 * 1024;
+
+/// What one commit attempt writes: objects (suffix, body) and the head slots.
 #[derive(Debug)]
 pub(crate) struct Staged<'a> {
-    pub objects: Vec<(String, &'a [u8])>,
+    pub objects: Vec<(String, Cow<'a, [u8]>)>,
     pub slots: Vec<(String, Slot)>,
 }
 
-/// Name the objects of a commit attempt `(seq, nonce)`: one per put, plus one for a latest
-/// pointer too large (or not UTF-8) to live inside the head.
+/// Name the objects of a commit attempt `(seq, nonce)`. Values up to [`PACK_VALUE_MAX`] go end to
+/// end into packs of about [`PACK_TARGET`] bytes, one PUT for many values (a step's records are
+/// ~10 small values: one request instead of ten); a pack that would hold one value, and a larger
+/// value, is an object of its own. A latest pointer too large (or not UTF-8) to live inside the
+/// head is an object of its own too.
 pub(crate) fn stage<'a>(commit: &'a Commit, seq: u64, nonce: &str) -> Staged<'a> {
-    let mut objects = Vec::with_capacity(commit.puts.len() + 1);
+    let mut objects: Vec<(String, Cow<'a, [u8]>)> = Vec::new();
     let mut slots = Vec::with_capacity(commit.puts.len() + 1);
+    // Packs as lists of put indexes, then each emitted as a pack or, with one value, alone.
+    let mut packs: Vec<(Vec<usize>, usize)> = Vec::new();
     for (i, (key, value)) in commit.puts.iter().enumerate() {
-        let suffix = object_suffix(seq, nonce, i);
-        objects.push((suffix.clone(), value.as_slice()));
-        slots.push((key.clone(), Slot::Object(suffix)));
+        if value.len() > PACK_VALUE_MAX {
+            let suffix = object_suffix(seq, nonce, i);
+            objects.push((suffix.clone(), Cow::Borrowed(value.as_slice())));
+            slots.push((key.clone(), Slot::Object(suffix)));
+            continue;
+        }
+        match packs.last_mut() {
+            Some((members, len)) if *len < PACK_TARGET => {
+                members.push(i);
+                *len += value.len();
+            }
+            _ => packs.push((vec![i], value.len())),
+        }
+    }
+    for (j, (members, len)) in packs.into_iter().enumerate() {
+        if let [i] = members[..] {
+            let (key, value) = &commit.puts[i];
+            let suffix = object_suffix(seq, nonce, i);
+            objects.push((suffix.clone(), Cow::Borrowed(value.as_slice())));
+            slots.push((key.clone(), Slot::Object(suffix)));
+            continue;
+        }
+        let suffix = pack_suffix(seq, nonce, j);
+        let mut body = Vec::with_capacity(len);
+        for i in members {
+            let (key, value) = &commit.puts[i];
+            let r = [body.len() as u64, value.len() as u64];
+            body.extend_from_slice(value);
+            slots.push((
+                key.clone(),
+                Slot::Packed {
+                    p: suffix.clone(),
+                    r,
+                },
+            ));
+        }
+        objects.push((suffix, Cow::Owned(body)));
     }
     if let Some(latest) = &commit.latest {
         let slot = match std::str::from_utf8(latest) {
@@ -74,7 +123,7 @@ pub(crate) fn stage<'a>(commit: &'a Commit, seq: u64, nonce: &str) -> Staged<'a>
             },
             _ => {
                 let suffix = object_suffix(seq, nonce, commit.puts.len());
-                objects.push((suffix.clone(), latest.as_slice()));
+                objects.push((suffix.clone(), Cow::Borrowed(latest.as_slice())));
                 Slot::Object(suffix)
             }
         };
@@ -85,7 +134,8 @@ pub(crate) fn stage<'a>(commit: &'a Commit, seq: u64, nonce: &str) -> Staged<'a>
 
 /// The new head of a commit of `slots` on `current`: the slots join the recent keys; with a
 /// `flush` planned on the very head that is still current, the recent keys are replaced by the
-/// flushed segment instead. Object suffixes the commit makes unreachable go to `superseded`.
+/// flushed segment instead. Object suffixes the commit makes unreachable go to `superseded`
+/// (a pack only once no slot names it, see [`garbage`]).
 fn apply(
     current: &Head,
     read: &Head,
@@ -95,20 +145,25 @@ fn apply(
     superseded: &mut Vec<String>,
 ) -> Head {
     let mut new = current.clone();
+    let mut replaced = Vec::new();
     for (key, slot) in slots {
         new.gone.remove(key);
         if let Some(old) = new.keys.insert(key.clone(), slot.clone()) {
-            superseded.extend(old.object().map(str::to_owned));
+            replaced.push(old);
         }
     }
     let unchanged = current.seq == read.seq && current.nonce == read.nonce;
-    if let Some(f) = flush.filter(|_| unchanged) {
-        // Everything but the latest pointer is in the segment now.
-        new.keys.retain(|k, _| k == latest);
-        new.gone.clear();
-        let mut segs = vec![f.seg.clone()];
-        segs.extend(current.segs.iter().skip(f.consumed).cloned());
-        new.segs = segs;
+    match flush.filter(|_| unchanged) {
+        Some(f) => {
+            // Everything but the latest pointer is in the segment now.
+            new.keys.retain(|k, _| k == latest);
+            new.gone.clear();
+            let mut segs = vec![f.seg.clone()];
+            segs.extend(current.segs.iter().skip(f.consumed).cloned());
+            new.segs = segs;
+            superseded.extend(garbage(&replaced, &f.content.keys));
+        }
+        None => superseded.extend(garbage(&replaced, &new.keys)),
     }
     new
 }
@@ -145,7 +200,7 @@ impl S3Store {
             .objects
             .iter()
             .zip(&objects)
-            .map(|((_, value), key)| self.put_record(key.clone(), value.to_vec()))
+            .map(|((_, body), key)| self.put_record(key.clone(), body.to_vec()))
             .collect();
         if let Some(f) = &flush {
             let name = self.layout.segment(thread, run, &f.seg.id);

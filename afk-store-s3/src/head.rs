@@ -3,6 +3,8 @@
 //! ```text
 //! <prefix>/<thread>/<run>/head                      the run's head (JSON, replaced with If-Match)
 //! <prefix>/<thread>/<run>/o/<seq:020>-<nonce>/<i>   value i of one commit attempt (If-None-Match: *)
+//! <prefix>/<thread>/<run>/o/<seq:020>-<nonce>/p<j> pack j of one commit attempt: several of its
+//!                                                   values end to end (If-None-Match: *)
 //! <prefix>/<thread>/<run>/i/<seq:020>-<nonce>       an index segment (If-None-Match: *, immutable)
 //! <prefix>/.afk-probe-<nonce>                        conditional-write probe at open (deleted)
 //! ```
@@ -26,20 +28,63 @@ pub(crate) const INLINE_LATEST_MAX: usize = 4096;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum Slot {
-    /// Object suffix `<seq:020>-<nonce>/<i>` under the run's `o/` folder.
+    /// Object suffix `<seq:020>-<nonce>/<i>` under the run's `o/` folder: the value alone.
     Object(String),
     /// The value itself (only the latest pointer, when small and UTF-8).
     Inline { inline: String },
+    /// Bytes `r[0] .. r[0] + r[1]` of the pack object `p` (`<seq:020>-<nonce>/p<j>` under the
+    /// run's `o/` folder), which holds several values of one commit attempt end to end.
+    Packed { p: String, r: [u64; 2] },
 }
 
 impl Slot {
-    /// The object suffix, if the value lives in an object.
+    /// The suffix of the object holding the value (alone or in a pack), if not inline.
     pub(crate) fn object(&self) -> Option<&str> {
         match self {
-            Slot::Object(s) => Some(s),
+            Slot::Object(s) | Slot::Packed { p: s, .. } => Some(s),
             Slot::Inline { .. } => None,
         }
     }
+
+    /// The pack holding the value, if it is in one.
+    pub(crate) fn pack(&self) -> Option<&str> {
+        match self {
+            Slot::Packed { p, .. } => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// The object suffixes that slots leaving a layer make garbage, given what that layer names
+/// after the change (`live`). An object of its own goes with its slot; a pack only once no slot
+/// of `live` names it. This is exact because a pack's slots never part: a commit puts them all
+/// in the head's recent keys (or all in the segment it flushes), a flush moves all recent keys
+/// into one segment, and a merge turns whole segments into one; so the other slots of a pack
+/// whose slot leaves a layer are in that same layer, which `live` is.
+pub(crate) fn garbage<'a>(
+    dead: impl IntoIterator<Item = &'a Slot>,
+    live: &BTreeMap<String, Slot>,
+) -> Vec<String> {
+    let mut objects = Vec::new();
+    let mut packs = BTreeSet::new();
+    for slot in dead {
+        match slot {
+            Slot::Object(s) => objects.push(s.clone()),
+            Slot::Packed { p, .. } => {
+                packs.insert(p.as_str());
+            }
+            Slot::Inline { .. } => {}
+        }
+    }
+    if !packs.is_empty() {
+        for slot in live.values() {
+            if let Some(p) = slot.pack() {
+                packs.remove(p);
+            }
+        }
+        objects.extend(packs.into_iter().map(str::to_owned));
+    }
+    objects
 }
 
 /// An index segment the head lists: its id (`<seq:020>-<nonce>`, the object `i/<id>`), its
@@ -53,9 +98,10 @@ pub(crate) struct SegRef {
     pub entries: u64,
 }
 
-/// Format version written: 2 added `gone` and `segs`. Version 1 heads (a key map only) are read
-/// as version 2 heads without segments.
-pub(crate) const HEAD_VERSION: u32 = 2;
+/// Format version written: 2 added `gone` and `segs`, 3 added packed slots (`{"p":…,"r":…}`),
+/// which version 2 readers cannot follow. Version 1 heads (a key map only) are read as heads
+/// without segments, version 2 heads as heads without packs.
+pub(crate) const HEAD_VERSION: u32 = 3;
 
 /// The head object of a run: fence, commit counter, last writer, recent keys and the index
 /// segments holding the older ones.
@@ -214,6 +260,11 @@ pub(crate) fn object_suffix(seq: u64, nonce: &str, index: usize) -> String {
     format!("{seq:020}-{nonce}/{index}")
 }
 
+/// Object suffix of pack `index` of the commit attempt `(seq, nonce)`.
+pub(crate) fn pack_suffix(seq: u64, nonce: &str, index: usize) -> String {
+    format!("{seq:020}-{nonce}/p{index}")
+}
+
 /// A fresh random nonce (64 bits, hex): unique per head write and per commit attempt.
 pub(crate) fn new_nonce() -> String {
     format!("{:016x}", rand::random::<u64>())
@@ -229,7 +280,7 @@ mod tests {
         let v1 = br#"{"v":1,"epoch":2,"seq":5,"nonce":"ab","keys":{"checkpoint:r1:latest":{"inline":"x"}}}"#;
         let head = Head::decode(&run, v1).unwrap();
         assert_eq!((head.epoch, head.keys.len(), head.segs.len()), (2, 1, 0));
-        assert!(Head::decode(&run, br#"{"v":3,"epoch":0,"seq":0,"nonce":"","keys":{}}"#).is_err());
+        assert!(Head::decode(&run, br#"{"v":4,"epoch":0,"seq":0,"nonce":"","keys":{}}"#).is_err());
     }
 
     #[test]

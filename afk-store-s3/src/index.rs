@@ -22,7 +22,7 @@ use afk_core::store::latest_key;
 use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use serde::{Deserialize, Serialize};
 
-use crate::head::{Head, SegRef, Slot, segment_id};
+use crate::head::{Head, SegRef, Slot, garbage, segment_id};
 use crate::store::S3Store;
 
 /// Entries (keys and tombstones, the latest pointer not counted) a head holds before the next
@@ -81,14 +81,14 @@ impl Segment {
     }
 
     /// Put `older` under this segment: its entries for keys this one does not mention. The
-    /// object suffixes of its values that this one shadows go to `shadowed`.
-    fn absorb_older(&mut self, older: &Segment, shadowed: &mut Vec<String>) {
+    /// slots of `older` that this one shadows go to `shadowed`.
+    fn absorb_older(&mut self, older: &Segment, shadowed: &mut Vec<Slot>) {
         for (k, slot) in &older.keys {
             let newer = self.keys.get(k);
             if newer.is_none() && !self.gone.contains(k) {
                 self.keys.insert(k.clone(), slot.clone());
             } else if newer != Some(slot) {
-                shadowed.extend(slot.object().map(str::to_owned));
+                shadowed.push(slot.clone());
             }
         }
         for k in &older.gone {
@@ -143,7 +143,8 @@ pub(crate) struct Flush {
     pub content: Arc<Segment>,
     /// How many of the head's front segments it replaces (merged into it).
     pub consumed: usize,
-    /// Value objects no longer named by any entry (shadowed in a merge): deleted after the swap.
+    /// Value objects and packs no longer named by any entry (shadowed in a merge): deleted
+    /// after the swap.
     pub shadowed: Vec<String>,
 }
 
@@ -300,6 +301,9 @@ impl S3Store {
             // Nothing older is left for a tombstone to hide.
             recent.gone.clear();
         }
+        // The merged layers are one now: a pack they shadow is garbage unless it still names
+        // one of their values.
+        let shadowed = garbage(&shadowed, &recent.keys);
         let seg = SegRef {
             id: segment_id(seq, nonce),
             level,
@@ -338,7 +342,7 @@ mod tests {
         assert_eq!(newer.find("b"), Found::Gone);
         assert_eq!(newer.find("c"), Found::Slot(obj("1/2")));
         assert_eq!(newer.find("d"), Found::Absent);
-        assert_eq!(shadowed, ["1/0", "1/1"]);
+        assert_eq!(shadowed, [obj("1/0"), obj("1/1")]);
         let back = Segment::decode("x", &newer.encode()).unwrap();
         assert_eq!(back, newer);
         assert!(Segment::decode("x", b"[").unwrap_err().is_corrupt());

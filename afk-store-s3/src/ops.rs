@@ -112,6 +112,44 @@ impl Ops {
         Ok(Some((body.into_bytes().to_vec(), etag)))
     }
 
+    /// GET `len` (at least 1) bytes of an object from byte `start`, or `None` when it does not
+    /// exist.
+    pub(crate) async fn get_range(
+        &self,
+        key: &str,
+        start: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, Failure> {
+        bump(&self.counters.gets, 1);
+        let range = format!("bytes={start}-{}", start + len.saturating_sub(1));
+        let out = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .range(range)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) => {
+                return match classify(e, &self.bucket, "GetObject") {
+                    Failure::Missing => Ok(None),
+                    other => Err(other),
+                };
+            }
+        };
+        let body = out.body.collect().await.map_err(|e| Failure::Other {
+            error: Error::unavailable(format!(
+                "GetObject in bucket {:?}: body read failed",
+                self.bucket
+            ))
+            .with_source(e),
+            ambiguous: false,
+        })?;
+        Ok(Some(body.into_bytes().to_vec()))
+    }
+
     /// PUT an object under a condition; returns its new ETag.
     pub(crate) async fn put(
         &self,

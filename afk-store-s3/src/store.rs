@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt, stream};
 
 use crate::config::S3Config;
-use crate::head::{Head, Layout, Slot, new_nonce};
+use crate::head::{Head, Layout, Slot, garbage, new_nonce};
 use crate::index::SegmentCache;
 use crate::open;
 use crate::ops::{Cond, Ops, S3Traffic};
@@ -126,6 +126,25 @@ impl S3Store {
                     Err(f) => Err(f.into_error(&self.ops.bucket, "GetObject")),
                 }
             }
+            Some(Slot::Packed { r: [_, 0], .. }) => Ok(Some(Vec::new())),
+            Some(Slot::Packed { p, r: [start, len] }) => {
+                let object = self.layout.object(thread, run, &p);
+                match self.ops.get_range(&object, start, len).await {
+                    Ok(Some(bytes)) if bytes.len() as u64 == len => Ok(Some(bytes)),
+                    Ok(Some(bytes)) => Err(Error::corrupt_record(
+                        key,
+                        format!(
+                            "S3 pack object {object:?} answered {} bytes for the range of {len} \
+                             bytes at {start} that holds this value",
+                            bytes.len()
+                        ),
+                    )),
+                    Ok(None) => {
+                        Err(Error::not_found("pack object named by the head is gone").with_key(key))
+                    }
+                    Err(f) => Err(f.into_error(&self.ops.bucket, "GetObject (range of a pack)")),
+                }
+            }
         }
     }
 
@@ -208,6 +227,7 @@ impl S3Store {
                 let same_segs = current.segs == read.segs;
                 let mut new = current.clone();
                 let mut changed = false;
+                let mut dropped = Vec::new();
                 if doomed.contains(fence.as_str()) && new.epoch > 0 {
                     new.epoch = 0;
                     changed = true;
@@ -215,7 +235,7 @@ impl S3Store {
                 for key in doomed.iter().filter(|k| **k != fence) {
                     if let Some(slot) = new.keys.remove(*key) {
                         changed = true;
-                        removed.extend(slot.object().map(str::to_owned));
+                        dropped.push(slot);
                     }
                     if new.segs.is_empty() || new.gone.contains(*key) {
                         continue;
@@ -227,13 +247,18 @@ impl S3Store {
                         && !current.keys.contains_key(*key)
                     {
                         new.gone.insert((*key).to_owned());
-                        removed.extend(slot.object().map(str::to_owned));
+                        // A pack's other values may be live in that segment: the merge that
+                        // drops this entry deletes the pack once none is (see `garbage`).
+                        if let Slot::Object(o) = slot {
+                            removed.push(o.clone());
+                        }
                         changed = true;
                     } else if current.keys.contains_key(*key) {
                         // An older value may sit in a segment under the recent one.
                         new.gone.insert((*key).to_owned());
                     }
                 }
+                removed.extend(garbage(&dropped, &new.keys));
                 Ok(changed.then_some(new))
             })
             .await?;

@@ -86,11 +86,13 @@ async fn racing_committers_each_win_one_head_swap_and_lose_nothing() {
         .await
         .into_iter()
         .collect();
-    let referenced: BTreeSet<String> = head["keys"]
-        .as_object()
-        .unwrap()
-        .values()
-        .filter_map(|v| v.as_str())
+    // Each commit's two values share one pack (`{"p": object, "r": [start, len]}`): a
+    // racer's pack stays while its own key is live, though its shared value was overwritten.
+    let slots = head["keys"].as_object().unwrap().values();
+    let packed = slots.clone().filter(|v| v["p"].is_string()).count();
+    assert_eq!(packed, RACERS + 1, "{head}");
+    let referenced: BTreeSet<String> = slots
+        .filter_map(|v| v.as_str().or_else(|| v["p"].as_str()))
         .map(|s| format!("afk/test/t/run_race/o/{s}"))
         .collect();
     assert_eq!(objs, referenced);
