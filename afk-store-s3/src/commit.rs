@@ -1,9 +1,10 @@
 //! A commit: size and fence checks, the objects and head slots it writes, and the one head
 //! swap that makes them visible.
 //!
-//! One commit reads the head (one GET), then writes its record objects and, when it flushes
-//! the head's recent keys, its index segment, all at once (`If-None-Match: *`), then swaps the
-//! head (`If-Match`, reusing the ETag just read): three round trips in a row.
+//! One commit reads the head (one GET), then writes its record objects (its small values packed
+//! into one object, see [`stage`]) and, when it flushes the head's recent keys, its index
+//! segment, all at once (`If-None-Match: *`), then swaps the head (`If-Match`, reusing the ETag
+//! just read): three round trips in a row.
 
 use std::borrow::Cow;
 
@@ -267,5 +268,82 @@ impl S3Store {
                 Err(e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use afk_core::store::Epoch;
+    use afk_core::{RunId, ThreadId};
+
+    use super::*;
+
+    fn commit(sizes: &[usize]) -> Commit {
+        Commit {
+            thread: ThreadId::new("t").unwrap(),
+            run: RunId::new("r").unwrap(),
+            epoch: Epoch(1),
+            puts: sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (format!("effect:r:{i}:x"), vec![i as u8; n]))
+                .collect(),
+            latest: None,
+        }
+    }
+
+    /// Each put's value, cut out of the staged objects as a reader would.
+    fn read_back(staged: &Staged<'_>) -> Vec<Vec<u8>> {
+        let body = |name: &str| &staged.objects.iter().find(|(n, _)| n == name).unwrap().1;
+        staged
+            .slots
+            .iter()
+            .map(|(_, slot)| match slot {
+                Slot::Object(o) => body(o).to_vec(),
+                Slot::Packed { p, r: [start, len] } => {
+                    body(p)[*start as usize..(*start + *len) as usize].to_vec()
+                }
+                Slot::Inline { inline } => inline.clone().into_bytes(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn small_values_share_packs_and_large_ones_stand_alone() {
+        let big = PACK_VALUE_MAX + 1;
+        let c = commit(&[10, 0, big, 20, PACK_VALUE_MAX, 5]);
+        let staged = stage(&c, 7, "ab");
+        let names: Vec<&str> = staged.objects.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["00000000000000000007-ab/2", "00000000000000000007-ab/p0"]
+        );
+        let want: BTreeMap<&String, &Vec<u8>> = c.puts.iter().map(|(k, v)| (k, v)).collect();
+        let got: BTreeMap<&String, Vec<u8>> = staged
+            .slots
+            .iter()
+            .map(|(k, _)| k)
+            .zip(read_back(&staged))
+            .collect();
+        assert_eq!(got.len(), want.len());
+        for (k, v) in &got {
+            assert_eq!(&want[k], &v, "{k}");
+        }
+    }
+
+    #[test]
+    fn packs_close_at_their_target_and_a_lone_value_is_its_own_object() {
+        // 40 values of 256 KiB: 8 MiB per pack (32 values), then a pack of 8.
+        let c = commit(&[PACK_VALUE_MAX; 40]);
+        let staged = stage(&c, 1, "n");
+        let sizes: Vec<usize> = staged.objects.iter().map(|(_, b)| b.len()).collect();
+        assert_eq!(sizes, [32 * PACK_VALUE_MAX, 8 * PACK_VALUE_MAX]);
+        assert_eq!(read_back(&staged).len(), 40);
+        // One small value: an object of its own, no range to read.
+        let one = commit(&[3]);
+        let staged = stage(&one, 1, "n");
+        assert!(matches!(staged.slots[..], [(_, Slot::Object(_))]));
     }
 }

@@ -284,6 +284,53 @@ mod tests {
     }
 
     #[test]
+    fn a_packed_slot_round_trips_and_names_its_writer_and_a_version_2_head_reads() {
+        let run = RunId::new("r1").unwrap();
+        let mut head = Head::empty();
+        head.keys.insert(
+            "checkpoint:r1:1:x".into(),
+            Slot::Packed {
+                p: pack_suffix(7, "bbbb", 0),
+                r: [10, 20],
+            },
+        );
+        let bytes = head.encode();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(
+            text.contains(r#"{"p":"00000000000000000007-bbbb/p0","r":[10,20]}"#),
+            "{text}"
+        );
+        let back = Head::decode(&run, &bytes).unwrap();
+        assert_eq!(back, head);
+        assert!(back.shows("bbbb") && !back.shows("cccc"));
+        let v2 = br#"{"v":2,"epoch":1,"seq":2,"nonce":"ab","keys":{"checkpoint:r1:1:x":"00000000000000000002-ab/0"}}"#;
+        let head = Head::decode(&run, v2).unwrap();
+        assert_eq!(
+            head.keys["checkpoint:r1:1:x"],
+            Slot::Object("00000000000000000002-ab/0".into())
+        );
+    }
+
+    #[test]
+    fn garbage_is_every_lone_object_and_the_packs_nothing_live_names() {
+        let packed = |p: &str, start| Slot::Packed {
+            p: p.into(),
+            r: [start, 1],
+        };
+        let dead = [
+            Slot::Object("1/0".into()),
+            packed("2/p0", 0),
+            packed("3/p0", 0),
+            Slot::Inline { inline: "x".into() },
+        ];
+        let mut live = BTreeMap::new();
+        live.insert("k".to_owned(), packed("3/p0", 1));
+        live.insert("l".to_owned(), Slot::Object("4/0".into()));
+        assert_eq!(garbage(&dead, &live), ["1/0", "2/p0"]);
+        assert!(garbage(&[], &live).is_empty());
+    }
+
+    #[test]
     fn head_round_trips_and_finds_its_writer() {
         let run = RunId::new("r1").unwrap();
         let mut head = Head::empty();
