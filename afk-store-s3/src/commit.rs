@@ -12,9 +12,7 @@ use afk_core::store::{Commit, latest_key, validate_commit};
 use afk_core::{Error, ErrorKind, Result};
 use futures::{StreamExt, TryStreamExt, stream};
 
-use crate::head::{
-    Head, INLINE_LATEST_MAX, Slot, garbage, new_nonce, object_suffix, pack_suffix,
-};
+use crate::head::{Head, INLINE_LATEST_MAX, Slot, garbage, new_nonce, object_suffix, pack_suffix};
 use crate::index::Flush;
 use crate::store::{MAX_VALUE_SIZE, PARALLEL, S3Store};
 

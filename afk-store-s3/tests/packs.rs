@@ -220,7 +220,10 @@ async fn packs_across_flushes_and_merges_lose_nothing_and_leave_no_garbage() {
         let (any, live) = names(&raw, &cfg, "run_m").await;
         // Nothing a reader can reach is gone; nothing is kept that no layer names.
         for (k, obj) in &live {
-            assert!(objects.contains(obj), "seed {seed} round {round}: {k} -> {obj}");
+            assert!(
+                objects.contains(obj),
+                "seed {seed} round {round}: {k} -> {obj}"
+            );
         }
         assert!(objects.is_subset(&any), "seed {seed} round {round}");
         for (k, obj) in live.iter().filter(|(_, o)| o.contains("/p")) {
@@ -246,7 +249,10 @@ async fn packs_across_flushes_and_merges_lose_nothing_and_leave_no_garbage() {
     // The run reached the cases the test is about.
     assert!(merged, "no merge happened: {head}");
     assert!(collected > 0, "no pack was ever collected (seed {seed})");
-    assert!(kept_partly_dead > 0, "no pack outlived a commit (seed {seed})");
+    assert!(
+        kept_partly_dead > 0,
+        "no pack outlived a commit (seed {seed})"
+    );
 
     let cold = S3Store::open(cfg.clone()).await.unwrap();
     for i in 0..70 {
