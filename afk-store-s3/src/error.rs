@@ -117,6 +117,13 @@ where
             false,
         ),
         (404, _) | (_, "NoSuchKey") => Failure::Missing,
+        // Only a ranged GET of a value in a pack asks for a range: one past the object's end
+        // means the slot naming it is wrong.
+        (416, _) | (_, "InvalidRange") => mapped(
+            ErrorKind::Corrupt,
+            format!("{op} in bucket {bucket:?}: the byte range is past the object's end ({code})"),
+            false,
+        ),
         (403, _) => mapped(
             ErrorKind::InvalidConfig,
             format!(

@@ -142,7 +142,10 @@ impl S3Store {
                     Ok(None) => {
                         Err(Error::not_found("pack object named by the head is gone").with_key(key))
                     }
-                    Err(f) => Err(f.into_error(&self.ops.bucket, "GetObject (range of a pack)")),
+                    Err(f) => {
+                        let e = f.into_error(&self.ops.bucket, "GetObject (range of a pack)");
+                        Err(if e.is_corrupt() { e.with_key(key) } else { e })
+                    }
                 }
             }
         }

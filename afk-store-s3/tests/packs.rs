@@ -270,3 +270,32 @@ async fn packs_across_flushes_and_merges_lose_nothing_and_leave_no_garbage() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn a_slot_naming_bytes_its_pack_lacks_is_corrupt_not_a_wrong_value() {
+    let Some((store, cfg)) = common::store("packs-corrupt").await else {
+        return;
+    };
+    let raw = common::raw_client(&cfg).await;
+    let (t, r) = (ThreadId::new("t").unwrap(), RunId::new("run_c").unwrap());
+    let epoch = store.claim(&t, &r).await.unwrap();
+    let (k1, k2) = (key("run_c", 1), key("run_c", 2));
+    let puts = [(k1.clone(), vec![1u8; 40]), (k2.clone(), vec![2u8; 60])];
+    store.commit(&commit(&r, epoch, &puts)).await.unwrap();
+    // Break the head: k1's range runs past the pack's end, k2's starts past it.
+    let mut head = common::raw_head(&raw, &cfg, "t", "run_c").await;
+    head["keys"][&k1]["r"] = serde_json::json!([0, 1000]);
+    head["keys"][&k2]["r"] = serde_json::json!([5000, 10]);
+    raw.put_object()
+        .bucket(&cfg.bucket)
+        .key("afk/test/t/run_c/head")
+        .body(serde_json::to_vec(&head).unwrap().into())
+        .send()
+        .await
+        .unwrap();
+    for k in [&k1, &k2] {
+        let err = store.get(&t, k).await.unwrap_err();
+        assert!(err.is_corrupt(), "{k}: {err:?}");
+        assert_eq!(err.key(), Some(k.as_str()), "{err:?}");
+    }
+}
