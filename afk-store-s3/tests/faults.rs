@@ -60,10 +60,17 @@ fn step(t: &ThreadId, r: &RunId, epoch: Epoch, i: u32) -> Commit {
         thread: t.clone(),
         run: r.clone(),
         epoch,
-        puts: vec![(
-            format!("checkpoint:{r}:{i}:pre_llm"),
-            format!("value {i}").into_bytes(),
-        )],
+        // Two values: one pack object, read back by range.
+        puts: vec![
+            (
+                format!("checkpoint:{r}:{i}:pre_llm"),
+                format!("value {i}").into_bytes(),
+            ),
+            (
+                format!("messages:{r}:{i:020}"),
+                format!("message {i}").into_bytes(),
+            ),
+        ],
         latest: Some(format!("{{\"step\":{i}}}").into_bytes()),
     }
 }
@@ -87,8 +94,8 @@ async fn record_objects(raw: &Client, cfg: &S3Config, run: &str) -> Vec<String> 
 }
 
 /// Step `i` was applied exactly once: one head swap after the first commit, its value and
-/// latest pointer readable, its key listed once, and one record object per commit on the
-/// server plus `garbage` objects of failed attempts.
+/// latest pointer readable, its key listed once, and one record object (the pack of its two
+/// values) per commit on the server plus `garbage` objects of failed attempts.
 async fn assert_applied_once(
     store: &S3Store,
     raw: &Client,
@@ -105,6 +112,10 @@ async fn assert_applied_once(
         .await
         .expect("store call through the proxy");
     assert_eq!(value, Some(format!("value {i}").into_bytes()));
+    let message = bounded("get", store.get(&t, &format!("messages:{r}:{i:020}")))
+        .await
+        .expect("store call through the proxy");
+    assert_eq!(message, Some(format!("message {i}").into_bytes()));
     let latest = bounded(
         "get latest",
         store.get(&t, &format!("checkpoint:{r}:latest")),
