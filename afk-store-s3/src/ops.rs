@@ -83,12 +83,36 @@ impl Ops {
         &self,
         key: &str,
     ) -> Result<Option<(Vec<u8>, Option<String>)>, Failure> {
+        self.get_object(key, None).await
+    }
+
+    /// GET `len` (at least 1) bytes of an object from byte `start`, or `None` when it does not
+    /// exist.
+    pub(crate) async fn get_range(
+        &self,
+        key: &str,
+        start: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, Failure> {
+        let range = format!("bytes={start}-{}", start + len.saturating_sub(1));
+        Ok(self
+            .get_object(key, Some(range))
+            .await?
+            .map(|(bytes, _)| bytes))
+    }
+
+    async fn get_object(
+        &self,
+        key: &str,
+        range: Option<String>,
+    ) -> Result<Option<(Vec<u8>, Option<String>)>, Failure> {
         bump(&self.counters.gets, 1);
         let out = match self
             .client
             .get_object()
             .bucket(&self.bucket)
             .key(key)
+            .set_range(range)
             .send()
             .await
         {
@@ -110,44 +134,6 @@ impl Ops {
             ambiguous: false,
         })?;
         Ok(Some((body.into_bytes().to_vec(), etag)))
-    }
-
-    /// GET `len` (at least 1) bytes of an object from byte `start`, or `None` when it does not
-    /// exist.
-    pub(crate) async fn get_range(
-        &self,
-        key: &str,
-        start: u64,
-        len: u64,
-    ) -> Result<Option<Vec<u8>>, Failure> {
-        bump(&self.counters.gets, 1);
-        let range = format!("bytes={start}-{}", start + len.saturating_sub(1));
-        let out = match self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .range(range)
-            .send()
-            .await
-        {
-            Ok(out) => out,
-            Err(e) => {
-                return match classify(e, &self.bucket, "GetObject") {
-                    Failure::Missing => Ok(None),
-                    other => Err(other),
-                };
-            }
-        };
-        let body = out.body.collect().await.map_err(|e| Failure::Other {
-            error: Error::unavailable(format!(
-                "GetObject in bucket {:?}: body read failed",
-                self.bucket
-            ))
-            .with_source(e),
-            ambiguous: false,
-        })?;
-        Ok(Some(body.into_bytes().to_vec()))
     }
 
     /// PUT an object under a condition; returns its new ETag.

@@ -52,15 +52,7 @@ async fn names(
     let mut layers = vec![head.clone()];
     for seg in head["segs"].as_array().cloned().unwrap_or_default() {
         let name = format!("afk/test/t/{run}/i/{}", seg["id"].as_str().unwrap());
-        let out = raw
-            .get_object()
-            .bucket(&cfg.bucket)
-            .key(name)
-            .send()
-            .await
-            .unwrap();
-        let bytes = out.body.collect().await.unwrap().into_bytes();
-        layers.push(serde_json::from_slice(&bytes).unwrap());
+        layers.push(common::raw_json(raw, &cfg.bucket, &name).await);
     }
     let (mut any, mut live) = (BTreeSet::new(), BTreeMap::new());
     let mut decided = BTreeSet::new();

@@ -119,14 +119,23 @@ pub async fn raw_head(
     thread: &str,
     run: &str,
 ) -> serde_json::Value {
-    let key = format!("{}/{thread}/{run}/head", cfg.prefix);
+    raw_json(
+        client,
+        &cfg.bucket,
+        &format!("{}/{thread}/{run}/head", cfg.prefix),
+    )
+    .await
+}
+
+/// An object of the bucket read as JSON (a head, an index segment).
+pub async fn raw_json(client: &Client, bucket: &str, key: &str) -> serde_json::Value {
     let out = client
         .get_object()
-        .bucket(&cfg.bucket)
+        .bucket(bucket)
         .key(key)
         .send()
         .await
-        .expect("get head");
-    let bytes = out.body.collect().await.expect("head body").into_bytes();
-    serde_json::from_slice(&bytes).expect("head JSON")
+        .unwrap_or_else(|e| panic!("get {key}: {e}"));
+    let bytes = out.body.collect().await.expect("object body").into_bytes();
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{key} is not JSON: {e}"))
 }
