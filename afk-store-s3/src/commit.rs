@@ -76,11 +76,16 @@ pub(crate) fn stage<'a>(commit: &'a Commit, seq: u64, nonce: &str) -> Staged<'a>
     let mut slots = Vec::with_capacity(commit.puts.len() + 1);
     // Packs as lists of put indexes, then each emitted as a pack or, with one value, alone.
     let mut packs: Vec<(Vec<usize>, usize)> = Vec::new();
-    for (i, (key, value)) in commit.puts.iter().enumerate() {
+    // Put `i` as an object of its own.
+    let alone = |i: usize, objects: &mut Vec<_>, slots: &mut Vec<_>| {
+        let (key, value) = &commit.puts[i];
+        let suffix = object_suffix(seq, nonce, i);
+        objects.push((suffix.clone(), Cow::Borrowed(value.as_slice())));
+        slots.push((key.clone(), Slot::Object(suffix)));
+    };
+    for (i, (_, value)) in commit.puts.iter().enumerate() {
         if value.len() > PACK_VALUE_MAX {
-            let suffix = object_suffix(seq, nonce, i);
-            objects.push((suffix.clone(), Cow::Borrowed(value.as_slice())));
-            slots.push((key.clone(), Slot::Object(suffix)));
+            alone(i, &mut objects, &mut slots);
             continue;
         }
         match packs.last_mut() {
@@ -93,10 +98,7 @@ pub(crate) fn stage<'a>(commit: &'a Commit, seq: u64, nonce: &str) -> Staged<'a>
     }
     for (j, (members, len)) in packs.into_iter().enumerate() {
         if let [i] = members[..] {
-            let (key, value) = &commit.puts[i];
-            let suffix = object_suffix(seq, nonce, i);
-            objects.push((suffix.clone(), Cow::Borrowed(value.as_slice())));
-            slots.push((key.clone(), Slot::Object(suffix)));
+            alone(i, &mut objects, &mut slots);
             continue;
         }
         let suffix = pack_suffix(seq, nonce, j);
@@ -186,21 +188,21 @@ impl S3Store {
         }
         let nonce = new_nonce();
         let seq = read.seq + 1;
-        let staged = stage(commit, seq, &nonce);
+        let Staged {
+            objects: bodies,
+            slots,
+        } = stage(commit, seq, &nonce);
         let flush = self
-            .plan_flush(thread, run, &read, &staged.slots, seq, &nonce)
+            .plan_flush(thread, run, &read, &slots, seq, &nonce)
             .await?;
-        let mut objects: Vec<String> = staged
-            .objects
-            .iter()
-            .map(|(s, _)| self.layout.object(thread, run, s))
-            .collect();
-        let mut writes: Vec<_> = staged
-            .objects
-            .iter()
-            .zip(&objects)
-            .map(|((_, body), key)| self.put_record(key.clone(), body.to_vec()))
-            .collect();
+        let mut objects: Vec<String> = Vec::with_capacity(bodies.len() + 1);
+        let mut writes: Vec<_> = Vec::with_capacity(bodies.len() + 1);
+        for (suffix, body) in bodies {
+            let key = self.layout.object(thread, run, &suffix);
+            // A pack is owned already: moved, not copied again.
+            writes.push(self.put_record(key.clone(), body.into_owned()));
+            objects.push(key);
+        }
         if let Some(f) = &flush {
             let name = self.layout.segment(thread, run, &f.seg.id);
             writes.push(self.put_record(name.clone(), f.body.clone()));
@@ -224,7 +226,7 @@ impl S3Store {
                 Ok(Some(apply(
                     &current,
                     &read,
-                    &staged.slots,
+                    &slots,
                     flush.as_ref(),
                     &latest,
                     &mut superseded,
