@@ -8,7 +8,9 @@
 //! - [`FaultStore::crash_after_commits`]: after `n` persisted commits the store "crashes": in
 //!   [`CrashMode::Silent`] later commits answer `Ok` but write nothing (a process that died with
 //!   writes in flight); in [`CrashMode::Down`] every later call fails with `Unavailable`;
-//! - [`FaultStore::panic_on_nth`]: the n-th call of an operation panics (kills its caller task).
+//! - [`FaultStore::panic_on_nth`]: the n-th call of an operation panics (kills its caller task);
+//! - [`FaultStore::hold_nth`]: the n-th call of an operation waits, before it reaches the inner
+//!   store, until the test releases it (to order a call between two steps of another runner).
 //!
 //! It counts calls per operation and keeps a [`FaultEvent`] log of the claims and commits the
 //! inner store accepted, in the order it applied them: claims and commits are passed to the
@@ -57,6 +59,49 @@ pub enum CrashMode {
     Down,
 }
 
+/// A call held by [`FaultStore::hold_nth`]: wait until it is held, then let it go on.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    inner: Arc<HoldInner>,
+}
+
+#[derive(Debug)]
+struct HoldInner {
+    reached: tokio::sync::Semaphore,
+    released: tokio::sync::Semaphore,
+}
+
+impl Hold {
+    fn new() -> Self {
+        Hold {
+            inner: Arc::new(HoldInner {
+                reached: tokio::sync::Semaphore::new(0),
+                released: tokio::sync::Semaphore::new(0),
+            }),
+        }
+    }
+
+    /// Resolves once the held call has arrived (it is waiting now, or was released since).
+    pub async fn reached(&self) {
+        if let Ok(p) = self.inner.reached.acquire().await {
+            p.forget();
+        }
+        self.inner.reached.add_permits(1);
+    }
+
+    /// Let the held call go on (also before it arrives: then it does not wait).
+    pub fn release(&self) {
+        self.inner.released.add_permits(1);
+    }
+
+    async fn wait(&self) {
+        self.inner.reached.add_permits(1);
+        if let Ok(p) = self.inner.released.acquire().await {
+            p.forget();
+        }
+    }
+}
+
 /// One entry of the [`FaultStore::log`]: a claim or a commit the inner store accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FaultEvent {
@@ -78,6 +123,7 @@ struct State {
     calls: HashMap<Op, u64>,
     fail_nth: Vec<(Option<Op>, u64, ErrorKind)>,
     panic_nth: Vec<(Op, u64)>,
+    hold_nth: Vec<(Op, u64, Hold)>,
     probability: Option<(f64, Option<Op>, ErrorKind, rand::rngs::StdRng)>,
     latency: Duration,
     crash: Option<(u64, CrashMode)>,
@@ -147,6 +193,14 @@ impl<S: Store + ?Sized> FaultStore<S> {
         self.state().panic_nth.push((op, n));
     }
 
+    /// Hold the `n`-th call (1-based, counted from the wrapper's creation) of `op` before it
+    /// reaches the inner store, until [`Hold::release`]. Its latency, if any, comes first.
+    pub fn hold_nth(&self, op: Op, n: u64) -> Hold {
+        let hold = Hold::new();
+        self.state().hold_nth.push((op, n, hold.clone()));
+        hold
+    }
+
     /// Sleep `latency` at the start of every call.
     pub fn set_latency(&self, latency: Duration) {
         self.state().latency = latency;
@@ -194,13 +248,18 @@ impl<S: Store + ?Sized> FaultStore<S> {
 
     /// Count the call and decide its fate before it reaches the inner store.
     async fn enter(&self, op: Op) -> Result<()> {
-        let (latency, outcome) = {
+        let (latency, hold, outcome) = {
             let mut s = self.state();
             let n = {
                 let c = s.calls.entry(op).or_insert(0);
                 *c += 1;
                 *c
             };
+            let hold = s
+                .hold_nth
+                .iter()
+                .find(|(o, k, _)| *o == op && *k == n)
+                .map(|(_, _, h)| h.clone());
             let any_n: u64 = s.calls.values().sum();
             if s.panic_nth.iter().any(|&(o, k)| o == op && k == n) {
                 drop(s);
@@ -223,10 +282,13 @@ impl<S: Store + ?Sized> FaultStore<S> {
             if outcome.is_err() {
                 s.injected += 1;
             }
-            (s.latency, outcome)
+            (s.latency, hold, outcome)
         };
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
+        }
+        if let Some(hold) = hold {
+            hold.wait().await;
         }
         outcome.map_err(|kind| Error::new(kind, format!("FaultStore: injected failure of {op:?}")))
     }

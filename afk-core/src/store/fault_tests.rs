@@ -148,3 +148,37 @@ async fn a_batch_fault_fails_every_commit_of_the_batch() {
     assert!(out.iter().all(Result::is_ok));
     assert_eq!(fs.calls(Op::Commit), 2);
 }
+
+#[tokio::test]
+async fn a_held_call_waits_for_its_release_and_others_pass() {
+    let (fs, t, r) = setup();
+    let fs = std::sync::Arc::new(fs);
+    let hold = fs.hold_nth(Op::Claim, 2);
+    assert_eq!(
+        fs.claim(&t, &r).await.unwrap(),
+        Epoch(1),
+        "the first claim is not held"
+    );
+    let held = tokio::spawn({
+        let (fs, t, r) = (fs.clone(), t.clone(), r.clone());
+        async move { fs.claim(&t, &r).await }
+    });
+    hold.reached().await;
+    // Held before the inner store: no second epoch yet, and other calls go on meanwhile.
+    fs.commit(&commit(&t, &r, Epoch(1), 1)).await.unwrap();
+    assert!(!held.is_finished());
+    hold.release();
+    assert_eq!(held.await.unwrap().unwrap(), Epoch(2));
+    hold.reached().await; // still resolves once reached
+    assert_eq!(
+        fs.commit(&commit(&t, &r, Epoch(1), 2))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Fenced
+    );
+    // Released before it arrives: the call does not wait.
+    let early = fs.hold_nth(Op::Get, 1);
+    early.release();
+    assert!(fs.get(&t, "run:r").await.unwrap().is_some());
+}

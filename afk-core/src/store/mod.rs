@@ -38,7 +38,7 @@ mod validate;
 pub use crate::ids::{MAX_KEY_LEN, validate_key};
 pub use ext::StoreExt;
 #[cfg(any(test, feature = "test-kit"))]
-pub use fault::{CrashMode, FaultEvent, FaultStore, Op};
+pub use fault::{CrashMode, FaultEvent, FaultStore, Hold, Op};
 #[cfg(test)]
 pub(crate) use memory::MemoryStore;
 pub use retry::{RandomSource, RetryPolicy, RetryStore};
