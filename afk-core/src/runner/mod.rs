@@ -46,7 +46,7 @@ pub use tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
 use crate::schema::{AgentResult, PauseRequest, RunStatus};
-use crate::store::{RandomSource, Store};
+use crate::store::{Epoch, RandomSource, Store};
 use crate::writer::{CheckpointConfig, Writer};
 use exec::RunTask;
 use persist::Checkpointer;
@@ -205,6 +205,9 @@ pub(crate) enum Signal {
 #[derive(Debug)]
 pub(crate) enum Start {
     Fresh(String),
+    /// A child run: fresh with this input if nothing of it is stored once claimed, else
+    /// resumed (with the parent's decision for one of its calls, if any).
+    Child(String, Option<(String, Decision)>),
     Resume(Option<Decision>),
     /// Resume a child run, applying the decision only if it is paused on this call id (a
     /// human's decision the parent passes down).
@@ -285,7 +288,10 @@ impl Runner {
     /// Start a fresh run under a caller-chosen run id.
     ///
     /// Errors (through the handle): `Conflict` if the thread already holds checkpoints of
-    /// `run` (use [`Runner::resume`] for it); nothing is claimed or written then.
+    /// `run` (use [`Runner::resume`] for it); nothing is claimed or written then. Two starts of
+    /// one run id at once: at most one of them runs it. The other finds the run under its
+    /// claim and ends with `Conflict`, having run nothing; its claim fences the winner if that
+    /// is still running (it then ends with `Fenced`), so resume the run.
     pub fn run_with_id(
         &self,
         agent: &Agent,
@@ -401,26 +407,58 @@ pub(crate) async fn execute(
     control: watch::Receiver<Signal>,
     events: broadcast::Sender<RunEvent>,
 ) -> Result<Outcome> {
+    let lk = crate::store::latest_key(&run);
+    if matches!(start, Start::Fresh(_)) && shared.store.get(&thread, &lk).await?.is_some() {
+        // A fresh run never continues or overwrites a stored one. Checked before claiming too,
+        // so that a live run under that id is not fenced off by a refused start.
+        return Err(Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "run {run} already exists in thread {thread}; resume it or start a run under a \
+                 new run id"
+            ),
+        )
+        .with_key(lk));
+    }
+    let epoch = shared.store.claim(&thread, &run).await?;
+    // Whether the run exists is only settled under the claim: another runner may have started
+    // it since the check above, and its commits are fenced from here on. Starting it over would
+    // take its steps for fresh (so its effect journal unread) and redo its effects. The first
+    // epoch ever handed out for the run needs no second look: epochs only grow, so nobody
+    // claimed the run before, and nothing of it can be committed (the check above saw no run
+    // of an older AFK either, which commits without claiming). A child run is always looked
+    // at: an older AFK's parent may have left it stored.
+    let start = match start {
+        Start::Fresh(input) => {
+            if epoch > Epoch(1) && shared.store.get(&thread, &lk).await?.is_some() {
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "run {run} of thread {thread} was started by another runner while this \
+                         one was starting it; nothing was run here, and this claim fenced the \
+                         other runner: resume the run"
+                    ),
+                )
+                .with_key(lk));
+            }
+            Start::Fresh(input)
+        }
+        Start::Child(input, decision) => {
+            if shared.store.get(&thread, &lk).await?.is_none() {
+                Start::Fresh(input)
+            } else {
+                match decision {
+                    Some((call, d)) => Start::ResumeFor(call, d),
+                    None => Start::Resume(None),
+                }
+            }
+        }
+        other => other,
+    };
     let start_input = match &start {
         Start::Fresh(input) => Some(input.clone()),
         _ => None,
     };
-    if start_input.is_some() {
-        // A fresh run never continues or overwrites a stored one (checked before claiming, so
-        // a live run under that id is not fenced off by the refused attempt).
-        let lk = crate::store::latest_key(&run);
-        if shared.store.get(&thread, &lk).await?.is_some() {
-            return Err(Error::new(
-                ErrorKind::Conflict,
-                format!(
-                    "run {run} already exists in thread {thread}; resume it or start a run under \
-                     a new run id"
-                ),
-            )
-            .with_key(lk));
-        }
-    }
-    let epoch = shared.store.claim(&thread, &run).await?;
     let writer = shared.writer().await?;
     let mut ckpt = Checkpointer::new(
         shared.store.clone(),
@@ -432,7 +470,7 @@ pub(crate) async fn execute(
         epoch,
     );
     let (decision, only_for, settlement) = match start {
-        Start::Fresh(_) => (None, None, None),
+        Start::Fresh(_) | Start::Child(..) => (None, None, None),
         Start::Resume(d) => (d, None, None),
         Start::ResumeFor(c, d) => (Some(d), Some(c), None),
         Start::Settle(id, s) => (None, None, Some((id, s))),

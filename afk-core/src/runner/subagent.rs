@@ -148,15 +148,9 @@ impl ChildRun {
             .get("input")
             .and_then(Value::as_str)
             .map_or_else(|| canonical_json(&args), str::to_owned);
-        let latest = crate::store::latest_key(&self.run);
-        let start = match self.shared.store.get(&self.thread, &latest).await {
-            Ok(None) => Start::Fresh(input),
-            Ok(Some(_)) => match self.decision.clone() {
-                Some((c, d)) => Start::ResumeFor(c, d),
-                None => Start::Resume(None),
-            },
-            Err(e) => return self.stopped(e),
-        };
+        // Fresh or resumed is decided under the child's claim (another parent, fenced or not
+        // yet, may be starting the same child).
+        let start = Start::Child(input, self.decision.clone());
         let (_ctl, rx) = tokio::sync::watch::channel(super::Signal::Run);
         let (ev, _) = tokio::sync::broadcast::channel(16);
         let fut = execute_boxed(
