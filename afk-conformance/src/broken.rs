@@ -40,6 +40,10 @@ pub enum Breakage {
     /// Pagination that drops a key: a page asked for with a cursor leaves out the first key
     /// after the cursor.
     PageDropsKey,
+    /// Reads of a latest pointer (`get` of `checkpoint:<run>:latest`) come from a cache filled
+    /// at the key's first read and never refreshed, as in a store that keeps a run's pointer
+    /// in process memory: a runner that looked once does not see what others committed since.
+    StaleLatest,
 }
 
 /// The time between the two writes of [`Breakage::PointerFirst`] and
@@ -48,16 +52,21 @@ pub enum Breakage {
 /// leaves a far smaller window, which only the crash level's kills reliably land in.
 pub const TORN_GAP: std::time::Duration = std::time::Duration::from_millis(1);
 
-/// A correct store with one rule broken; everything but `commit` (and the bookkeeping of
-/// `claim` and `delete_run` for [`Breakage::NoFencing`]) is forwarded unchanged, so wrapping a
-/// durable store gives a durable broken store (the crash level reopens it).
+/// A correct store with one rule broken; everything but `commit` and the call a breakage
+/// names (`get_many`, `list`, `get` of a pointer; the bookkeeping of `claim` and `delete_run`
+/// for [`Breakage::NoFencing`]) is forwarded unchanged, so wrapping a durable store gives a
+/// durable broken store (the crash level reopens it).
 #[derive(Debug)]
 pub struct BrokenStore<S> {
     inner: S,
     breakage: Breakage,
     newest: Mutex<HashMap<(ThreadId, RunId), Epoch>>,
     commits: AtomicU64,
+    latest_seen: Mutex<SeenPointers>,
 }
+
+/// What [`Breakage::StaleLatest`] answers for a pointer it read once: `(thread, key) -> value`.
+type SeenPointers = HashMap<(ThreadId, String), Option<Vec<u8>>>;
 
 impl<S> BrokenStore<S> {
     /// Wrap a correct store.
@@ -67,6 +76,7 @@ impl<S> BrokenStore<S> {
             breakage,
             newest: Mutex::default(),
             commits: AtomicU64::new(0),
+            latest_seen: Mutex::default(),
         }
     }
 
@@ -83,7 +93,27 @@ impl<S: Store> Store for BrokenStore<S> {
     }
 
     async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
-        self.inner.get(thread, key).await
+        if self.breakage != Breakage::StaleLatest
+            || !(key.starts_with("checkpoint:") && key.ends_with(":latest"))
+        {
+            return self.inner.get(thread, key).await;
+        }
+        let id = (thread.clone(), key.to_owned());
+        let cached = self
+            .latest_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned();
+        if let Some(value) = cached {
+            return Ok(value);
+        }
+        let value = self.inner.get(thread, key).await?;
+        self.latest_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, value.clone());
+        Ok(value)
     }
 
     async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
@@ -194,7 +224,8 @@ impl<S: Store> Store for BrokenStore<S> {
             Breakage::PointerFirst
             | Breakage::SplitCommit
             | Breakage::GetManySorted
-            | Breakage::PageDropsKey => self.inner.commit(commit).await,
+            | Breakage::PageDropsKey
+            | Breakage::StaleLatest => self.inner.commit(commit).await,
             Breakage::LosesWrites(n) => {
                 let count = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
                 if count.is_multiple_of(n.max(1)) {

@@ -180,6 +180,7 @@ mod tests {
         for runner_level in [
             "corruption::corrupted_records_give_typed_errors",
             "concurrency::racing_resumers_one_finishes",
+            "concurrency::racing_starters_run_it_once",
         ] {
             assert!(names.contains(&runner_level.to_string()), "{runner_level}");
         }

@@ -71,6 +71,7 @@ macro_rules! __with_cases {
             }
             concurrency {
                 racing_resumers_one_finishes,
+                racing_starters_run_it_once,
             }
             }
         }

@@ -52,6 +52,30 @@ async fn no_fencing_fails_the_concurrency_level() {
     );
 }
 
+/// The racing starters pass on the reference store; a store that ignores fencing lets the
+/// runner that lost its claim go on to finish the run, and one whose pointer reads are stale
+/// lets the losing start run the whole run over (and charge a second time).
+#[tokio::test(flavor = "multi_thread")]
+async fn racing_starters_catch_no_fencing_and_stale_pointers() {
+    assert_eq!(
+        concurrency::racing_starters_run_it_once(Arc::new(MemoryStore::new())).await,
+        Ok(())
+    );
+    for (breakage, why) in [
+        (Breakage::NoFencing, "want Fenced"),
+        (Breakage::StaleLatest, "want Conflict"),
+    ] {
+        let Err(msg) = concurrency::racing_starters_run_it_once(broken(breakage)).await else {
+            panic!("the racing starters passed {breakage:?}");
+        };
+        println!("{breakage:?}: {msg}");
+        assert!(
+            msg.contains(why),
+            "{breakage:?} caught for another reason: {msg}"
+        );
+    }
+}
+
 /// A store that loses writes is caught by the resume level for every seed tried.
 #[tokio::test(flavor = "multi_thread")]
 async fn lost_writes_fail_the_resume_level() {

@@ -14,17 +14,25 @@
 //!
 //! Three rounds; over them at least one resumer must have been fenced, so the case proves the
 //! resumers really overlapped.
+//!
+//! Racing starters of one run id ([`racing_starters_run_it_once`]): a start checks that the run
+//! does not exist, then claims it, and another runner can start the run in between. The
+//! runner settles it under its claim, with a `get` of the latest pointer, so the case needs
+//! of the store what a resume needs too: a read after a claim sees every commit made before
+//! the claim (no stale cache, no lagging replica), and the claim fences the runner that made
+//! them.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use afk_core::runner::Outcome;
-use afk_core::store::{CrashMode, FaultEvent, FaultStore, Store};
+use afk_core::store::{CrashMode, FaultEvent, FaultStore, Op, Store};
 use afk_core::{ErrorKind, MemoryStore};
+use serde_json::Value;
 
 use crate::agents::{Calls, Rig, Script, Start, ToolKind, attempt, drive, essence};
 use crate::cases::resume::terminal_resume_does_nothing;
-use crate::support::{CaseResult, ensure, fail, named_run, unique_thread};
+use crate::support::{CaseResult, ensure, fail, named_run, show_result, unique_thread};
 
 /// How many runners resume the run at once.
 pub const RESUMERS: usize = 4;
@@ -143,4 +151,162 @@ pub async fn racing_resumers_one_finishes(store: Arc<dyn Store>) -> CaseResult {
         "no resumer was fenced in three rounds of {RESUMERS}: they never overlapped"
     );
     Ok(())
+}
+
+/// The script of the racing starters: an at-most-once `charge` alone (so the order of its
+/// commits does not depend on how parallel calls interleave), then an `add` and an `echo`.
+fn start_script() -> Script {
+    use ToolKind::{Add, Charge, Echo};
+    Script {
+        batches: vec![vec![(Charge, 7)], vec![(Add, 1), (Echo, 2)]],
+    }
+}
+
+/// A run's outcome for messages: `Ok(completed: <text>)`, `Ok(paused)` or `Err(<kind>: …)`.
+fn show_outcome(r: &afk_core::Result<Outcome>) -> String {
+    show_result(r, |o| match o {
+        Outcome::Completed(r) => format!("{}: {}", r.state, r.final_text),
+        Outcome::Paused { .. } => "paused".to_owned(),
+    })
+}
+
+/// How long a case waits for a held call to arrive before it fails (instead of hanging).
+const HOLD_WAIT: Duration = Duration::from_secs(60);
+
+/// Racing starters of one run id: runner B checks that the run does not exist and is held
+/// right before its claim; runner A starts the run, runs the at-most-once `charge` and is
+/// held right before committing its result. Then B claims: it must find A's run and end with
+/// `Conflict` having run nothing (no model call, no tool), and A, released, must be `Fenced`.
+/// The charge ran once, so a resume stops with `EffectUncertain`; settled as ran, the run
+/// ends with the uncrashed run's result.
+pub async fn racing_starters_run_it_once(store: Arc<dyn Store>) -> CaseResult {
+    let script = start_script();
+    let run = named_run("run_start_race");
+    let charge = Script::call_id(0, 0);
+    let model = Arc::new(FaultStore::from_arc(
+        Arc::new(MemoryStore::new()) as Arc<dyn Store>
+    ));
+    let want = essence(&drive(model.clone(), &script, &unique_thread("model"), &run).await?);
+    // A's commit that holds the charge's result: the second one writing its effect row (the
+    // intent is the first). The runner commits synchronously, so A makes the same commits.
+    let effect = format!(":{charge}");
+    let result_commit = model
+        .log()
+        .into_iter()
+        .filter_map(|e| match e {
+            FaultEvent::Commit(c) => Some(c),
+            FaultEvent::Claim { .. } => None,
+        })
+        .enumerate()
+        .filter(|(_, c)| {
+            c.puts
+                .iter()
+                .any(|(k, _)| k.starts_with("effect:") && k.ends_with(&effect))
+        })
+        .nth(1)
+        .map(|(i, _)| i as u64 + 1)
+        .ok_or("the model run wrote no result row for its charge")?;
+
+    let thread = unique_thread("start_race");
+    let b_store = Arc::new(FaultStore::from_arc(store.clone()));
+    let b_claim = b_store.hold_nth(Op::Claim, 1);
+    let b_calls = Calls::default();
+    let b_rig = Rig::new(&script, &b_calls, Duration::ZERO)?;
+    let b = {
+        let runner = crate::agents::runner(b_store.clone());
+        let (agent, thread, run) = (b_rig.agent.clone(), thread.clone(), run.clone());
+        tokio::spawn(async move { attempt(&runner, &agent, &thread, &run, &Start::Fresh).await })
+    };
+    tokio::time::timeout(HOLD_WAIT, b_claim.reached())
+        .await
+        .map_err(|_| fail!("runner B never reached its claim"))?;
+
+    let a_store = Arc::new(FaultStore::from_arc(store.clone()));
+    let a_result = a_store.hold_nth(Op::Commit, result_commit);
+    let a_calls = Calls::default();
+    let a_rig = Rig::new(&script, &a_calls, Duration::ZERO)?;
+    let a = {
+        let runner = crate::agents::runner(a_store.clone());
+        let (agent, thread, run) = (a_rig.agent.clone(), thread.clone(), run.clone());
+        tokio::spawn(async move { attempt(&runner, &agent, &thread, &run, &Start::Fresh).await })
+    };
+    tokio::time::timeout(HOLD_WAIT, a_result.reached())
+        .await
+        .map_err(|_| fail!("runner A never reached the commit of its charge's result"))?;
+    ensure!(
+        a_calls.snapshot().get(&charge) == Some(&1),
+        "runner A is held before its charge's result, but ran {:?}",
+        a_calls.snapshot()
+    );
+
+    b_claim.release();
+    let b = b.await.map_err(|e| fail!("runner B's task failed: {e}"))?;
+    match &b.result {
+        Err(e) if e.kind() == ErrorKind::Conflict => {}
+        other => {
+            return Err(fail!(
+                "runner B claimed after runner A had started the run and charged, and ended \
+                 with {}, want Conflict (a read after its claim must see A's commits)",
+                show_outcome(other)
+            ));
+        }
+    }
+    ensure!(
+        b_rig.llm.calls() == 0 && b_calls.snapshot().is_empty(),
+        "runner B lost the race but made {} model calls and ran {:?}",
+        b_rig.llm.calls(),
+        b_calls.snapshot()
+    );
+
+    a_result.release();
+    let a = a.await.map_err(|e| fail!("runner A's task failed: {e}"))?;
+    match &a.result {
+        Err(e) if e.kind() == ErrorKind::Fenced => {}
+        other => {
+            return Err(fail!(
+                "runner A committed after runner B's claim and ended with {}, want Fenced",
+                show_outcome(other)
+            ));
+        }
+    }
+
+    let calls = Calls::default();
+    let rig = Rig::new(&script, &calls, Duration::ZERO)?;
+    let runner = crate::agents::runner(store.clone());
+    let resumed = attempt(&runner, &rig.agent, &thread, &run, &Start::Resume).await;
+    match &resumed.result {
+        Err(e) if e.kind() == ErrorKind::EffectUncertain => {}
+        other => {
+            return Err(fail!(
+                "a resume after the race ended with {}, want EffectUncertain (the charge ran; \
+                 its result was fenced)",
+                show_outcome(other)
+            ));
+        }
+    }
+    let output: Option<Value> = script.charge_output(&charge);
+    let settle = Start::Settle {
+        call: charge.clone(),
+        output,
+    };
+    let settled = attempt(&runner, &rig.agent, &thread, &run, &settle).await;
+    match &settled.result {
+        Ok(Outcome::Completed(r)) => ensure!(
+            essence(r) == want,
+            "the settled run returned {}, the uncrashed run {want}",
+            essence(r)
+        ),
+        other => {
+            return Err(fail!(
+                "the settled resume ended with {}",
+                show_outcome(other)
+            ));
+        }
+    }
+    let total: u64 = [&a_calls, &b_calls, &calls]
+        .iter()
+        .filter_map(|c| c.snapshot().get(&charge).copied())
+        .sum();
+    ensure!(total == 1, "the charge ran {total} times, want once");
+    terminal_resume_does_nothing(&store, &script, &thread, &run, &want).await
 }
