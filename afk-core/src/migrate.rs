@@ -8,7 +8,8 @@
 //! its messages and records inline in v2 form (resume reads both).
 //!
 //! Everything is written under a fresh claim (a process still working on the run is fenced
-//! off), log entries before the records that reference them, the latest pointer last, in
+//! off) and planned from what is read under it (a run a process moved on before the claim is
+//! migrated as it is then, its pointer kept), log entries before the records that reference them, the latest pointer last, in
 //! commits of at most [`Capabilities::max_commit_keys`](crate::store::Capabilities) keys. A run
 //! with no v1 record is left alone, so migrating twice is a no-op; a migration stopped part way
 //! (a crash, a store error) is finished by running it again: the records already rewritten are
@@ -126,6 +127,65 @@ pub async fn migrate_run(
     run: &RunId,
     dry_run: bool,
 ) -> Result<Migration> {
+    let Some(first) = plan(store, thread, run).await? else {
+        return Ok(Migration::default());
+    };
+    if dry_run {
+        return Ok(first.done);
+    }
+    let epoch = store.claim(thread, run).await?;
+    // What is written comes from what is stored under the claim. A runner that resumed the
+    // run since the reads above is fenced from now on, but may have moved it on meanwhile:
+    // records planned from the older reads would move its pointer back to a step whose
+    // effects already ran.
+    let Some(Plan {
+        puts,
+        mut latest,
+        mut done,
+    }) = plan(store, thread, run).await?
+    else {
+        return Ok(Migration::default());
+    };
+    let max = store
+        .capabilities()
+        .max_commit_keys
+        .unwrap_or(usize::MAX)
+        .max(1);
+    let mut puts = puts;
+    let mut chunks: Vec<Vec<(String, Vec<u8>)>> = Vec::new();
+    while !puts.is_empty() {
+        let rest = puts.split_off(puts.len().min(max));
+        chunks.push(std::mem::replace(&mut puts, rest));
+    }
+    if chunks.is_empty() || latest.is_some() {
+        chunks.push(Vec::new());
+    }
+    let last = chunks.len() - 1;
+    for (i, chunk) in chunks.into_iter().enumerate() {
+        store
+            .commit(&Commit {
+                thread: thread.clone(),
+                run: run.clone(),
+                epoch,
+                puts: chunk,
+                latest: if i == last { latest.take() } else { None },
+            })
+            .await?;
+    }
+    done.written = true;
+    Ok(done)
+}
+
+/// What a migration writes: log entries, then records (in that order), the latest pointer
+/// last; and what it does.
+struct Plan {
+    puts: Vec<(String, Vec<u8>)>,
+    latest: Option<Vec<u8>>,
+    done: Migration,
+}
+
+/// Read the run and plan its migration; `None` when it has no v1 record.
+async fn plan(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result<Option<Plan>> {
     let lk = latest_key(run);
     let mut v1: Vec<(String, CheckpointRecord)> = Vec::new();
     let mut has_v2_log = false;
@@ -141,7 +201,7 @@ pub async fn migrate_run(
         }
     }
     if v1.is_empty() {
-        return Ok(Migration::default());
+        return Ok(None);
     }
     let mut log = Vec::new();
     for key in store.list_all(thread, &messages_prefix(run)).await? {
@@ -201,43 +261,13 @@ pub async fn migrate_run(
             Ok((messages_key(run, e.index), bytes))
         })
         .collect::<Result<_>>()?;
-    let mut done = Migration {
+    let done = Migration {
         records: n_records,
         log_entries: entries.len(),
         inline,
         written: false,
     };
-    if dry_run {
-        return Ok(done);
-    }
-    let epoch = store.claim(thread, run).await?;
-    let max = store
-        .capabilities()
-        .max_commit_keys
-        .unwrap_or(usize::MAX)
-        .max(1);
     let mut puts = entries;
     puts.extend(records);
-    let mut chunks: Vec<Vec<(String, Vec<u8>)>> = Vec::new();
-    while !puts.is_empty() {
-        let rest = puts.split_off(puts.len().min(max));
-        chunks.push(std::mem::replace(&mut puts, rest));
-    }
-    if chunks.is_empty() || latest.is_some() {
-        chunks.push(Vec::new());
-    }
-    let last = chunks.len() - 1;
-    for (i, chunk) in chunks.into_iter().enumerate() {
-        store
-            .commit(&Commit {
-                thread: thread.clone(),
-                run: run.clone(),
-                epoch,
-                puts: chunk,
-                latest: if i == last { latest.take() } else { None },
-            })
-            .await?;
-    }
-    done.written = true;
-    Ok(done)
+    Ok(Some(Plan { puts, latest, done }))
 }

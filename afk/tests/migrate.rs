@@ -1,7 +1,7 @@
 //! `afk_core::migrate::migrate_run` on real stores: an AFK Python v1 run migrated to v2 resumes
 //! to the same result as the v1 run; migrating again is a no-op; a migration stopped after any
 //! of its commits (the store goes down, as in a crash) is finished by running it again, to
-//! the same result. RocksDB always; Redis and S3 with the features `redis`, `s3` and their
+//! the same result; a migration that a resume overtakes keeps the resumed run's pointer. RocksDB always; Redis and S3 with the features `redis`, `s3` and their
 //! servers (`AFK_TEST_REDIS_URL`, `AFK_TEST_S3_ENDPOINT`; skipped with a printed line when not
 //! set, unless `AFK_REQUIRE_INTEGRATION=1`).
 
@@ -14,10 +14,10 @@ use afk::fixture::load_state;
 use afk::migrate::migrate_run;
 use afk::runner::fixture_check::{resume_fixture, scripted_tools};
 use afk::schema::SCHEMA_VERSION_V1;
-use afk::store::{CrashMode, FaultStore, Store, StoreExt};
+use afk::store::{CrashMode, FaultStore, Op, Store, StoreExt};
 use afk::verify::verify_run;
 use afk::{ErrorKind, RunId, ThreadId};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Fixtures of v1 runs with several records (one crashed once, one twice).
 const FIXTURES: [&str; 2] = ["b-crash-k42-s3-pre_llm", "a-double-crash-k15-k13"];
@@ -107,6 +107,38 @@ async fn migration_on(open: Open<'_>) {
             resume(clean_store, &thread, &fx).await,
             want,
             "{name}: clean"
+        );
+
+        // A resume moves the run on (to its end) while the migration, having read it, waits
+        // to claim it: the migration reads again under its claim, so it keeps the finished
+        // run's pointer and a later resume runs nothing.
+        let raced = open(&format!("{name}-race"));
+        load_state(raced.as_ref(), &thread, state).await.unwrap();
+        let held = Arc::new(FaultStore::from_arc(raced.clone()));
+        let claim = held.hold_nth(Op::Claim, 1);
+        let migration = tokio::spawn({
+            let (held, thread, run) = (held.clone(), thread.clone(), run.clone());
+            async move { migrate_run(held.as_ref(), &thread, &run, false).await }
+        });
+        claim.reached().await;
+        assert_eq!(
+            resume(raced.clone(), &thread, &fx).await,
+            want,
+            "{name}: raced"
+        );
+        claim.release();
+        let raced_done = migration.await.unwrap().unwrap();
+        assert!(raced_done.written, "{name}: raced migration {raced_done:?}");
+        assert_eq!(v1_records(raced.as_ref(), &thread, &run).await, 0);
+        let after = resume(raced, &thread, &fx).await;
+        assert_eq!(
+            after["result"], want["result"],
+            "{name}: after the raced migration"
+        );
+        assert_eq!(
+            (&after["resume_llm_calls"], &after["resume_tool_executions"]),
+            (&json!(0), &json!({})),
+            "{name}: the raced migration moved the finished run's pointer back: {after}"
         );
 
         // Stopped after each of its commits, then run again.
