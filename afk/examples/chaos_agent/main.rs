@@ -8,7 +8,8 @@
 //! moments and starts it again:
 //!
 //! * `run`: resume the run if it exists, else start it. Prints `ready` once the store is open,
-//!   then `outcome <completed|paused|ErrorKind> steps=<steps this process ran>`.
+//!   `start-lost` if another runner started the run first (then it resumes the run), then
+//!   `outcome <completed|paused|ErrorKind> steps=<steps this process ran>`.
 //! * `settle`: the run stopped with `EffectUncertain`; find out from the ledger whether the
 //!   uncertain call's effect happened (is its idempotency key there?) and
 //!   `Runner::resume_settling` it as `Ran` (with the ledger's output) or `DidNotRun`, then
@@ -122,6 +123,7 @@ async fn run(cli: Cli) -> afk::Result<ExitCode> {
                     // resume it, as the error says.
                     (Err(e), _) if e.kind() == ErrorKind::Conflict => {
                         eprintln!("chaos_agent: {e}; resuming");
+                        println!("start-lost");
                         drive(runner.resume(&agent, &thread, &run)).await
                     }
                     other => other,

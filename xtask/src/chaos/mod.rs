@@ -81,6 +81,8 @@ pub struct Totals {
     pub server_restarts: u64,
     pub races: u64,
     pub fenced: u64,
+    /// Racers that found the run started by the other one only once they had claimed it.
+    pub lost_starts: u64,
     pub probes: u64,
     pub refused: BTreeSet<String>,
     pub invocations: u64,
@@ -254,7 +256,7 @@ fn summary(t: &Totals) -> String {
     let refused: Vec<&str> = t.refused.iter().map(String::as_str).collect();
     format!(
         "{} runs ({} passed, {} failed), {} kills ({} aimed at an effect), {} settlements, {} server restarts, {} races \
-         ({} fenced), {} second-open probes (refused: {}), {} processes, {:.0} s",
+         ({} fenced, {} lost a start), {} second-open probes (refused: {}), {} processes, {:.0} s",
         t.passed + t.failed,
         t.passed,
         t.failed,
@@ -264,6 +266,7 @@ fn summary(t: &Totals) -> String {
         t.server_restarts,
         t.races,
         t.fenced,
+        t.lost_starts,
         t.probes,
         if refused.is_empty() {
             "-".to_owned()

@@ -87,12 +87,16 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
         return Ok(Err(why));
     }
     let mut finished = false;
+    // One run in four begins with the race: two runners start the run at once, so each may
+    // find it absent and then claim it after the other has started it.
+    let mut race_first = !raced && rng.below(4) == 0;
     for _ in 0..MAX_INVOCATIONS {
         // Two racing runners take over: at one restart in ten, and for every other run once
         // its kills are spent.
         // (And as soon as possible while the campaign has no race yet: see `coverage`.)
         let race_now = t.races == 0 || (kills_left == 0 && rng.below(2) == 0) || rng.below(10) == 0;
-        if started && !raced && !settle_next && race_now {
+        if race_first || (started && !raced && !settle_next && race_now) {
+            race_first = false;
             raced = true;
             match race(ctx, seed, index, t)? {
                 Ok(done) => {
@@ -200,9 +204,10 @@ pub fn one(ctx: &Ctx<'_>, seed: u64, index: u64, t: &mut Totals) -> Result<Resul
     Ok(Err(why))
 }
 
-/// Two runners resume the run at once (or both start it, when a kill kept its first commit from
-/// the store: the one that finds it started resumes it): at most one of them runs it to the
-/// end; the other is fenced, finds it finished, or stops at an uncertain effect.
+/// Two runners resume the run at once, or both start it (the run begins with the race, or a
+/// kill kept its first commit from the store): the one that finds it started, before or after
+/// its claim, resumes it. At most one of them runs it to the end; the other is fenced, finds
+/// it finished, or stops at an uncertain effect.
 /// `Ok((finished, uncertain))`.
 fn race(
     ctx: &Ctx<'_>,
@@ -218,6 +223,9 @@ fn race(
     for p in [&mut a, &mut b] {
         if p.wait_exit(HANG).is_none() {
             return Ok(Err("a racer did not end".to_owned()));
+        }
+        if p.out.iter().any(|l| l == "start-lost") {
+            t.lost_starts += 1;
         }
         outs.push((p.outcome(), p.stderr_tail()));
     }
