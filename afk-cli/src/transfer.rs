@@ -216,6 +216,21 @@ async fn import_run(
         .with_key(lk));
     }
     let epoch = store.claim(thread, run).await?;
+    // Looked at again under the claim: a runner may have started a run under this id since
+    // (its commits are fenced from now on). Mixing the export into it would tear both.
+    let fence = afk_core::store::run_key(run);
+    if keys_of_run(store, thread, run)
+        .await?
+        .iter()
+        .any(|k| *k != fence)
+    {
+        return Err(Error::conflict(format!(
+            "run {run} was started in thread {thread} of the target store while it was being \
+             imported; nothing imported, and the import's claim fenced that run (resume it, or \
+             delete it first with `afk prune --thread {thread} --run {run} --force`)"
+        ))
+        .with_key(lk));
+    }
     let per = store
         .capabilities()
         .max_commit_keys
@@ -305,4 +320,54 @@ pub fn import(args: ImportArgs, ctx: &Ctx) -> ExitCode {
         report.failed = bad > 0;
         Ok(report)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use afk_core::store::{Commit, FaultStore, Op, Store};
+    use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
+
+    use super::import_run;
+
+    /// A run started under the same id between the import's look and its claim: the import
+    /// writes nothing, and the run keeps exactly what it had.
+    #[tokio::test]
+    async fn an_import_overtaken_by_a_run_writes_nothing() {
+        let (thread, run) = (ThreadId::new("t").unwrap(), RunId::new("r").unwrap());
+        let inner = Arc::new(MemoryStore::new());
+        let held = Arc::new(FaultStore::from_arc(inner.clone()));
+        let claim = held.hold_nth(Op::Claim, 1);
+        let exported = vec![
+            ("checkpoint:r:1:pre_llm".to_owned(), b"{}".to_vec()),
+            ("checkpoint:r:latest".to_owned(), b"{}".to_vec()),
+        ];
+        let import = tokio::spawn({
+            let (held, thread, run) = (held.clone(), thread.clone(), run.clone());
+            async move { import_run(held.as_ref(), &thread, &run, &exported).await }
+        });
+        claim.reached().await;
+        let epoch = inner.claim(&thread, &run).await.unwrap();
+        inner
+            .commit(&Commit {
+                thread: thread.clone(),
+                run: run.clone(),
+                epoch,
+                puts: vec![("checkpoint:r:0:run_started".to_owned(), b"live".to_vec())],
+                latest: Some(b"live".to_vec()),
+            })
+            .await
+            .unwrap();
+        let before = inner.snapshot(&thread);
+        claim.release();
+        let err = import.await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+        let mut after = inner.snapshot(&thread);
+        let fence = afk_core::store::run_key(&run);
+        assert!(after.remove(&fence).is_some());
+        let mut before = before;
+        before.remove(&fence);
+        assert_eq!(after, before, "the import wrote into the live run");
+    }
 }
