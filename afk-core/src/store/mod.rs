@@ -208,6 +208,7 @@ pub const MAX_LIST_LIMIT: usize = 1000;
 /// | commits survive a killed writer whole, acknowledged ones all | `crash::killed_writer_leaves_whole_commits` (durable stores) |
 /// | `commit_batch`: one result per commit, in order | `basic::commit_batch_applies_each_in_order` |
 /// | fencing: increasing epochs; stale, future and unclaimed epochs `Fenced` | `fencing::*`, `concurrency::racing_resumers_one_finishes` |
+/// | a read after a claim sees every commit made before the claim | `concurrency::racing_starters_run_it_once` |
 /// | `list`: byte order, prefixes, every page size, cursors anywhere, the fence listed | `list::*`, `model::model_based` (explicit paging), `large::hundred_thousand_keys_list_in_order` |
 /// | `delete`, `delete_run` (every family, prefix-sharing runs untouched) | `delete::*`, `isolation::prefix_sharing_runs_are_isolated` |
 /// | threads and runs isolated | `isolation::*` |
