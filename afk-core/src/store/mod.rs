@@ -270,7 +270,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Claim a run: returns a new epoch, strictly greater than every epoch handed out for this
     /// run before (also across processes, for multi-process stores) since the run was last
     /// deleted. From then on, commits carrying an older epoch fail with `Fenced`. Creates the
-    /// fence key `run:<run>` if needed.
+    /// fence key `run:<run>` if needed. Reads made after `claim` returns see every commit
+    /// acknowledged before it (no stale cache, no lagging replica): the runner decides under
+    /// its claim whether a run exists and where it stands.
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch>;
 
     /// Atomically write `commit.puts` and, if given, the latest pointer, only if `commit.epoch`
