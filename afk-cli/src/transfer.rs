@@ -347,7 +347,9 @@ mod tests {
             let (held, thread, run) = (held.clone(), thread.clone(), run.clone());
             async move { import_run(held.as_ref(), &thread, &run, &exported).await }
         });
-        claim.reached().await;
+        tokio::time::timeout(std::time::Duration::from_secs(60), claim.reached())
+            .await
+            .expect("the import never claimed");
         let epoch = inner.claim(&thread, &run).await.unwrap();
         inner
             .commit(&Commit {

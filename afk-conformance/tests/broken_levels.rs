@@ -54,7 +54,8 @@ async fn no_fencing_fails_the_concurrency_level() {
 
 /// The racing starters pass on the reference store; a store that ignores fencing lets the
 /// runner that lost its claim go on to finish the run, and one whose pointer reads are stale
-/// lets the losing start run the whole run over (and charge a second time).
+/// hides the run from the resume after the race (the losing start itself sees the run's
+/// records even without its pointer).
 #[tokio::test(flavor = "multi_thread")]
 async fn racing_starters_catch_no_fencing_and_stale_pointers() {
     assert_eq!(
@@ -63,7 +64,7 @@ async fn racing_starters_catch_no_fencing_and_stale_pointers() {
     );
     for (breakage, why) in [
         (Breakage::NoFencing, "want Fenced"),
-        (Breakage::StaleLatest, "want Conflict"),
+        (Breakage::StaleLatest, "want EffectUncertain"),
     ] {
         let Err(msg) = concurrency::racing_starters_run_it_once(broken(breakage)).await else {
             panic!("the racing starters passed {breakage:?}");

@@ -10,9 +10,11 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, EffectPolicy, Outcome};
+use afk_core::store::{Commit, Store};
 use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use common::gate::{Gate, GatedStore, GatedTool};
 use common::{resp, runner};
@@ -48,6 +50,13 @@ fn boss(counter: &InvocationCounter) -> Agent {
     Agent::new("boss", "Delegate.", "m1", llm).with_subagent(payer(counter, None))
 }
 
+/// Wait for a gate to be reached; a test that never gets there fails instead of hanging.
+async fn reached(gate: &Gate) {
+    tokio::time::timeout(Duration::from_secs(60), gate.reached())
+        .await
+        .unwrap_or_else(|_| panic!("the gate was not reached: {:?}", gate.seen()));
+}
+
 fn ids() -> (ThreadId, RunId) {
     (
         ThreadId::new("t_race").unwrap(),
@@ -66,7 +75,7 @@ async fn start_held_before_claim(
     gate.arm(2);
     let gated = GatedStore::new(inner.clone(), gate.clone(), counter.clone());
     let b = runner(gated, true).run_with_id(&payer(counter, None), &thread, run, "go");
-    gate.reached().await;
+    reached(&gate).await;
     assert_eq!(
         gate.hit_label().as_deref(),
         Some("claim"),
@@ -131,7 +140,7 @@ async fn a_start_that_loses_the_race_to_a_live_run_runs_nothing() {
         run.clone(),
         "go",
     );
-    tool_gate.reached().await;
+    reached(&tool_gate).await;
     assert_eq!(tool_gate.hit_label().as_deref(), Some("tool c1"));
 
     // `b` claims now: it finds the run and runs nothing (its claim fences `a`).
@@ -183,7 +192,7 @@ async fn a_child_run_started_by_two_parents_at_once_charges_once() {
     gate.arm(child_claim);
     let gated = GatedStore::new(inner.clone(), gate.clone(), counter.clone());
     let b = runner(gated, true).run_with_id(&boss(&counter), &thread, run.clone(), "go");
-    gate.reached().await;
+    reached(&gate).await;
     assert_eq!(gate.hit_label().as_deref(), Some("claim"));
 
     // Runner `a` resumes the parent (fencing `b`'s), re-runs the idempotent delegation, and
@@ -205,4 +214,39 @@ async fn a_child_run_started_by_two_parents_at_once_charges_once() {
     let err = b.result().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
     assert_eq!(counter.get("c1"), 1, "the child charged twice");
+}
+
+#[tokio::test]
+async fn a_start_over_records_without_a_pointer_runs_nothing() {
+    // What an import (or a fixture load) stopped before its pointer leaves: a claim and records.
+    let (thread, run) = ids();
+    let inner = Arc::new(MemoryStore::new());
+    let epoch = inner.claim(&thread, &run).await.unwrap();
+    let key = format!("checkpoint:{run}:1:pre_llm");
+    inner
+        .commit(&Commit {
+            thread: thread.clone(),
+            run: run.clone(),
+            epoch,
+            puts: vec![(key.clone(), b"{}".to_vec())],
+            latest: None,
+        })
+        .await
+        .unwrap();
+    let before = inner.snapshot(&thread);
+    let counter = InvocationCounter::new();
+    let err = runner(inner.clone(), true)
+        .run_with_id(&payer(&counter, None), &thread, run.clone(), "go")
+        .result()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    assert_eq!(err.key(), Some(key.as_str()));
+    assert_eq!(counter.get("c1"), 0);
+    let mut after = inner.snapshot(&thread);
+    let fence = afk_core::store::run_key(&run);
+    let mut before = before;
+    before.remove(&fence);
+    after.remove(&fence);
+    assert_eq!(after, before, "the refused start wrote");
 }

@@ -120,7 +120,9 @@ async fn migration_on(open: Open<'_>) {
             let (held, thread, run) = (held.clone(), thread.clone(), run.clone());
             async move { migrate_run(held.as_ref(), &thread, &run, false).await }
         });
-        claim.reached().await;
+        tokio::time::timeout(std::time::Duration::from_secs(60), claim.reached())
+            .await
+            .expect("the migration never claimed");
         assert_eq!(
             resume(raced.clone(), &thread, &fx).await,
             want,

@@ -424,35 +424,39 @@ pub(crate) async fn execute(
     // Whether the run exists is only settled under the claim: another runner may have started
     // it since the check above, and its commits are fenced from here on. Starting it over would
     // take its steps for fresh (so its effect journal unread) and redo its effects. The first
-    // epoch ever handed out for the run needs no second look: epochs only grow, so nobody
-    // claimed the run before, and nothing of it can be committed (the check above saw no run
-    // of an older AFK either, which commits without claiming). A child run is always looked
-    // at: an older AFK's parent may have left it stored.
+    // epoch ever handed out for the run needs no second look: epochs only grow, so no runner
+    // of ours claimed it before, and nothing of it can be committed. (A writer that never
+    // claims, an older AFK still running on the same store, is out of reach of any fence.) A
+    // child run is always looked at: an older AFK's parent may have left it stored.
     let start = match start {
         Start::Fresh(input) => {
-            if epoch > Epoch(1) && shared.store.get(&thread, &lk).await?.is_some() {
-                return Err(Error::new(
-                    ErrorKind::Conflict,
-                    format!(
-                        "run {run} of thread {thread} was started by another runner while this \
-                         one was starting it; nothing was run here, and this claim fenced the \
-                         other runner: resume the run"
-                    ),
-                )
-                .with_key(lk));
+            if epoch > Epoch(1) {
+                match look(&shared, &thread, &run).await? {
+                    Stored::Nothing => {}
+                    Stored::Run => {
+                        return Err(Error::new(
+                            ErrorKind::Conflict,
+                            format!(
+                                "run {run} of thread {thread} was started by another runner \
+                                 while this one was starting it; nothing was run here, and this \
+                                 claim fenced the other runner: resume the run"
+                            ),
+                        )
+                        .with_key(lk));
+                    }
+                    Stored::KeysOnly(key) => return Err(keys_only(&thread, &run, key)),
+                }
             }
             Start::Fresh(input)
         }
-        Start::Child(input, decision) => {
-            if shared.store.get(&thread, &lk).await?.is_none() {
-                Start::Fresh(input)
-            } else {
-                match decision {
-                    Some((call, d)) => Start::ResumeFor(call, d),
-                    None => Start::Resume(None),
-                }
-            }
-        }
+        Start::Child(input, decision) => match look(&shared, &thread, &run).await? {
+            Stored::Run => match decision {
+                Some((call, d)) => Start::ResumeFor(call, d),
+                None => Start::Resume(None),
+            },
+            Stored::KeysOnly(key) => return Err(keys_only(&thread, &run, key)),
+            Stored::Nothing => Start::Fresh(input),
+        },
         other => other,
     };
     let start_input = match &start {
@@ -529,6 +533,50 @@ pub(crate) async fn execute(
         task.on_error(e).await;
     }
     res
+}
+
+/// What a start finds of a run under its claim.
+enum Stored {
+    /// No key of the run (the fence aside).
+    Nothing,
+    /// The run's latest pointer: the run exists.
+    Run,
+    /// Keys of the run but no latest pointer (this key, for one): written by something that
+    /// writes its pointer last and has not finished (`afk import`, a fixture load).
+    KeysOnly(String),
+}
+
+/// Look for the run: its latest pointer, or (only when that is missing) any of its keys, one
+/// `list` per key family.
+async fn look(shared: &Shared, thread: &ThreadId, run: &RunId) -> Result<Stored> {
+    if shared
+        .store
+        .get(thread, &crate::store::latest_key(run))
+        .await?
+        .is_some()
+    {
+        return Ok(Stored::Run);
+    }
+    for prefix in crate::keys::run_prefixes(run) {
+        let page = shared.store.list(thread, &prefix, None, 1).await?;
+        if let Some(key) = page.keys.into_iter().next() {
+            return Ok(Stored::KeysOnly(key));
+        }
+    }
+    Ok(Stored::Nothing)
+}
+
+/// `Conflict` for a start that found keys of the run without its pointer.
+fn keys_only(thread: &ThreadId, run: &RunId, key: String) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "run {run} of thread {thread} has records but no latest pointer (an import or a load \
+             that has not finished, or was stopped); nothing was run here. Finish it, or delete \
+             the run (`afk prune --run {run} --force`) before starting it"
+        ),
+    )
+    .with_key(key)
 }
 
 /// A running run: await its result, stop it, watch its events.

@@ -81,7 +81,8 @@ pub struct Totals {
     pub server_restarts: u64,
     pub races: u64,
     pub fenced: u64,
-    /// Racers that found the run started by the other one only once they had claimed it.
+    /// Racers whose start `run_with_id` refused (`Conflict`): the other racer had started the
+    /// run after this one's own look, before or under its claim.
     pub lost_starts: u64,
     pub probes: u64,
     pub refused: BTreeSet<String>,
