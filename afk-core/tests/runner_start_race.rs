@@ -12,32 +12,24 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{Agent, EffectPolicy, Outcome};
+use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
+use afk_core::runner::{Agent, Outcome};
 use afk_core::store::{Commit, Store};
 use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use common::gate::{Gate, GatedStore, GatedTool};
 use common::{resp, runner};
 use serde_json::json;
 
-/// One step with an at-most-once `charge` (call `c1`), then the answer "paid".
+/// `common::payer`, its `charge` behind `gate` if given.
 fn payer(counter: &InvocationCounter, gate: Option<Arc<Gate>>) -> Agent {
-    let llm = ScriptedLlm::new(vec![
-        resp(json!({"text": "charging", "tool_calls": [
-            {"id": "c1", "tool_name": "charge", "arguments": {"amount": 5}}]})),
-        resp(json!({"text": "paid", "tool_calls": []})),
-    ]);
-    let charge = ScriptedTool::new("charge", EffectPolicy::AtMostOnce, counter.clone(), |a| {
-        Ok(json!({"charged": a["amount"].clone()}))
-    });
-    let agent = Agent::new("payer", "Pay.", "m1", llm);
-    match gate {
-        Some(gate) => agent.with_tool(Arc::new(GatedTool {
+    let charge = common::charge(counter);
+    common::payer(match gate {
+        Some(gate) => Arc::new(GatedTool {
             inner: charge,
             gate,
-        })),
-        None => agent.with_tool(charge),
-    }
+        }),
+        None => charge,
+    })
 }
 
 /// The parent delegates to `payer` (call `d1`), then answers "done".

@@ -10,9 +10,9 @@ mod common;
 
 use std::sync::Arc;
 
-use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
+use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::runner::{
-    Agent, Decision, EffectPolicy, GateDecision, Outcome, Settlement, ToolGate, child_run_id,
+    Agent, Decision, GateDecision, Outcome, Settlement, ToolGate, child_run_id,
 };
 use afk_core::schema::{AgentResult, ToolCall};
 use afk_core::store::{CrashMode, FaultEvent, FaultStore, Op, Store};
@@ -22,15 +22,7 @@ use serde_json::{Value, json};
 
 /// The child pays: `charge` (at-most-once, call `c1`), then answers "paid".
 fn child(counter: &InvocationCounter, gated: bool) -> Agent {
-    let llm = ScriptedLlm::new(vec![
-        resp(json!({"text": "charging", "tool_calls": [
-            {"id": "c1", "tool_name": "charge", "arguments": {"amount": 5}}]})),
-        resp(json!({"text": "paid", "tool_calls": []})),
-    ]);
-    let charge = ScriptedTool::new("charge", EffectPolicy::AtMostOnce, counter.clone(), |a| {
-        Ok(json!({"charged": a["amount"].clone()}))
-    });
-    let agent = Agent::new("payer", "Pay.", "m1", llm).with_tool(charge);
+    let agent = common::payer(common::charge(counter));
     if gated {
         agent.with_gate(Arc::new(ChargeGate))
     } else {

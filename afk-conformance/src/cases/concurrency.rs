@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use afk_core::runner::Outcome;
-use afk_core::store::{CrashMode, FaultEvent, FaultStore, Op, Store};
-use afk_core::{ErrorKind, MemoryStore};
+use afk_core::store::{CrashMode, FaultEvent, FaultStore, Hold, Op, Store};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use serde_json::Value;
 
 use crate::agents::{Calls, Rig, Script, Start, ToolKind, attempt, drive, essence};
@@ -170,6 +170,43 @@ fn show_outcome(r: &afk_core::Result<Outcome>) -> String {
     })
 }
 
+/// A runner starting the run in a task of its own, through a store wrapper that holds one of
+/// its calls.
+struct HeldStarter {
+    hold: Hold,
+    calls: Calls,
+    rig: Rig,
+    task: tokio::task::JoinHandle<crate::agents::Attempt>,
+}
+
+impl HeldStarter {
+    fn spawn(
+        store: &Arc<dyn Store>,
+        script: &Script,
+        thread: &ThreadId,
+        run: &RunId,
+        op: Op,
+        n: u64,
+    ) -> Result<HeldStarter, String> {
+        let held = Arc::new(FaultStore::from_arc(store.clone()));
+        let hold = held.hold_nth(op, n);
+        let calls = Calls::default();
+        let rig = Rig::new(script, &calls, Duration::ZERO)?;
+        let runner = crate::agents::runner(held);
+        let (agent, thread, run) = (rig.agent.clone(), thread.clone(), run.clone());
+        let task =
+            tokio::spawn(
+                async move { attempt(&runner, &agent, &thread, &run, &Start::Fresh).await },
+            );
+        Ok(HeldStarter {
+            hold,
+            calls,
+            rig,
+            task,
+        })
+    }
+}
+
 /// How long a case waits for a held call to arrive before it fails (instead of hanging).
 const HOLD_WAIT: Duration = Duration::from_secs(60);
 
@@ -208,39 +245,28 @@ pub async fn racing_starters_run_it_once(store: Arc<dyn Store>) -> CaseResult {
         .ok_or("the model run wrote no result row for its charge")?;
 
     let thread = unique_thread("start_race");
-    let b_store = Arc::new(FaultStore::from_arc(store.clone()));
-    let b_claim = b_store.hold_nth(Op::Claim, 1);
-    let b_calls = Calls::default();
-    let b_rig = Rig::new(&script, &b_calls, Duration::ZERO)?;
-    let b = {
-        let runner = crate::agents::runner(b_store.clone());
-        let (agent, thread, run) = (b_rig.agent.clone(), thread.clone(), run.clone());
-        tokio::spawn(async move { attempt(&runner, &agent, &thread, &run, &Start::Fresh).await })
-    };
-    tokio::time::timeout(HOLD_WAIT, b_claim.reached())
+    let b = HeldStarter::spawn(&store, &script, &thread, &run, Op::Claim, 1)?;
+    tokio::time::timeout(HOLD_WAIT, b.hold.reached())
         .await
         .map_err(|_| fail!("runner B never reached its claim"))?;
-
-    let a_store = Arc::new(FaultStore::from_arc(store.clone()));
-    let a_result = a_store.hold_nth(Op::Commit, result_commit);
-    let a_calls = Calls::default();
-    let a_rig = Rig::new(&script, &a_calls, Duration::ZERO)?;
-    let a = {
-        let runner = crate::agents::runner(a_store.clone());
-        let (agent, thread, run) = (a_rig.agent.clone(), thread.clone(), run.clone());
-        tokio::spawn(async move { attempt(&runner, &agent, &thread, &run, &Start::Fresh).await })
-    };
-    tokio::time::timeout(HOLD_WAIT, a_result.reached())
+    let a = HeldStarter::spawn(&store, &script, &thread, &run, Op::Commit, result_commit)?;
+    tokio::time::timeout(HOLD_WAIT, a.hold.reached())
         .await
         .map_err(|_| fail!("runner A never reached the commit of its charge's result"))?;
+    let (a_calls, b_calls) = (a.calls.clone(), b.calls.clone());
     ensure!(
         a_calls.snapshot().get(&charge) == Some(&1),
         "runner A is held before its charge's result, but ran {:?}",
         a_calls.snapshot()
     );
 
-    b_claim.release();
-    let b = b.await.map_err(|e| fail!("runner B's task failed: {e}"))?;
+    b.hold.release();
+    let llm = b.rig.llm.clone();
+    let b = b
+        .task
+        .await
+        .map_err(|e| fail!("runner B's task failed: {e}"))?;
+    let b_llm_calls = llm.calls();
     match &b.result {
         Err(e) if e.kind() == ErrorKind::Conflict => {}
         other => {
@@ -252,14 +278,16 @@ pub async fn racing_starters_run_it_once(store: Arc<dyn Store>) -> CaseResult {
         }
     }
     ensure!(
-        b_rig.llm.calls() == 0 && b_calls.snapshot().is_empty(),
-        "runner B lost the race but made {} model calls and ran {:?}",
-        b_rig.llm.calls(),
+        b_llm_calls == 0 && b_calls.snapshot().is_empty(),
+        "runner B lost the race but made {b_llm_calls} model calls and ran {:?}",
         b_calls.snapshot()
     );
 
-    a_result.release();
-    let a = a.await.map_err(|e| fail!("runner A's task failed: {e}"))?;
+    a.hold.release();
+    let a = a
+        .task
+        .await
+        .map_err(|e| fail!("runner A's task failed: {e}"))?;
     match &a.result {
         Err(e) if e.kind() == ErrorKind::Fenced => {}
         other => {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{
     Agent, EffectPolicy, Limits, ManualClock, RunHandle, Runner, RunnerConfig, SequentialIds,
+    ToolRef,
 };
 use afk_core::schema::LlmResponse;
 use afk_core::store::{RetryPolicy, Store};
@@ -76,6 +77,23 @@ pub fn agent_with(llm: Arc<ScriptedLlm>, counter: &InvocationCounter) -> Agent {
         .with_tool(ScriptedTool::add(counter.clone()))
         .with_tool(ScriptedTool::echo(counter.clone()))
         .with_tool(charge)
+}
+
+/// The at-most-once `charge` tool: returns `{"charged": <amount>}`.
+pub fn charge(counter: &InvocationCounter) -> ToolRef {
+    ScriptedTool::new("charge", EffectPolicy::AtMostOnce, counter.clone(), |a| {
+        Ok(json!({"charged": a["amount"].clone()}))
+    })
+}
+
+/// An agent that pays with `charge` (call `c1`, amount 5), then answers "paid".
+pub fn payer(charge: ToolRef) -> Agent {
+    let llm = ScriptedLlm::new(vec![
+        resp(json!({"text": "charging", "tool_calls": [
+            {"id": "c1", "tool_name": "charge", "arguments": {"amount": 5}}]})),
+        resp(json!({"text": "paid", "tool_calls": []})),
+    ]);
+    Agent::new("payer", "Pay.", "m1", llm).with_tool(charge)
 }
 
 /// A runner with a manual clock, sequential ids, no retries; `async_writes` as given.
