@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::runner::{Agent, Outcome};
-use afk_core::store::{Commit, Store};
+use afk_core::store::{Commit, FaultStore, Op, Store};
 use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use common::gate::{Gate, GatedStore, GatedTool};
 use common::{resp, runner};
@@ -241,4 +241,28 @@ async fn a_start_over_records_without_a_pointer_runs_nothing() {
     before.remove(&fence);
     after.remove(&fence);
     assert_eq!(after, before, "the refused start wrote");
+}
+
+/// The look under the claim costs a clean run (and its fresh child) nothing but one `get` for
+/// the child: no `list`, no second look at the parent.
+#[tokio::test]
+async fn a_clean_run_with_a_child_looks_once_and_lists_nothing() {
+    let (thread, run) = ids();
+    let counter = InvocationCounter::new();
+    let store = Arc::new(FaultStore::new(MemoryStore::new()));
+    let out = runner(store.clone(), true)
+        .run_with_id(&boss(&counter), &thread, run, "go")
+        .result()
+        .await
+        .unwrap();
+    assert!(matches!(out, Outcome::Completed(_)), "{out:?}");
+    // The parent's look before its claim, the child's under its claim.
+    assert_eq!(
+        (
+            store.calls(Op::Claim),
+            store.calls(Op::Get),
+            store.calls(Op::List)
+        ),
+        (2, 2, 0)
+    );
 }

@@ -431,7 +431,7 @@ pub(crate) async fn execute(
     let start = match start {
         Start::Fresh(input) => {
             if epoch > Epoch(1) {
-                match look(&shared, &thread, &run).await? {
+                match look(&shared, &thread, &run, epoch).await? {
                     Stored::Nothing => {}
                     Stored::Run => {
                         return Err(Error::new(
@@ -449,7 +449,7 @@ pub(crate) async fn execute(
             }
             Start::Fresh(input)
         }
-        Start::Child(input, decision) => match look(&shared, &thread, &run).await? {
+        Start::Child(input, decision) => match look(&shared, &thread, &run, epoch).await? {
             Stored::Run => match decision {
                 Some((call, d)) => Start::ResumeFor(call, d),
                 None => Start::Resume(None),
@@ -546,9 +546,11 @@ enum Stored {
     KeysOnly(String),
 }
 
-/// Look for the run: its latest pointer, or (only when that is missing) any of its keys, one
-/// `list` per key family.
-async fn look(shared: &Shared, thread: &ThreadId, run: &RunId) -> Result<Stored> {
+/// Look for the run under a claim at `epoch`: its latest pointer, or when that is missing and
+/// the claim is not the run's first, any of its keys (one `list` per key family). The writers
+/// that leave keys without a pointer (an import, a fixture load) claim before they write, so
+/// under the first claim there are none to find and a fresh child run costs no `list`.
+async fn look(shared: &Shared, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<Stored> {
     if shared
         .store
         .get(thread, &crate::store::latest_key(run))
@@ -556,6 +558,9 @@ async fn look(shared: &Shared, thread: &ThreadId, run: &RunId) -> Result<Stored>
         .is_some()
     {
         return Ok(Stored::Run);
+    }
+    if epoch <= Epoch(1) {
+        return Ok(Stored::Nothing);
     }
     for prefix in crate::keys::run_prefixes(run) {
         let page = shared.store.list(thread, &prefix, None, 1).await?;
