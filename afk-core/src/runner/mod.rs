@@ -578,7 +578,7 @@ fn keys_only(thread: &ThreadId, run: &RunId, key: String) -> Error {
         format!(
             "run {run} of thread {thread} has records but no latest pointer (an import or a load \
              that has not finished, or was stopped); nothing was run here. Finish it, or delete \
-             the run (`afk prune --run {run} --force`) before starting it"
+             the run (`afk prune --thread {thread} --run {run} --force`) before starting it"
         ),
     )
     .with_key(key)
