@@ -163,7 +163,9 @@ async fn a_held_call_waits_for_its_release_and_others_pass() {
         let (fs, t, r) = (fs.clone(), t.clone(), r.clone());
         async move { fs.claim(&t, &r).await }
     });
-    hold.reached().await;
+    tokio::time::timeout(Duration::from_secs(60), hold.reached())
+        .await
+        .expect("the second claim was never held");
     // Held before the inner store: no second epoch yet, and other calls go on meanwhile.
     fs.commit(&commit(&t, &r, Epoch(1), 1)).await.unwrap();
     assert!(!held.is_finished());
