@@ -361,14 +361,13 @@ mod tests {
             })
             .await
             .unwrap();
-        let before = inner.snapshot(&thread);
+        let mut before = inner.snapshot(&thread);
         claim.release();
         let err = import.await.unwrap().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
         let mut after = inner.snapshot(&thread);
         let fence = afk_core::store::run_key(&run);
         assert!(after.remove(&fence).is_some());
-        let mut before = before;
         before.remove(&fence);
         assert_eq!(after, before, "the import wrote into the live run");
     }

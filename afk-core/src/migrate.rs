@@ -9,11 +9,12 @@
 //!
 //! Everything is written under a fresh claim (a process still working on the run is fenced
 //! off) and planned from what is read under it (a run a process moved on before the claim is
-//! migrated as it is then, its pointer kept), log entries before the records that reference them, the latest pointer last, in
-//! commits of at most [`Capabilities::max_commit_keys`](crate::store::Capabilities) keys. A run
-//! with no v1 record is left alone, so migrating twice is a no-op; a migration stopped part way
-//! (a crash, a store error) is finished by running it again: the records already rewritten are
-//! v2 and read as such, the rest are migrated against the log already written.
+//! migrated as it is then, its pointer kept), log entries before the records that reference
+//! them, the latest pointer last, in commits of at most
+//! [`Capabilities::max_commit_keys`](crate::store::Capabilities) keys. A run with no v1 record
+//! is left alone, so migrating twice is a no-op; a migration stopped part way (a crash, a store
+//! error) is finished by running it again: the records already rewritten are v2 and read as
+//! such, the rest are migrated against the log already written.
 
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
@@ -139,7 +140,7 @@ pub async fn migrate_run(
     // records planned from the older reads would move its pointer back to a step whose
     // effects already ran.
     let Some(Plan {
-        puts,
+        mut puts,
         mut latest,
         mut done,
     }) = plan(store, thread, run).await?
@@ -151,7 +152,6 @@ pub async fn migrate_run(
         .max_commit_keys
         .unwrap_or(usize::MAX)
         .max(1);
-    let mut puts = puts;
     let mut chunks: Vec<Vec<(String, Vec<u8>)>> = Vec::new();
     while !puts.is_empty() {
         let rest = puts.split_off(puts.len().min(max));

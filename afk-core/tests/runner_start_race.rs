@@ -225,7 +225,7 @@ async fn a_start_over_records_without_a_pointer_runs_nothing() {
         })
         .await
         .unwrap();
-    let before = inner.snapshot(&thread);
+    let mut before = inner.snapshot(&thread);
     let counter = InvocationCounter::new();
     let err = runner(inner.clone(), true)
         .run_with_id(&payer(&counter, None), &thread, run.clone(), "go")
@@ -237,7 +237,6 @@ async fn a_start_over_records_without_a_pointer_runs_nothing() {
     assert_eq!(counter.get("c1"), 0);
     let mut after = inner.snapshot(&thread);
     let fence = afk_core::store::run_key(&run);
-    let mut before = before;
     before.remove(&fence);
     after.remove(&fence);
     assert_eq!(after, before, "the refused start wrote");
