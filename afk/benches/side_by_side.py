@@ -19,7 +19,9 @@ SAME_RUNS=1 to give ours as many runs per process as AFK (by default ours runs 1
 store holds 10x more records by the end; both stores slow down as they grow), and OURS_PRELOAD
 (a malloc library, e.g. Debian's /usr/lib/x86_64-linux-gnu/libmimalloc.so.2) to run ours a
 second time per case with that allocator preloaded (an application's choice of allocator; AFK
-Python keeps CPython's own), shown in its own column.
+Python keeps CPython's own), shown in its own column, and OURS_CT=1 to run ours once more per
+case on a current-thread tokio runtime (PROBE_CT=1: one thread, as AFK's asyncio loop is; the
+default column is tokio's multi-thread runtime, what `#[tokio::main]` gives), in its own column.
 """
 import json, os, statistics, subprocess, sys, time
 
@@ -30,6 +32,7 @@ REPS = int(os.environ.get("REPS", "3"))
 NS = [int(x) for x in os.environ.get("NS", "10,100").split(",")]
 MODES = os.environ.get("MODES", "async,sync").split(",")
 PRELOAD = os.environ.get("OURS_PRELOAD")
+CT = os.environ.get("OURS_CT") == "1"
 BACKENDS = os.environ.get("BACKENDS", "memory").split(",")
 # Runs per process: AFK is slower, so it gets fewer runs of the same length; both sides' store
 # grows over a process's runs, so each side runs its own count every repetition.
@@ -56,12 +59,14 @@ def afk(backend, n, mode):
     return d["steps_per_s"] if "steps_per_s" in d and backend == "memory" else n * runs / d["seconds"]
 
 
-def ours(backend, n, mode, preload=None):
+def ours(backend, n, mode, preload=None, ct=False):
     # SAME_RUNS=1: as many runs as AFK's process makes (the same store growth on both sides).
     runs = RUNS[(backend, n)][0 if os.environ.get("SAME_RUNS") == "1" else 1]
     env = dict(os.environ, PROBE_RAW="1")
     if preload:
         env["LD_PRELOAD"] = preload
+    if ct:
+        env["PROBE_CT"] = "1"
     out = subprocess.run([PROBE, "run", str(n), mode, str(runs), backend], env=env,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])["steps_per_s"]
@@ -75,6 +80,8 @@ for rep in range(REPS):
                 sides = [("afk", afk), ("ours", ours)]
                 if PRELOAD:
                     sides.append(("ours_preload", lambda b, n, m: ours(b, n, m, PRELOAD)))
+                if CT:
+                    sides.append(("ours_ct", lambda b, n, m: ours(b, n, m, ct=True)))
                 if rep % 2:
                     sides.reverse()
                 for name, f in sides:
@@ -86,17 +93,20 @@ for rep in range(REPS):
                     print(json.dumps(rec), flush=True)
                     results.setdefault((backend, n, mode), {}).setdefault(name, []).append(rec)
 
-extra = " ours with the preloaded allocator, steps/s | ÷ AFK |" if PRELOAD else ""
-print("\n| store | steps/run | mode | AFK Python steps/s (median; each rep) | ours steps/s (median; each rep) | ours ÷ AFK |" + extra + " load (1-min) during |")
-print("|---|---:|---|---:|---:|---:|" + ("---:|---:|" if PRELOAD else "") + "---:|")
+# Extra columns: (side, heading), each followed by its ratio to AFK.
+EXTRA = ([("ours_preload", "ours with the preloaded allocator, steps/s")] if PRELOAD else []) + \
+    ([("ours_ct", "ours on one thread (current-thread runtime), steps/s")] if CT else [])
+heads = "".join(f" {h} | ÷ AFK |" for _, h in EXTRA)
+print("\n| store | steps/run | mode | AFK Python steps/s (median; each rep) | ours steps/s (median; each rep) | ours ÷ AFK |" + heads + " load (1-min) during |")
+print("|---|---:|---|---:|---:|---:|" + "---:|---:|" * len(EXTRA) + "---:|")
 for (backend, n, mode), sides in results.items():
     a = [r["steps_per_s"] for r in sides["afk"]]
     o = [r["steps_per_s"] for r in sides["ours"]]
     loads = [x for s in sides.values() for r in s for x in r["load"]]
     fmt = lambda xs: f"{statistics.median(xs):,.1f} ({', '.join(f'{x:,.1f}' for x in xs)})"
     cols = ""
-    if PRELOAD:
-        p = [r["steps_per_s"] for r in sides["ours_preload"]]
-        cols = f" {fmt(p)} | {statistics.median(p) / statistics.median(a):.1f}× |"
+    for side, _ in EXTRA:
+        p = [r["steps_per_s"] for r in sides[side]]
+        cols += f" {fmt(p)} | {statistics.median(p) / statistics.median(a):.1f}× |"
     print(f"| {backend} | {n} | {mode} | {fmt(a)} | {fmt(o)} | "
           f"{statistics.median(o) / statistics.median(a):.1f}× |{cols} {min(loads):.1f}–{max(loads):.1f} |")
