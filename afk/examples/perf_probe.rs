@@ -3,7 +3,8 @@
 //! (`benches/support`: one tool call per step, instant model and tool) with MODE `async` or
 //! `sync` checkpoint writes, and prints one JSON line: steps/s, and commits and store round
 //! trips per step counted at the store (`PROBE_RAW=1`: no counting wrapper, for profiles;
-//! `PROBE_CT=1`: a current-thread runtime, so a profile sees one thread).
+//! `PROBE_CT=1`: a current-thread runtime, so a profile sees one thread; `PROBE_CONC=K`: K runs
+//! in flight at once instead of one after another).
 //! Redis needs `AFK_TEST_REDIS_URL` and `--features redis`.
 //!
 //! `valgrind --tool=callgrind perf_probe run 10 async 101` minus the same with RUNS 1 gives the
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use afk::{MemoryStore, RunId, store::Store};
+use futures::StreamExt;
 use support::counting::CountingStore;
 
 fn usage() -> ! {
@@ -67,10 +69,20 @@ fn main() {
         let agent = support::agent(steps);
         let tag = support::servers::unique("probe");
         let t0 = Instant::now();
-        for i in 0..runs {
-            let run = RunId::new(format!("run_{tag}_{i}")).expect("run id");
-            support::run_to_end(&runner, &agent, run).await;
-        }
+        // `PROBE_CONC=K`: K runs in flight at once (default 1: one after another).
+        let conc: usize = std::env::var("PROBE_CONC")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let (runner, agent, tag) = (&runner, &agent, &tag);
+        futures::stream::iter(0..runs)
+            .map(|i| async move {
+                let run = RunId::new(format!("run_{tag}_{i}")).expect("run id");
+                support::run_to_end(runner, agent, run).await;
+            })
+            .buffer_unordered(conc.max(1))
+            .collect::<Vec<()>>()
+            .await;
         let secs = t0.elapsed().as_secs_f64();
         let total = (steps * runs) as f64;
         let calls = counting.calls() as f64;
