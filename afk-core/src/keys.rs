@@ -63,7 +63,17 @@ pub fn effect_key(run: &RunId, step: u64, call_id: &str) -> Result<String> {
             call_id.len()
         )));
     }
-    Ok(format!("effect:{run}:{step}:{}", escape_component(call_id)))
+    use std::fmt::Write as _;
+    // Built in place, as `checkpoint_key`: one per tool call and step.
+    let run = run.as_str();
+    let mut key = String::with_capacity(7 + run.len() + 22 + call_id.len());
+    key.push_str("effect:");
+    key.push_str(run);
+    key.push(':');
+    let _ = write!(key, "{step}");
+    key.push(':');
+    push_escaped(&mut key, call_id);
+    Ok(key)
 }
 
 /// The prefix of every effect row of a run.
@@ -73,10 +83,14 @@ pub fn effect_prefix(run: &RunId) -> String {
 
 /// `messages:<run>:<index>` with the index zero-padded to [`MESSAGE_INDEX_WIDTH`] digits.
 pub fn messages_key(run: &RunId, index: u64) -> String {
-    format!(
-        "messages:{run}:{index:0width$}",
-        width = MESSAGE_INDEX_WIDTH
-    )
+    use std::fmt::Write as _;
+    let run = run.as_str();
+    let mut key = String::with_capacity(10 + run.len() + MESSAGE_INDEX_WIDTH);
+    key.push_str("messages:");
+    key.push_str(run);
+    key.push(':');
+    let _ = write!(key, "{index:0width$}", width = MESSAGE_INDEX_WIDTH);
+    key
 }
 
 /// The prefix of every transcript-log entry of a run.
@@ -96,12 +110,20 @@ pub fn run_prefixes(run: &RunId) -> [String; 4] {
 
 /// Escape a free-form key component: bytes outside `A-Z a-z 0-9 _ - .` become `%XX`.
 pub fn escape_component(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    push_escaped(&mut out, s);
+    out
+}
+
+/// Append [`escape_component`]`(s)` to `out`.
+fn push_escaped(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.');
     if s.bytes().all(plain) {
-        return s.to_owned();
+        out.push_str(s);
+        return;
     }
-    let mut out = String::with_capacity(s.len() + 8);
+    out.reserve(8);
     for b in s.bytes() {
         if plain(b) {
             out.push(b as char);
@@ -111,7 +133,6 @@ pub fn escape_component(s: &str) -> String {
             out.push(char::from(HEX[usize::from(b & 0xF)]));
         }
     }
-    out
 }
 
 /// Invert [`escape_component`]. Fails for malformed escapes or non-UTF-8 results.

@@ -268,7 +268,14 @@ impl Store for MemoryStore {
             map.insert(key.clone(), value.clone());
         }
         if let Some(latest) = &commit.latest {
-            map.insert(latest_key(&commit.run), latest.clone());
+            // The pointer is rewritten by most commits: reuse its buffer.
+            let key = latest_key(&commit.run);
+            match map.get_mut(&key) {
+                Some(value) => value.clone_from(latest),
+                None => {
+                    map.insert(key, latest.clone());
+                }
+            }
         }
         Ok(())
     }

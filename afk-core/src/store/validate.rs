@@ -2,7 +2,10 @@
 
 use std::collections::HashSet;
 
-use super::{Commit, MAX_LIST_LIMIT, latest_key, run_key, run_of_key};
+use super::{Commit, MAX_LIST_LIMIT, run_of_key};
+
+/// Commits of at most this many keys are checked for a repeated key pairwise.
+const SMALL_COMMIT: usize = 16;
 use crate::error::{Error, Result};
 use crate::ids::validate_key;
 
@@ -29,31 +32,42 @@ pub fn validate_list(prefix: &str, cursor: Option<&str>, limit: usize) -> Result
 /// `run:<run>` (only [`Store::claim`](super::Store::claim) writes it), or appears twice. It does
 /// not check the epoch or value sizes; those depend on the store.
 pub fn validate_commit(commit: &Commit) -> Result<()> {
-    let latest = latest_key(&commit.run);
-    let fence = run_key(&commit.run);
-    let mut seen = HashSet::with_capacity(commit.puts.len());
-    for (key, _) in &commit.puts {
+    let run = commit.run.as_str();
+    // Keys of a larger commit are checked for repeats through a set; a small one (every
+    // commit of a step) compares with the keys before it, without allocating.
+    let mut seen =
+        (commit.puts.len() > SMALL_COMMIT).then(|| HashSet::with_capacity(commit.puts.len()));
+    for (i, (key, _)) in commit.puts.iter().enumerate() {
         validate_key(key)?;
-        if run_of_key(key) != Some(commit.run.as_str()) {
+        if run_of_key(key) != Some(run) {
             return Err(Error::invalid_input(format!(
                 "key {key:?} does not belong to run {}",
                 commit.run
             ))
             .with_key(key.clone()));
         }
-        if *key == latest {
+        // `run_of_key` matched, so these are `latest_key(run)` and `run_key(run)` exactly.
+        if key
+            .strip_prefix("checkpoint:")
+            .and_then(|k| k.strip_prefix(run))
+            == Some(":latest")
+        {
             return Err(Error::invalid_input(format!(
                 "{key:?} is the latest pointer; set Commit::latest instead of putting it"
             ))
             .with_key(key.clone()));
         }
-        if *key == fence {
+        if key.strip_prefix("run:") == Some(run) {
             return Err(Error::invalid_input(format!(
                 "{key:?} is the run's fence; only Store::claim writes it"
             ))
             .with_key(key.clone()));
         }
-        if !seen.insert(key.as_str()) {
+        let repeated = match &mut seen {
+            Some(seen) => !seen.insert(key.as_str()),
+            None => commit.puts[..i].iter().any(|(k, _)| k == key),
+        };
+        if repeated {
             return Err(
                 Error::invalid_input(format!("key {key:?} appears twice in one commit"))
                     .with_key(key.clone()),
@@ -61,4 +75,69 @@ pub fn validate_commit(commit: &Commit) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::ids::{RunId, ThreadId};
+    use crate::store::Epoch;
+
+    fn commit_of(run: &str, keys: &[String]) -> Commit {
+        Commit {
+            thread: ThreadId::new("t").unwrap(),
+            run: RunId::new(run).unwrap(),
+            epoch: Epoch(1),
+            puts: keys.iter().map(|k| (k.clone(), b"v".to_vec())).collect(),
+            latest: None,
+        }
+    }
+
+    fn kind(c: &Commit) -> Option<ErrorKind> {
+        validate_commit(c).err().map(|e| e.kind())
+    }
+
+    /// Small commits are checked pairwise and large ones through a set: both must catch a
+    /// repeated key wherever it is, and accept distinct keys.
+    #[test]
+    fn a_repeated_key_is_caught_in_small_and_large_commits() {
+        for n in [1, 2, SMALL_COMMIT, SMALL_COMMIT + 1, 3 * SMALL_COMMIT] {
+            let keys: Vec<String> = (0..n).map(|i| format!("effect:r:1:c{i}")).collect();
+            assert_eq!(kind(&commit_of("r", &keys)), None, "{n} distinct keys");
+            if n < 2 {
+                continue;
+            }
+            for (first, second) in [(0, n - 1), (n / 2 - 1, n / 2), (0, 1)] {
+                let mut keys = keys.clone();
+                keys[second] = keys[first].clone();
+                assert_eq!(
+                    kind(&commit_of("r", &keys)),
+                    Some(ErrorKind::InvalidInput),
+                    "{n} keys, key {first} repeated at {second}"
+                );
+            }
+        }
+    }
+
+    /// The pointer and the fence of the commit's own run are refused as puts; the same words
+    /// in a longer key or another run's keys are not taken for them.
+    #[test]
+    fn pointer_and_fence_are_refused_only_for_exactly_their_keys() {
+        for bad in ["checkpoint:r:latest", "run:r"] {
+            let c = commit_of("r", &[bad.to_owned()]);
+            assert_eq!(kind(&c), Some(ErrorKind::InvalidInput), "{bad}");
+        }
+        for good in [
+            "checkpoint:r:latest2",
+            "checkpoint:r:3:latest",
+            "messages:r:latest",
+        ] {
+            let c = commit_of("r", &[good.to_owned()]);
+            assert_eq!(kind(&c), None, "{good}");
+        }
+        // A run whose id extends another's: `rx`'s keys are not `r`'s pointer or fence.
+        let c = commit_of("rx", &["checkpoint:rx:1:pre_llm".to_owned()]);
+        assert_eq!(kind(&c), None);
+    }
 }
