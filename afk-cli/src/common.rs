@@ -14,8 +14,9 @@ use afk_core::{Error, Result, RunId, ThreadId};
 /// The store used when neither `--store` nor a command default says otherwise.
 pub const DEFAULT_STORE: &str = "rocksdb://./.afk-data";
 
-/// Run `body` on a fresh multi-thread runtime with the store `url` opened; print errors as
-/// `afk <cmd>: <error>` (with the store, the key and what to do) and exit 1.
+/// Run `body` on a fresh multi-thread runtime with the store `url` opened (created if it is a
+/// RocksDB path without a database); print errors as `afk <cmd>: <error>` (with the store, the
+/// key and what to do) and exit 1.
 pub fn with_store<F, Fut>(cmd: &str, url: &str, body: F) -> ExitCode
 where
     F: FnOnce(Arc<dyn Store>) -> Fut,
@@ -32,7 +33,7 @@ where
         }
     };
     let res = rt.block_on(async {
-        let store = open(cmd, url).await?;
+        let store = open(cmd, url, true).await?;
         body(store).await
     });
     match res {
@@ -46,9 +47,15 @@ where
 }
 
 /// Open the store `url` names for command `cmd`, logging it (info) with its password hidden and
-/// its capabilities (debug).
-pub async fn open(cmd: &str, url: &str) -> Result<Arc<dyn Store>> {
-    let store = afk::open(url).await?;
+/// its capabilities (debug). Unless `create`, a store that opening would create (a RocksDB path
+/// without a database) is refused with `InvalidConfig`: a command that only inspects or changes
+/// what is there must not turn a mistyped path into a new, empty store.
+pub async fn open(cmd: &str, url: &str, create: bool) -> Result<Arc<dyn Store>> {
+    let store = if create {
+        afk::open(url).await?
+    } else {
+        afk::open_existing(url).await?
+    };
     tracing::info!(command = cmd, store = %afk::redact::redact_urls(url), "store opened");
     tracing::debug!(capabilities = ?store.capabilities(), "store capabilities");
     Ok(store)

@@ -149,7 +149,7 @@ struct Loaded {
 /// "thread", "keys", "runs": [{"run", "keys", "records", "effect_rows", "transcript_entries",
 /// "replaced", "latest": {"step", "phase", "schema_version"} | null}]}`.
 fn load(ctx: &Ctx, thread: Option<String>, file: &Path) -> ExitCode {
-    ctx.run("fixtures load", |store| async move {
+    ctx.run_creating("fixtures load", |store| async move {
         let mut fixture = read_fixture(file)?;
         if let Some(t) = &thread {
             rethread(&mut fixture, t);

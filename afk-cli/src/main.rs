@@ -42,6 +42,8 @@ struct Cli {
     /// The store, as a URL: rocksdb:///abs/path, rocksdb://./rel/path, memory://,
     /// redis://host:port (feature `redis`), s3://bucket/prefix (feature `s3`). Default:
     /// rocksdb://./.afk-data (`demo`: rocksdb://./.afk-demo; `fixtures check`: memory://).
+    /// Only `demo`, `import` and `fixtures` create a RocksDB database where there is none; the
+    /// other commands refuse such a path (a typo is an error, not a new empty store).
     #[arg(long, global = true, env = "AFK_STORE")]
     store: Option<String>,
     /// Print one JSON document on stdout instead of text (errors too: `{"error": {...}}`).

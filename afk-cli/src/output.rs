@@ -55,18 +55,37 @@ impl Ctx {
         Progress::on_terminal(self.json)
     }
 
-    /// Open the store, run `body` on a fresh runtime and print its report or its error.
+    /// Open the store (an existing one: see [`afk::open_existing`]), run `body` on a fresh
+    /// runtime and print its report or its error.
     pub fn run<F, Fut>(&self, cmd: &str, body: F) -> ExitCode
     where
         F: FnOnce(Arc<dyn Store>) -> Fut,
         Fut: std::future::Future<Output = Result<Report>>,
     {
-        self.run_to(cmd, true, body)
+        self.run_with(cmd, true, false, body)
+    }
+
+    /// [`Ctx::run`] for a command that fills a store it may have to create (`demo`, `import`,
+    /// `fixtures`): a RocksDB path without a database gets a new one.
+    pub fn run_creating<F, Fut>(&self, cmd: &str, body: F) -> ExitCode
+    where
+        F: FnOnce(Arc<dyn Store>) -> Fut,
+        Fut: std::future::Future<Output = Result<Report>>,
+    {
+        self.run_with(cmd, true, true, body)
     }
 
     /// [`Ctx::run`], printing the report on stderr unless `on_stdout` (for a command whose
     /// stdout carries data, like `export` without `--out`).
     pub fn run_to<F, Fut>(&self, cmd: &str, on_stdout: bool, body: F) -> ExitCode
+    where
+        F: FnOnce(Arc<dyn Store>) -> Fut,
+        Fut: std::future::Future<Output = Result<Report>>,
+    {
+        self.run_with(cmd, on_stdout, false, body)
+    }
+
+    fn run_with<F, Fut>(&self, cmd: &str, on_stdout: bool, create: bool, body: F) -> ExitCode
     where
         F: FnOnce(Arc<dyn Store>) -> Fut,
         Fut: std::future::Future<Output = Result<Report>>,
@@ -83,7 +102,7 @@ impl Ctx {
         };
         let url = self.url.clone();
         let res = rt.block_on(async move {
-            let store = super::common::open(cmd, &url).await?;
+            let store = super::common::open(cmd, &url, create).await?;
             body(store).await
         });
         match res {

@@ -278,7 +278,7 @@ async fn check_run(
 /// Import. JSON summary: `{"thread", "runs": [{"run", "keys", "problems"}], "keys", "ok"}`.
 pub fn import(args: ImportArgs, ctx: &Ctx) -> ExitCode {
     let progress = ctx.progress();
-    ctx.run("import", |store| async move {
+    ctx.run_creating("import", |store| async move {
         let text = if args.file.as_os_str() == "-" {
             let mut s = String::new();
             for line in std::io::stdin().lock().lines() {

@@ -274,6 +274,8 @@ fn errors_name_the_store_and_hide_the_password() {
     assert_eq!(out.code, Some(1));
     assert!(!out.stderr.contains("hunter2") && !out.stdout.contains("hunter2"));
     let url = common::rocks(&dir.path().join("db"));
+    // An empty store (inspecting commands do not create one).
+    drop(afk::backend::rocksdb::RocksDbStore::from_url(&url).unwrap());
     let out = afk(
         dir.path(),
         &url,

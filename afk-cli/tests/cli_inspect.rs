@@ -216,3 +216,64 @@ fn verify_reports_an_intent_without_result_as_uncertain() {
     assert_eq!(counts[..2], [1, 0], "{}", out.stdout);
     assert!(counts[2] >= 1, "{}", out.stdout);
 }
+
+/// A mistyped RocksDB path is an error for every command that only inspects or changes what is
+/// there, and nothing is created at it; the default store (`./.afk-data`) is not created by
+/// looking either. `import` still creates the store it fills.
+#[test]
+fn commands_on_a_path_without_a_database_fail_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-db");
+    let store = rocks(&missing);
+    let t = ["--thread", THREAD];
+    let r = ["--run", RUN];
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["threads"],
+        [&["runs"][..], &t[..]].concat(),
+        [&["show"][..], &t[..], &r[..]].concat(),
+        [&["timeline"][..], &t[..], &r[..]].concat(),
+        [&["verify"][..], &t[..]].concat(),
+        [&["export"][..], &t[..]].concat(),
+        [&["migrate"][..], &t[..]].concat(),
+        [&["prune"][..], &t[..], &r[..]].concat(),
+        [&["demo", "--resume"][..]].concat(),
+    ];
+    for cmd in &commands {
+        let args = [&cmd[..], &["--store", store.as_str()][..]].concat();
+        let out = afk_in(dir.path(), &args);
+        assert_eq!(out.code, Some(1), "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains("invalid_config") && out.stderr.contains("no RocksDB database"),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(!missing.exists(), "{args:?} created {}", missing.display());
+    }
+    let out = afk_in(dir.path(), &["runs", "--thread", THREAD]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("no RocksDB database"), "{}", out.stderr);
+    assert!(!dir.path().join(".afk-data").exists());
+
+    // An export of a demo run imports into a store that does not exist yet.
+    let src = demo_state(dir.path(), "12");
+    let file = dir.path().join("run.jsonl");
+    let file = file.to_str().unwrap();
+    let out = afk_in(
+        dir.path(),
+        &[
+            &["export", "--store", &src, "--out", file][..],
+            &t[..],
+            &r[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let out = afk_in(dir.path(), &["import", "--store", &store, file]);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    let out = afk_in(
+        dir.path(),
+        &[&["runs", "--store", &store][..], &t[..]].concat(),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains(RUN), "{}", out.stdout);
+}

@@ -16,10 +16,17 @@ fn stuck_store(dir: &std::path::Path) -> String {
     url
 }
 
+/// An empty RocksDB store (the inspecting commands do not create one).
+fn empty_store(dir: &std::path::Path) -> String {
+    let url = rocks(&dir.join("db"));
+    drop(afk::backend::rocksdb::RocksDbStore::from_url(&url).unwrap());
+    url
+}
+
 #[test]
 fn verbose_json_logs_on_stderr_and_prints_one_document_on_stdout() {
     let dir = tempfile::tempdir().unwrap();
-    let url = rocks(&dir.path().join("db"));
+    let url = empty_store(dir.path());
     let out = afk_in(dir.path(), &["--store", &url, "--json", "-v", "threads"]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stderr.contains("store opened"), "{}", out.stderr);
@@ -71,7 +78,7 @@ fn verbosity_reaches_the_library_events() {
 #[test]
 fn rust_log_is_honoured_without_v() {
     let dir = tempfile::tempdir().unwrap();
-    let url = rocks(&dir.path().join("db"));
+    let url = empty_store(dir.path());
     let args = ["--store", &url, "threads"];
     let out = afk_env(dir.path(), &args, &[("RUST_LOG", "debug")]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);

@@ -114,6 +114,8 @@ fn prune_and_rebuild_keep_the_redis_cluster_thread_index_exact() {
 fn rebuild_index_on_another_store_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let url = common::rocks(&dir.path().join("db"));
+    // An empty store (`threads` does not create one).
+    drop(afk::backend::rocksdb::RocksDbStore::from_url(&url).unwrap());
     let out = afk_in(dir.path(), &["--store", &url, "threads", "--rebuild-index"]);
     assert_eq!(out.code, Some(1), "{}", out.stdout);
     assert!(out.stderr.contains("for Redis stores"), "{}", out.stderr);

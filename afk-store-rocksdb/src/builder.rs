@@ -20,6 +20,14 @@ impl RocksDbConfig {
         self
     }
 
+    /// Create the database if the path holds none, or refuse to
+    /// ([`RocksDbConfig::create_if_missing`]).
+    #[must_use]
+    pub fn with_create_if_missing(mut self, create: bool) -> Self {
+        self.create_if_missing = create;
+        self
+    }
+
     /// Set the LRU block cache to `bytes` ([`RocksDbConfig::block_cache_size`]).
     #[must_use]
     pub fn with_block_cache_size(mut self, bytes: u64) -> Self {
@@ -41,6 +49,9 @@ mod tests {
         let mut want = base.clone();
         want.compression = Compression::Zstd;
         assert_eq!(base.clone().with_compression(Compression::Zstd), want);
+        let mut want = base.clone();
+        want.create_if_missing = false;
+        assert_eq!(base.clone().with_create_if_missing(false), want);
         let mut want = base.clone();
         want.block_cache_size = Some(1 << 20);
         assert_eq!(base.with_block_cache_size(1 << 20), want);

@@ -73,6 +73,10 @@ fn default_sync() -> bool {
     true
 }
 
+fn default_create() -> bool {
+    true
+}
+
 /// How to open a RocksDB store.
 ///
 /// As serde (JSON, TOML, …): `{"path": "/var/lib/afk", "sync": true, "compression": "lz4",
@@ -99,8 +103,13 @@ fn default_sync() -> bool {
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RocksDbConfig {
-    /// Directory of the database; created if missing.
+    /// Directory of the database; created if missing unless `create_if_missing` is false.
     pub path: PathBuf,
+    /// Create the database when `path` holds none (default `true`). With `false`, opening a
+    /// path without a database fails with `InvalidConfig` and creates nothing: what a tool
+    /// that only reads wants, so that a mistyped path is an error, not a new empty store.
+    #[serde(default = "default_create")]
+    pub create_if_missing: bool,
     /// Sync the write-ahead log on every write (default `true`). With `true` an acknowledged
     /// commit survives a crash of the process and of the machine; with `false` it survives a
     /// crash of the process only (the OS still holds the data).
@@ -119,6 +128,7 @@ impl RocksDbConfig {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         RocksDbConfig {
             path: path.into(),
+            create_if_missing: true,
             sync: true,
             compression: Compression::default(),
             block_cache_size: None,
@@ -130,7 +140,8 @@ impl RocksDbConfig {
     ///
     /// - `sync=true|false` (also `on|off`, `1|0`; default true),
     /// - `compression=none|snappy|lz4|zstd|zlib` (default snappy),
-    /// - `block_cache_size=<bytes>` (a plain number or with a `KiB`, `MiB`, `GiB` suffix).
+    /// - `block_cache_size=<bytes>` (a plain number or with a `KiB`, `MiB`, `GiB` suffix),
+    /// - `create=true|false` (default true: create the database if the path holds none).
     ///
     /// The path is percent-decoded. Errors: `InvalidConfig` naming the scheme, the path form or
     /// the bad parameter.
@@ -171,13 +182,14 @@ impl RocksDbConfig {
             seen.push(name.to_string());
             match name.as_ref() {
                 "sync" => config.sync = parse_bool("sync", &value)?,
+                "create" => config.create_if_missing = parse_bool("create", &value)?,
                 "compression" => config.compression = value.parse()?,
                 "block_cache_size" => {
                     config.block_cache_size = Some(parse_size("block_cache_size", &value)?)
                 }
                 other => {
                     return Err(Error::invalid_config(format!(
-                        "unknown rocksdb parameter `{other}`; known: sync, compression, block_cache_size"
+                        "unknown rocksdb parameter `{other}`; known: sync, compression, block_cache_size, create"
                     )));
                 }
             }
@@ -256,6 +268,9 @@ mod tests {
             .expect("valid url");
         assert_eq!(c.block_cache_size, Some(1000));
         assert!(c.sync);
+        assert!(c.create_if_missing);
+        let c = RocksDbConfig::from_url("rocksdb:///d?create=false").expect("valid url");
+        assert!(!c.create_if_missing);
     }
 
     #[test]
@@ -265,6 +280,7 @@ mod tests {
             ("rocksdb://host/path", "rocksdb:///absolute/path"),
             ("rocksdb://", "no usable path"),
             ("rocksdb:///d?sync=maybe", "`sync`"),
+            ("rocksdb:///d?create=perhaps", "`create`"),
             ("rocksdb:///d?compression=brotli", "`compression`"),
             ("rocksdb:///d?block_cache_size=lots", "`block_cache_size`"),
             (

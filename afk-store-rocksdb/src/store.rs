@@ -36,17 +36,26 @@ impl fmt::Debug for RocksDbStore {
 }
 
 impl RocksDbStore {
-    /// Open (creating if missing) the database `config` names
+    /// Open (creating it if missing, unless [`RocksDbConfig::create_if_missing`] is false) the
+    /// database `config` names
     /// (`RocksDbStore::open(RocksDbConfig::new(path))` for the defaults: sync writes, snappy
     /// compression, default block cache). Blocks while RocksDB opens.
     ///
-    /// Errors: `Unavailable` naming the `LOCK` file when the database is already open (in this
-    /// process or another); `Unavailable` for I/O errors; `Corrupt` for a damaged database;
-    /// `Unsupported` or `InvalidConfig` when the linked RocksDB library cannot honor an option
-    /// (for example a compression it was built without).
+    /// Errors: `InvalidConfig` when `create_if_missing` is false and the path holds no
+    /// database (nothing is created); `Unavailable` naming the `LOCK` file when the database is
+    /// already open (in this process or another); `Unavailable` for I/O errors; `Corrupt` for a
+    /// damaged database; `Unsupported` or `InvalidConfig` when the linked RocksDB library cannot
+    /// honor an option (for example a compression it was built without).
     pub fn open(config: RocksDbConfig) -> Result<Self> {
+        if !config.create_if_missing && !config.path.join("CURRENT").is_file() {
+            return Err(afk_core::Error::invalid_config(format!(
+                "no RocksDB database at {}: check the path (this store was opened without \
+                 create_if_missing, so nothing was created)",
+                config.path.display()
+            )));
+        }
         let mut opts = Options::default();
-        opts.create_if_missing(true);
+        opts.create_if_missing(config.create_if_missing);
         opts.set_compression_type(config.compression.to_rocksdb());
         if let Some(size) = config.block_cache_size {
             let size = usize::try_from(size).map_err(|_| {

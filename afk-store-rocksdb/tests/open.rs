@@ -177,3 +177,49 @@ async fn a_config_built_with_setters_opens_with_its_options() {
         "{lines:#?}"
     );
 }
+
+/// Without `create_if_missing`, a path with no database is `InvalidConfig` naming the path and
+/// nothing is created there (neither the directory nor, in an existing empty directory, any
+/// file); a database that exists opens as usual and keeps its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_create_if_missing_a_missing_database_is_refused_and_not_created() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("typo").join("db");
+    let err = RocksDbStore::open(RocksDbConfig::new(&missing).with_create_if_missing(false))
+        .expect_err("no database there");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    assert!(
+        err.message().contains(&missing.display().to_string()),
+        "{}",
+        err.message()
+    );
+    assert!(!dir.path().join("typo").exists(), "a directory was created");
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let url = format!("rocksdb://{}?create=false", empty.display());
+    let err = RocksDbStore::from_url(&url).expect_err("an empty directory holds no database");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    assert_eq!(
+        std::fs::read_dir(&empty).expect("read_dir").count(),
+        0,
+        "files were created in {}",
+        empty.display()
+    );
+
+    let path = dir.path().join("db");
+    {
+        let store = RocksDbStore::open(RocksDbConfig::new(&path)).expect("create");
+        let e = store.claim(&t("th"), &r("r")).await.expect("claim");
+        store
+            .commit(&commit("th", "r", e, &[("checkpoint:r:0:x", "v")], None))
+            .await
+            .expect("commit");
+    }
+    let store = RocksDbStore::open(RocksDbConfig::new(&path).with_create_if_missing(false))
+        .expect("an existing database opens");
+    assert_eq!(
+        get(&store, "th", "checkpoint:r:0:x").await.as_deref(),
+        Some("v")
+    );
+}

@@ -5,4 +5,4 @@ pub use afk_core::*;
 pub mod backend;
 mod open;
 
-pub use open::open;
+pub use open::{open, open_existing};

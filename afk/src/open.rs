@@ -33,6 +33,20 @@ const SCHEMES: [(&str, Option<&str>); 7] = [
 /// shows the URL with any password replaced by `***`, see [`redact_urls`]); the backend's own
 /// errors when it cannot open (`InvalidConfig`, `Unavailable`, …).
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    open_as(url, true).await
+}
+
+/// [`open`] for a tool that only reads or changes what is already there: a store that opening
+/// would create is refused instead. A `rocksdb://` path with no database is `InvalidConfig`
+/// naming the path, and nothing is created (as with the URL parameter `create=false`), so a
+/// mistyped path is an error rather than a new, empty store. The other schemes open as with
+/// [`open`]: an S3 bucket is created only when its URL says `create_bucket=true`, and Redis and
+/// memory stores have nothing to create.
+pub async fn open_existing(url: &str) -> Result<Arc<dyn Store>> {
+    open_as(url, false).await
+}
+
+async fn open_as(url: &str, create: bool) -> Result<Arc<dyn Store>> {
     let url = url.trim();
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(Error::invalid_config(format!(
@@ -51,7 +65,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
     };
     match (scheme.as_str(), feature) {
         ("memory", _) => Ok(memory(rest)),
-        ("rocksdb", _) if cfg!(feature = "rocksdb") => open_rocksdb(url).await,
+        ("rocksdb", _) if cfg!(feature = "rocksdb") => open_rocksdb(url, create).await,
         ("s3", _) if cfg!(feature = "s3") => open_s3(url).await,
         (_, Some("redis")) if cfg!(feature = "redis") => open_redis(url).await,
         (_, feature) => Err(Error::unsupported(format!(
@@ -81,17 +95,18 @@ fn memory(name: &str) -> Arc<dyn Store> {
 }
 
 #[cfg(feature = "rocksdb")]
-async fn open_rocksdb(url: &str) -> Result<Arc<dyn Store>> {
-    let url = url.to_owned();
-    let store =
-        tokio::task::spawn_blocking(move || afk_store_rocksdb::RocksDbStore::from_url(&url))
-            .await
-            .map_err(|e| Error::unexpected("opening RocksDB panicked").with_source(e))??;
+async fn open_rocksdb(url: &str, create: bool) -> Result<Arc<dyn Store>> {
+    let mut config = afk_store_rocksdb::RocksDbConfig::from_url(url)?;
+    // `create` only ever takes creation away: `create=false` in the URL stands.
+    config.create_if_missing &= create;
+    let store = tokio::task::spawn_blocking(move || afk_store_rocksdb::RocksDbStore::open(config))
+        .await
+        .map_err(|e| Error::unexpected("opening RocksDB panicked").with_source(e))??;
     Ok(Arc::new(store))
 }
 
 #[cfg(not(feature = "rocksdb"))]
-async fn open_rocksdb(_url: &str) -> Result<Arc<dyn Store>> {
+async fn open_rocksdb(_url: &str, _create: bool) -> Result<Arc<dyn Store>> {
     Err(Error::unexpected("rocksdb is not compiled in"))
 }
 

@@ -55,3 +55,27 @@ async fn memory_and_rocksdb_open() {
     let e = afk::open("rocksdb://no-path").await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidConfig);
 }
+
+/// `open_existing` refuses a RocksDB path with no database and creates nothing there; once a
+/// store exists it opens it, and `create=false` in a URL given to `open` refuses the same way.
+#[tokio::test]
+async fn open_existing_refuses_a_rocksdb_path_without_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo");
+    let url = format!("rocksdb://{}", path.display());
+    let e = afk::open_existing(&url).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    assert!(e.message().contains("no RocksDB database"), "{e}");
+    assert!(!path.exists(), "open_existing created {}", path.display());
+    let e = afk::open(&format!("{url}?create=false")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    assert!(!path.exists());
+
+    drop(afk::open(&url).await.unwrap());
+    let s = afk::open_existing(&url).await.unwrap();
+    assert_eq!(s.capabilities().name, "rocksdb");
+    let m = afk::open_existing("memory://open-existing-test")
+        .await
+        .unwrap();
+    assert_eq!(m.capabilities().name, "memory");
+}

@@ -75,7 +75,7 @@ pub fn run(args: Args, store: Option<String>, json: bool) -> ExitCode {
     if args.resume {
         return ctx.run("demo", |store| resume_only(store, name));
     }
-    ctx.run("demo", |store| demo(store, args.crash_after, name))
+    ctx.run_creating("demo", |store| demo(store, args.crash_after, name))
 }
 
 /// A call counter as `{call id: count}`.
