@@ -65,3 +65,40 @@ fn the_corpus_passes_on_s3() {
     );
     corpus_passes_on(&url);
 }
+
+/// An `s3://` store with no region anywhere (URL, environment, AWS config files) is
+/// `invalid_config` naming the fix, before any request: not a retryable `unavailable` from
+/// every request failing to sign. No server is needed (nothing is sent).
+#[cfg(feature = "s3")]
+#[test]
+fn s3_without_a_region_is_invalid_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let none = dir.path().join("no-such-aws-file");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_afk"))
+        .args([
+            "--json",
+            "threads",
+            "--store",
+            "s3://afk-no-region/p?endpoint=http://127.0.0.1:9&access_key_id=a&secret_access_key=b",
+        ])
+        .current_dir(dir.path())
+        .env_remove("AFK_STORE")
+        .env_remove("AWS_REGION")
+        .env_remove("AWS_DEFAULT_REGION")
+        .env_remove("AWS_PROFILE")
+        .env("AWS_CONFIG_FILE", &none)
+        .env("AWS_SHARED_CREDENTIALS_FILE", &none)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .expect("run afk");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(doc["error"]["kind"], "invalid_config", "{doc}");
+    assert_eq!(doc["error"]["retryable"], false, "{doc}");
+    let message = doc["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("region=") && message.contains("AWS_REGION"),
+        "{doc}"
+    );
+}

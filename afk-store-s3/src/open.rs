@@ -19,7 +19,11 @@ use crate::head::{Layout, new_nonce};
 use crate::ops::{Cond, Ops};
 
 /// Build the SDK client for `cfg`, with its request bounds (see [`S3Config`]).
-pub(crate) async fn client(cfg: &S3Config) -> Client {
+///
+/// Errors: `InvalidConfig` when no region is configured (neither in `cfg` nor in the AWS
+/// environment): every request would fail, and as an outage (`Unavailable`, retryable) rather
+/// than as the configuration problem it is.
+pub(crate) async fn client(cfg: &S3Config) -> Result<Client> {
     let ms = |v: Option<u64>, default: u64| Duration::from_millis(v.unwrap_or(default));
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .timeout_config(
@@ -49,10 +53,18 @@ pub(crate) async fn client(cfg: &S3Config) -> Client {
         ));
     }
     let sdk = loader.load().await;
+    if sdk.region().is_none() {
+        return Err(Error::invalid_config(format!(
+            "no AWS region for bucket {:?}: add region=<name> to the s3:// URL (or \
+             S3Config::with_region), or set AWS_REGION; S3-compatible servers such as MinIO \
+             accept us-east-1",
+            cfg.bucket
+        )));
+    }
     let conf = aws_sdk_s3::config::Builder::from(&sdk)
         .force_path_style(cfg.force_path_style)
         .build();
-    Client::from_conf(conf)
+    Ok(Client::from_conf(conf))
 }
 
 /// Whether the service honors conditional writes, found by writing a probe object: a second

@@ -54,12 +54,13 @@ impl S3Store {
     /// Open the store: build the client and probe that the service honors `If-None-Match: *`
     /// and `If-Match` (one small object written and deleted under the prefix).
     ///
-    /// Errors: `InvalidConfig` for a bad configuration, a missing bucket (unless
+    /// Errors: `InvalidConfig` for a bad configuration, no region (neither configured nor in
+    /// the AWS environment), a missing bucket (unless
     /// `create_bucket`), denied access, or a service that ignores conditional writes (unless
     /// `single_writer`); `Unavailable` when the service cannot be reached.
     pub async fn open(config: S3Config) -> Result<Self> {
         config.validate()?;
-        let client = open::client(&config).await;
+        let client = open::client(&config).await?;
         let ops = Ops {
             client,
             bucket: config.bucket.clone(),
