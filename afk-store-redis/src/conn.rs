@@ -128,6 +128,25 @@ fn node_info(cfg: &RedisConfig, host: &str, port: u16) -> RedisResult<Connection
     Ok(addr.into_connection_info()?.set_redis_settings(redis))
 }
 
+/// Map an error of connecting (or of the first `PING`): a reply that does not parse as the
+/// Redis protocol means the URL names something that is not a Redis server (an HTTP server, a
+/// TLS-only port reached without `rediss://`, another service): `InvalidConfig`, which retrying
+/// cannot fix, instead of the `Unexpected` a garbled reply gets later on.
+fn connect_err(e: RedisError, what: &str) -> Error {
+    let garbled = matches!(
+        e.kind(),
+        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
+    );
+    if garbled && !is_tls_config_error(&e) {
+        return Error::invalid_config(format!(
+            "redis: {what} failed: the server did not answer in the Redis protocol; check the \
+             host and port of the URL (a TLS-only server needs rediss://)"
+        ))
+        .with_source(e);
+    }
+    map_err(e, what)
+}
+
 impl Client {
     /// Connect (eagerly, so a wrong password or an absent server shows up here).
     pub(crate) async fn connect(cfg: &RedisConfig) -> Result<Self> {
@@ -186,13 +205,15 @@ impl Client {
         };
         let conn = match tokio::time::timeout(deadline, fut).await {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(map_err(e, &what)),
+            Ok(Err(e)) => return Err(connect_err(e, &what)),
             Err(_) => return Err(timeout_err(&what, deadline)),
         };
         let client = Client { conn, deadline };
         // One round trip proves the credentials and the topology (a single-node URL pointed at
         // a cluster node fails here with MOVED, not later).
-        let _: Value = client.query(&redis::cmd("PING"), "ping").await?;
+        let _: Value = client
+            .query_mapped(&redis::cmd("PING"), &what, connect_err)
+            .await?;
         Ok(client)
     }
 
@@ -269,6 +290,16 @@ impl Client {
     /// Run one command under the deadline. Only used for reads, so a command that failed on
     /// a dead connection is sent once more on a fresh one (see the module docs).
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd, what: &str) -> Result<T> {
+        self.query_mapped(cmd, what, map_err).await
+    }
+
+    /// [`Client::query`] with errors mapped by `map` (`map_err` but while connecting).
+    async fn query_mapped<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        what: &str,
+        map: fn(RedisError, &str) -> Error,
+    ) -> Result<T> {
         let fut = async {
             match self.raw(cmd).await {
                 Err(e) => match again_after(&e) {
@@ -283,7 +314,7 @@ impl Client {
             }
         };
         match tokio::time::timeout(self.deadline, fut).await {
-            Ok(r) => r.map_err(|e| map_err(e, what)),
+            Ok(r) => r.map_err(|e| map(e, what)),
             Err(_) => Err(timeout_err(what, self.deadline)),
         }
     }

@@ -7,6 +7,7 @@
 //! | `MOVED` / `ASK` reaching us (only on a single-node connection to a cluster node) | `InvalidConfig` |
 //! | `NOAUTH`, `WRONGPASS`, `NOPERM`, authentication failed, invalid client config | `InvalidConfig` |
 //! | TLS: the server certificate is not trusted or not for this host, the server rejects our client certificate, the peer does not speak TLS | `InvalidConfig` (retrying cannot help; the URL's `tls_*` options or the server's certificates must change) |
+//! | a reply that does not parse while connecting: the URL names something that is not a Redis server (decided in `conn.rs`) | `InvalidConfig` |
 //! | `NOSCRIPT` | never reaches callers: the script is re-sent with `EVAL` ([`crate::store`]) |
 //! | the commit script's fence answer | `Fenced` (decided in `store.rs`, not an error reply) |
 //! | anything else (`ERR …`, parse errors, unexpected replies) | `Unexpected` |

@@ -368,3 +368,30 @@ async fn the_first_request_after_a_server_restart_is_served() {
         );
     }
 }
+
+/// A URL that names something other than a Redis server (here an HTTP server answering
+/// `400 Bad Request`) is `InvalidConfig` saying so, at once: not `Unexpected` (a parse error),
+/// and nothing a retry could fix.
+#[tokio::test]
+async fn a_server_that_is_not_redis_is_invalid_config() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 512];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let start = Instant::now();
+    let err = RedisStore::from_url(&format!(
+        "redis://127.0.0.1:{port}?connect_timeout_ms=2000&response_timeout_ms=2000"
+    ))
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.message().contains("Redis protocol"), "{err}");
+    assert!(start.elapsed() < NO_HANG);
+}
