@@ -67,37 +67,56 @@ pub(crate) async fn client(cfg: &S3Config) -> Result<Client> {
     Ok(Client::from_conf(conf))
 }
 
+/// Longest one attempt of a probe PUT may take (at most the configured attempt timeout).
+const PROBE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a probe PUT may take with its retries (at most the configured operation timeout).
+const PROBE_OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Whether the service honors conditional writes, found by writing a probe object: a second
 /// `If-None-Match: *` PUT and an `If-Match` PUT with a wrong ETag must both answer 412.
 /// Creates the bucket first when it is missing and `create_bucket` is set.
+///
+/// Each probe PUT is bounded by [`PROBE_ATTEMPT_TIMEOUT`] and [`PROBE_OPERATION_TIMEOUT`]
+/// (or the configured timeouts when shorter): an endpoint that accepts connections and never
+/// answers fails the open in seconds, not after the minutes a large upload may be given. An
+/// answer no S3-compatible service gives to these requests (an HTTP server's 501, say) is
+/// `InvalidConfig` naming the endpoint.
 pub(crate) async fn probe(ops: &Ops, layout: &Layout, cfg: &S3Config) -> Result<bool> {
     let key = layout.probe(&new_nonce());
-    let first = ops.put(&key, b"afk probe".to_vec(), Cond::Create).await;
+    let ms = |v: Option<u64>, default: u64| Duration::from_millis(v.unwrap_or(default));
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(ms(cfg.connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT_MS))
+        .operation_attempt_timeout(
+            ms(cfg.attempt_timeout_ms, DEFAULT_ATTEMPT_TIMEOUT_MS).min(PROBE_ATTEMPT_TIMEOUT),
+        )
+        .operation_timeout(
+            ms(cfg.operation_timeout_ms, DEFAULT_OPERATION_TIMEOUT_MS).min(PROBE_OPERATION_TIMEOUT),
+        )
+        .build();
+    let put = |body: &'static [u8], cond: Cond| {
+        ops.put_with(&key, body.to_vec(), cond, Some(timeouts.clone()))
+    };
+    let not_s3 = |e: Error| not_s3(e, cfg);
+    let first = put(b"afk probe", Cond::Create).await;
     match first {
         Ok(_) => {}
         Err(Failure::Other { error, .. })
             if cfg.create_bucket && error.message().contains("does not exist") =>
         {
             create_bucket(ops).await?;
-            ops.put(&key, b"afk probe".to_vec(), Cond::Create)
+            put(b"afk probe", Cond::Create)
                 .await
-                .map_err(|f| f.into_error(&ops.bucket, "PutObject (probe)"))?;
+                .map_err(|f| not_s3(f.into_error(&ops.bucket, "PutObject (probe)")))?;
         }
-        Err(f) => return Err(f.into_error(&ops.bucket, "PutObject (probe)")),
+        Err(f) => return Err(not_s3(f.into_error(&ops.bucket, "PutObject (probe)"))),
     }
-    let create_again = ops.put(&key, b"afk probe 2".to_vec(), Cond::Create).await;
-    let wrong_match = ops
-        .put(
-            &key,
-            b"afk probe 3".to_vec(),
-            Cond::Match("\"afk-no-such-etag\"".into()),
-        )
-        .await;
+    let create_again = put(b"afk probe 2", Cond::Create).await;
+    let wrong_match = put(b"afk probe 3", Cond::Match("\"afk-no-such-etag\"".into())).await;
     let honored = matches!(create_again, Err(Failure::Precondition))
         && matches!(wrong_match, Err(Failure::Precondition));
     for answer in [create_again, wrong_match] {
         if let Err(Failure::Other { error, .. }) = answer {
-            return Err(error);
+            return Err(not_s3(error));
         }
     }
     ops.delete_one(&key).await?;
@@ -118,6 +137,25 @@ async fn create_bucket(ops: &Ops) -> Result<()> {
             Err(classify(e, &ops.bucket, "CreateBucket").into_error(&ops.bucket, "CreateBucket"))
         }
     }
+}
+
+/// A probe answer of kind `Unexpected` (one no S3-compatible service gives to these requests)
+/// as `InvalidConfig`: the endpoint is not such a service, or not one that takes conditional
+/// writes. Other kinds (`Unavailable`, `InvalidConfig`, …) stand as they are.
+fn not_s3(e: Error, cfg: &S3Config) -> Error {
+    if e.kind() != afk_core::ErrorKind::Unexpected {
+        return e;
+    }
+    let endpoint = cfg
+        .endpoint
+        .as_deref()
+        .map_or_else(|| "AWS S3".to_owned(), afk_core::redact::redact_urls);
+    Error::invalid_config(format!(
+        "{}: the endpoint ({endpoint}) did not answer the open probe as an S3-compatible service \
+         that takes conditional writes (If-None-Match, If-Match) does; check the endpoint URL",
+        e.message()
+    ))
+    .with_source(e)
 }
 
 /// The error for a service that ignores conditional writes, when `single_writer` is off.

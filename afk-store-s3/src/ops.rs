@@ -143,6 +143,18 @@ impl Ops {
         body: Vec<u8>,
         cond: Cond,
     ) -> Result<Option<String>, Failure> {
+        self.put_with(key, body, cond, None).await
+    }
+
+    /// [`Ops::put`] with the client's timeouts replaced by `timeouts` for this request, if any
+    /// (the open probe: a few bytes that a working service takes well under a second for).
+    pub(crate) async fn put_with(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+        cond: Cond,
+        timeouts: Option<aws_config::timeout::TimeoutConfig>,
+    ) -> Result<Option<String>, Failure> {
         let len = body.len() as u64;
         bump(&self.counters.puts, 1);
         bump(&self.counters.put_bytes, len);
@@ -160,7 +172,16 @@ impl Ops {
             Cond::Create => req.if_none_match("*"),
             Cond::Match(etag) => req.if_match(etag),
         };
-        match req.send().await {
+        let sent = match timeouts {
+            None => req.send().await,
+            Some(t) => {
+                req.customize()
+                    .config_override(aws_sdk_s3::config::Builder::default().timeout_config(t))
+                    .send()
+                    .await
+            }
+        };
+        match sent {
             Ok(out) => Ok(out.e_tag().map(str::to_owned)),
             Err(e) => Err(classify(e, &self.bucket, "PutObject")),
         }
