@@ -52,8 +52,10 @@ pub struct ImportArgs {
     file: std::path::PathBuf,
 }
 
+/// A local file (or stdin/stdout) that cannot be read or written: the command's argument, not
+/// the store, is what to look at (`InvalidInput`; its hint says so).
 fn io_err(what: &str, e: std::io::Error) -> Error {
-    Error::unavailable(format!("{what}: {e}")).with_retryable(false)
+    Error::invalid_input(format!("{what}: {e}")).with_source(e)
 }
 
 fn value_json(bytes: &[u8]) -> (&'static str, Value) {
@@ -275,22 +277,31 @@ async fn check_run(
     Ok(problems)
 }
 
+/// The text of the export file `file` (`-`: stdin).
+fn read_export(file: &std::path::Path) -> Result<String> {
+    if file.as_os_str() == "-" {
+        let mut s = String::new();
+        for line in std::io::stdin().lock().lines() {
+            s.push_str(&line.map_err(|e| io_err("cannot read stdin", e))?);
+            s.push('\n');
+        }
+        Ok(s)
+    } else {
+        std::fs::read_to_string(file)
+            .map_err(|e| io_err(&format!("cannot read {}", file.display()), e))
+    }
+}
+
 /// Import. JSON summary: `{"thread", "runs": [{"run", "keys", "problems"}], "keys", "ok"}`.
 pub fn import(args: ImportArgs, ctx: &Ctx) -> ExitCode {
     let progress = ctx.progress();
+    // The file is read and checked before the store is opened: one that cannot be imported
+    // leaves no new, empty store behind.
+    let parsed = match read_export(&args.file).and_then(|text| parse(&text)) {
+        Ok(parsed) => parsed,
+        Err(e) => return ctx.fail("import", &e),
+    };
     ctx.run_creating("import", |store| async move {
-        let text = if args.file.as_os_str() == "-" {
-            let mut s = String::new();
-            for line in std::io::stdin().lock().lines() {
-                s.push_str(&line.map_err(|e| io_err("cannot read stdin", e))?);
-                s.push('\n');
-            }
-            s
-        } else {
-            std::fs::read_to_string(&args.file)
-                .map_err(|e| io_err(&format!("cannot read {}", args.file.display()), e))?
-        };
-        let parsed = parse(&text)?;
         let thread = parsed.thread;
         let mut o = String::new();
         let (mut docs, mut total, mut bad) = (Vec::new(), 0, 0);

@@ -277,3 +277,44 @@ fn commands_on_a_path_without_a_database_fail_and_create_nothing() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stdout.contains(RUN), "{}", out.stdout);
 }
+
+/// A file `export` cannot write or `import` cannot read or parse is the command's argument
+/// (`invalid_input`, "check the command's arguments"), not the store ("did not answer"); a
+/// file that cannot be imported creates no store.
+#[test]
+fn unusable_export_and_import_files_are_argument_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = demo_state(dir.path(), "12");
+    let t = ["--thread", THREAD];
+    let into_dir = dir.path().to_str().unwrap();
+    let out = afk_in(
+        dir.path(),
+        &[&["export", "--store", &src, "--out", into_dir][..], &t[..]].concat(),
+    );
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("invalid_input"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("check the command's arguments"),
+        "{}",
+        out.stderr
+    );
+
+    let target = dir.path().join("new-db");
+    let store = rocks(&target);
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "not json\n").unwrap();
+    let missing = dir.path().join("missing.jsonl");
+    for file in [&bad, &missing] {
+        let out = afk_in(
+            dir.path(),
+            &["import", "--store", &store, file.to_str().unwrap()],
+        );
+        assert_eq!(out.code, Some(1), "{}", out.stderr);
+        assert!(out.stderr.contains("invalid_input"), "{}", out.stderr);
+        assert!(
+            !target.exists(),
+            "a failed import created {}",
+            target.display()
+        );
+    }
+}
