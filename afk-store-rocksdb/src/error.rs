@@ -30,6 +30,9 @@ impl Op {
 ///   process): `Unavailable`, naming the `LOCK` file and the one-process rule;
 /// - `Corruption`: `Corrupt`; `NotSupported`: `Unsupported` (for example a compression that
 ///   the linked library lacks); `InvalidArgument` while opening: `InvalidConfig`;
+/// - while opening, a path that cannot hold a database (its directory cannot be created: a
+///   file is in the way, or no permission) or a database this user may not read and write
+///   (permission denied): `InvalidConfig` naming the path, since retrying cannot help;
 /// - I/O errors, `Busy`, `TimedOut`, `TryAgain`, `Incomplete`, `ShutdownInProgress`:
 ///   `Unavailable` (retryable);
 /// - anything else: `Unexpected`.
@@ -43,6 +46,14 @@ pub(crate) fn map(err: rocksdb::Error, op: Op, path: &Path) -> Error {
              or use the Redis or S3 store for multi-process deployments",
             path.display(),
             lock.display()
+        ))
+        .with_source(err);
+    }
+    if op == Op::Open && is_unusable_path(&text) {
+        return Error::invalid_config(format!(
+            "rocksdb cannot open a database at {}: check that the path is a directory (or can \
+             be created as one) that this user may read and write",
+            path.display()
         ))
         .with_source(err);
     }
@@ -73,6 +84,12 @@ fn is_lock_error(text: &str) -> bool {
     text.contains("While lock file") || text.contains("lock hold by current process")
 }
 
+/// The directory could not be created (the `rocksdb` crate's own message, a file in the way or
+/// no permission), or RocksDB was refused access to the database's files.
+fn is_unusable_path(text: &str) -> bool {
+    text.contains("Failed to create RocksDB directory") || text.contains("Permission denied")
+}
+
 /// A `spawn_blocking` task that panicked or was cancelled.
 pub(crate) fn join(err: tokio::task::JoinError) -> Error {
     if err.is_cancelled() {
@@ -95,5 +112,16 @@ mod tests {
             "IO error: lock hold by current process, acquire time 1 acquiring thread 2: /tmp/x/LOCK: No locks available"
         ));
         assert!(!is_lock_error("IO error: No space left on device"));
+    }
+
+    #[test]
+    fn unusable_path_texts_are_recognised() {
+        assert!(is_unusable_path(
+            "Failed to create RocksDB directory: `Os { code: 17, kind: AlreadyExists, message: \"File exists\" }`."
+        ));
+        assert!(is_unusable_path(
+            "IO error: While renaming a file to /d/LOG.old.1: /d/LOG: Permission denied"
+        ));
+        assert!(!is_unusable_path("IO error: No space left on device"));
     }
 }

@@ -223,3 +223,20 @@ async fn without_create_if_missing_a_missing_database_is_refused_and_not_created
         Some("v")
     );
 }
+
+/// A path that cannot hold a database (a file is in the way) is `InvalidConfig` naming it,
+/// not `Unexpected`: nothing a retry or `afk verify` could help with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_in_the_way_is_invalid_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"not a database").expect("write");
+    let err = RocksDbStore::open(RocksDbConfig::new(&file)).expect_err("a file, not a directory");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(
+        err.message().contains(&file.display().to_string()),
+        "{}",
+        err.message()
+    );
+    assert_eq!(std::fs::read(&file).expect("read"), b"not a database");
+}
