@@ -133,6 +133,13 @@ fn node_info(cfg: &RedisConfig, host: &str, port: u16) -> RedisResult<Connection
 /// TLS-only port reached without `rediss://`, another service): `InvalidConfig`, which retrying
 /// cannot fix, instead of the `Unexpected` a garbled reply gets later on.
 fn connect_err(e: RedisError, what: &str) -> Error {
+    if not_a_cluster(&e) {
+        return Error::invalid_config(format!(
+            "redis: {what} failed: the server is not a Redis Cluster node; use a redis:// URL \
+             (rediss:// with TLS) for a single server"
+        ))
+        .with_source(e);
+    }
     let garbled = matches!(
         e.kind(),
         redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
@@ -145,6 +152,11 @@ fn connect_err(e: RedisError, what: &str) -> Error {
         .with_source(e);
     }
     map_err(e, what)
+}
+
+/// The server's answer to a Cluster command when it runs without Cluster support.
+fn not_a_cluster(e: &RedisError) -> bool {
+    e.to_string().contains("cluster support disabled")
 }
 
 impl Client {
@@ -209,8 +221,25 @@ impl Client {
             Err(_) => return Err(timeout_err(&what, deadline)),
         };
         let client = Client { conn, deadline };
-        // One round trip proves the credentials and the topology (a single-node URL pointed at
-        // a cluster node fails here with MOVED, not later).
+        if !cfg.cluster {
+            // One round trip proves the credentials and that the server is not a Cluster node:
+            // through a single-node URL such a node would list only its own keys (a console
+            // would show part of the store as all of it) and answer MOVED to writes.
+            let info = redis::cmd("CLUSTER").arg("INFO").clone();
+            match tokio::time::timeout(deadline, client.raw::<Value>(&info)).await {
+                Err(_) => return Err(timeout_err(&what, deadline)),
+                Ok(Ok(_)) => {
+                    return Err(Error::invalid_config(format!(
+                        "redis: {what} failed: the server is a Redis Cluster node; use a \
+                         redis+cluster:// URL (rediss+cluster:// with TLS)"
+                    )));
+                }
+                Ok(Err(e)) if not_a_cluster(&e) => return Ok(client),
+                // Denied to this user, unknown to this server, or an authentication error: PING
+                // proves what it can (and reports the authentication error as such).
+                Ok(Err(_)) => {}
+            }
+        }
         let _: Value = client
             .query_mapped(&redis::cmd("PING"), &what, connect_err)
             .await?;

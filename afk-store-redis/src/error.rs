@@ -8,6 +8,7 @@
 //! | `NOAUTH`, `WRONGPASS`, `NOPERM`, authentication failed, invalid client config | `InvalidConfig` |
 //! | TLS: the server certificate is not trusted or not for this host, the server rejects our client certificate, the peer does not speak TLS | `InvalidConfig` (retrying cannot help; the URL's `tls_*` options or the server's certificates must change) |
 //! | a reply that does not parse while connecting: the URL names something that is not a Redis server (decided in `conn.rs`) | `InvalidConfig` |
+//! | a single-node URL at a Cluster node, a cluster URL at a server without Cluster support (decided in `conn.rs`, when connecting) | `InvalidConfig` |
 //! | `NOSCRIPT` | never reaches callers: the script is re-sent with `EVAL` ([`crate::store`]) |
 //! | the commit script's fence answer | `Fenced` (decided in `store.rs`, not an error reply) |
 //! | anything else (`ERR …`, parse errors, unexpected replies) | `Unexpected` |

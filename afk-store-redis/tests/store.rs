@@ -339,20 +339,22 @@ async fn single_node_url_pointed_at_a_cluster_node_is_invalid_config() {
         return;
     };
     let first = urls.split(',').next().unwrap_or_default().to_string();
-    let s = connect(config(&first)).await;
-    // Some thread of a few lands in a slot this node does not serve.
-    let mut kinds = Vec::new();
-    for i in 0..16 {
-        if let Err(e) = s.get(&thread(&format!("mv{i}")), "run:r").await {
-            assert!(e.to_string().contains("redis+cluster://"), "{e}");
-            kinds.push(e.kind());
-        }
-    }
-    assert!(!kinds.is_empty(), "no MOVED in 16 threads");
-    assert!(
-        kinds.iter().all(|k| *k == ErrorKind::InvalidConfig),
-        "{kinds:?}"
-    );
+    // Refused when connecting: through a single-node URL the node would list only its own
+    // keys and answer MOVED to the rest.
+    let e = RedisStore::open(config(&first)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    assert!(e.to_string().contains("redis+cluster://"), "{e}");
+}
+
+#[tokio::test]
+async fn cluster_url_pointed_at_a_single_server_is_invalid_config() {
+    let Some(url) = env_or_skip("AFK_TEST_REDIS_URL") else {
+        return;
+    };
+    let cluster = url.replacen("redis://", "redis+cluster://", 1);
+    let e = RedisStore::open(config(&cluster)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{e}");
+    assert!(e.to_string().contains("redis:// URL"), "{e}");
 }
 
 #[tokio::test]
