@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::persist::Checkpointer;
 use super::state::RunState;
 use super::tool::ToolContext;
-use super::tools::call_id;
+use super::tools::{call_id, effect_ids};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hash::{input_hash, output_hash};
 use crate::ids::RunId;
@@ -136,11 +136,18 @@ pub(crate) async fn check(
             "run {run} has no pending tool batch at step {step}; tool call {id} cannot be settled"
         )));
     };
-    let Some(call) = resp
+    // `id` is the call's id in the effect journal: its own, or for a repeat of an id within
+    // the batch the alias `effect_ids` gives it (what `EffectUncertain` names).
+    let ids: Vec<String> = resp
         .tool_calls
         .iter()
         .enumerate()
-        .find_map(|(i, c)| (call_id(step, i, c) == id).then_some(c))
+        .map(|(i, c)| call_id(step, i, c))
+        .collect();
+    let Some(call) = effect_ids(&ids)
+        .iter()
+        .position(|e| e == id)
+        .and_then(|i| resp.tool_calls.get(i))
     else {
         return Err(Error::invalid_input(format!(
             "tool call {id} is not in the pending batch of run {run} at step {step}"

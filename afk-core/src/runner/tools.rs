@@ -81,6 +81,30 @@ pub(crate) fn call_id(step: u64, i: usize, call: &ToolCall) -> String {
         .unwrap_or_else(|| format!("auto_{step}_{i}"))
 }
 
+/// The ids a batch's calls go by in the effect journal (effect rows, idempotency keys, child
+/// runs): each call's id ([`call_id`]), made distinct within the batch. A model may give two
+/// calls one id; they must still never share an effect row (a resume would replay one call's
+/// result for the other, or find its input hash a mismatch), an idempotency key (a tool's
+/// service would take the second call for a retry of the first) or a child run. A repeat at
+/// position `i` goes by `<id>.<i>` (with more `.` while that is taken by another call of the
+/// batch); the first occurrence keeps its id. Derived from the batch alone, so a resume of the
+/// step finds the same rows.
+pub(crate) fn effect_ids(ids: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(ids.len());
+    for (i, id) in ids.iter().enumerate() {
+        if !ids[..i].contains(id) {
+            out.push(id.clone());
+            continue;
+        }
+        let mut alias = format!("{id}.{i}");
+        while ids.contains(&alias) || out.contains(&alias) {
+            alias.push('.');
+        }
+        out.push(alias);
+    }
+    out
+}
+
 /// Run the tool calls of `resp` for the current step.
 pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<BatchOutcome> {
     let step = task.st.snap.step;
@@ -90,6 +114,7 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
         .enumerate()
         .map(|(i, c)| call_id(step, i, c))
         .collect();
+    let eids = effect_ids(&ids);
 
     // 1. The gate, with human decisions taking precedence.
     let mut plans: Vec<Plan> = Vec::with_capacity(calls.len());
@@ -113,7 +138,7 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
 
     // 2. The effect journal, one round trip; skipped for a step this claim began (it can hold
     //    no row yet, see `Checkpointer::steps_fresh_after`).
-    let effect_keys = ids
+    let effect_keys = eids
         .iter()
         .map(|id| keys::effect_key(&task.ckpt.run, step, id))
         .collect::<Result<Vec<String>>>()?;
@@ -145,7 +170,7 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
         };
         let Some(bytes) = &rows[i] else { continue };
         let (plan, settled) =
-            decide_from_row(bytes, &effect_keys[i], &ids[i], call, &hashes[i], policy)?;
+            decide_from_row(bytes, &effect_keys[i], &eids[i], call, &hashes[i], policy)?;
         plans[i] = plan;
         marks[i] = settled;
     }
@@ -163,19 +188,19 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
                 idempotency_key: Some(ToolContext::idempotency_key_for(
                     task.ckpt.run.as_str(),
                     step,
-                    &ids[i],
+                    &eids[i],
                 )),
                 tool_name: Some(call.tool_name.clone()),
                 started_at_ms: Some(now_ms),
                 extra: marks[i].clone(),
             };
-            task.ckpt.effect(step, &ids[i], &row).await?;
+            task.ckpt.effect(step, &eids[i], &row).await?;
         }
     }
     task.ckpt.barrier().await?;
 
     // 4. Execute concurrently; commit each result row as soon as that call finishes.
-    let results = match execute(task, calls, &ids, &plans, &hashes, &marks).await? {
+    let results = match execute(task, calls, (&ids, &eids), &plans, &hashes, &marks).await? {
         Executed::Done(results) => results,
         Executed::Paused(request) => return commit_pause(task, request).await,
     };
@@ -317,10 +342,11 @@ fn decide_from_row(
     })
 }
 
+/// `ids`: the calls' ids and their effect-journal ids ([`effect_ids`]).
 async fn execute(
     task: &mut RunTask,
     calls: &[ToolCall],
-    ids: &[String],
+    (ids, eids): (&[String], &[String]),
     plans: &[Plan],
     hashes: &[String],
     marks: &[Extra],
@@ -334,7 +360,7 @@ async fn execute(
         .filter(|(i, c)| {
             matches!(plans[*i], Plan::Execute) && task.agent.subagent(&c.tool_name).is_some()
         })
-        .map(|(i, c)| (c.tool_name.clone(), ids[i].clone()))
+        .map(|(i, c)| (c.tool_name.clone(), eids[i].clone()))
         .collect();
     if !sub_targets.is_empty() {
         subagent::pre_batch(task, sub_targets.clone()).await?;
@@ -351,7 +377,7 @@ async fn execute(
             idempotency_key: ToolContext::idempotency_key_for(
                 task.ckpt.run.as_str(),
                 step,
-                &ids[i],
+                &eids[i],
             ),
         };
         let args = Value::Object(call.arguments.clone());
@@ -367,7 +393,7 @@ async fn execute(
                 Call::Done(call_result(out, &tool_name, t0))
             })
         } else if let Some(sub) = task.agent.subagent(&name).cloned() {
-            let child = subagent::ChildRun::new(task, sub, &ids[i]);
+            let child = subagent::ChildRun::new(task, sub, &eids[i]);
             Box::pin(async move {
                 let t0 = Instant::now();
                 match child.run(args).await {
@@ -419,13 +445,13 @@ async fn execute(
             idempotency_key: Some(ToolContext::idempotency_key_for(
                 task.ckpt.run.as_str(),
                 step,
-                &ids[i],
+                &eids[i],
             )),
             tool_name: Some(calls[i].tool_name.clone()),
             started_at_ms: None,
             extra: marks[i].clone(),
         };
-        task.ckpt.effect(step, &ids[i], &row).await?;
+        task.ckpt.effect(step, &eids[i], &row).await?;
         if task.agent.subagent(&calls[i].tool_name).is_some() {
             if res.success {
                 sub_ok += 1
