@@ -154,6 +154,17 @@ fn connect_err(e: RedisError, what: &str) -> Error {
     map_err(e, what)
 }
 
+/// Whether `reply` is a Cluster node's `CLUSTER INFO` (it names the cluster's state).
+fn is_cluster_info(reply: &Value) -> bool {
+    match reply {
+        Value::BulkString(b) => b.windows(14).any(|w| w == b"cluster_state:"),
+        Value::VerbatimString { text, .. } | Value::SimpleString(text) => {
+            text.contains("cluster_state:")
+        }
+        _ => false,
+    }
+}
+
 /// The server's answer to a Cluster command when it runs without Cluster support.
 fn not_a_cluster(e: &RedisError) -> bool {
     e.to_string().contains("cluster support disabled")
@@ -228,12 +239,15 @@ impl Client {
             let info = redis::cmd("CLUSTER").arg("INFO").clone();
             match tokio::time::timeout(deadline, client.raw::<Value>(&info)).await {
                 Err(_) => return Err(timeout_err(&what, deadline)),
-                Ok(Ok(_)) => {
+                // A Cluster node describes its cluster (`cluster_state:ok`, …); anything else
+                // (a proxy's own answer) is not taken for one.
+                Ok(Ok(reply)) if is_cluster_info(&reply) => {
                     return Err(Error::invalid_config(format!(
                         "redis: {what} failed: the server is a Redis Cluster node; use a \
                          redis+cluster:// URL (rediss+cluster:// with TLS)"
                     )));
                 }
+                Ok(Ok(_)) => {}
                 Ok(Err(e)) if not_a_cluster(&e) => return Ok(client),
                 // Denied to this user, unknown to this server, or an authentication error: PING
                 // proves what it can (and reports the authentication error as such).
