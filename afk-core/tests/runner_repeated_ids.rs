@@ -294,3 +294,50 @@ async fn a_crash_anywhere_resumes_to_the_uncrashed_result() {
         "only {crashed_mid_batch} crashes with results and no post_tool_batch"
     );
 }
+
+/// Two delegations the model gave one id run as two child runs (`d1` and `d1.1`), each
+/// delegation answered by its own child; before, both went to one child run.
+#[tokio::test]
+async fn repeated_delegation_ids_get_a_child_run_each() {
+    let child_llm = ScriptedLlm::new(vec![resp(json!({"text": "helped", "tool_calls": []}))]);
+    let child = Agent::new("helper", "Help.", "m", child_llm);
+    let llm = ScriptedLlm::new(vec![
+        resp(json!({"text": "delegating twice", "tool_calls": [
+            {"id": "d1", "tool_name": "helper", "arguments": {"input": "one"}},
+            {"id": "d1", "tool_name": "helper", "arguments": {"input": "two"}}]})),
+        resp(json!({"text": "done", "tool_calls": []})),
+    ]);
+    let parent = Agent::new("boss", "Delegate.", "m", llm).with_subagent(child);
+    let store = Arc::new(MemoryStore::new());
+    let t = ThreadId::new("t_dup_sub").unwrap();
+    let run = RunId::new("boss").unwrap();
+    let out = runner(store.clone(), true)
+        .run_with_id(&parent, &t, run.clone(), "go")
+        .result()
+        .await
+        .unwrap();
+    let Outcome::Completed(res) = out else {
+        panic!("{out:?}")
+    };
+    let answered_by: Vec<&Value> = res
+        .tool_executions
+        .iter()
+        .map(|e| &e.output["run_id"])
+        .collect();
+    let children: Vec<String> = ["d1", "d1.1"]
+        .iter()
+        .map(|id| afk_core::runner::child_run_id(&run, 1, id).to_string())
+        .collect();
+    assert_eq!(
+        answered_by,
+        [&json!(children[0]), &json!(children[1])],
+        "each delegation answered by its own child run"
+    );
+    let snap = store.snapshot(&t);
+    for child in &children {
+        assert!(
+            snap.contains_key(&format!("checkpoint:{child}:latest")),
+            "no child run {child}"
+        );
+    }
+}
