@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::persist::Checkpointer;
 use super::state::RunState;
 use super::tool::ToolContext;
-use super::tools::{call_id, effect_ids};
+use super::tools::{call_ids, effect_ids};
 use crate::error::{Error, ErrorKind, Result};
 use crate::hash::{input_hash, output_hash};
 use crate::ids::RunId;
@@ -138,13 +138,7 @@ pub(crate) async fn check(
     };
     // `id` is the call's id in the effect journal: its own, or for a repeat of an id within
     // the batch the alias `effect_ids` gives it (what `EffectUncertain` names).
-    let ids: Vec<String> = resp
-        .tool_calls
-        .iter()
-        .enumerate()
-        .map(|(i, c)| call_id(step, i, c))
-        .collect();
-    let Some(call) = effect_ids(&ids)
+    let Some(call) = effect_ids(&call_ids(step, &resp.tool_calls))
         .iter()
         .position(|e| e == id)
         .and_then(|i| resp.tool_calls.get(i))

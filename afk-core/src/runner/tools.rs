@@ -81,6 +81,15 @@ pub(crate) fn call_id(step: u64, i: usize, call: &ToolCall) -> String {
         .unwrap_or_else(|| format!("auto_{step}_{i}"))
 }
 
+/// The ids of a batch's calls, in order ([`call_id`] of each).
+pub(crate) fn call_ids(step: u64, calls: &[ToolCall]) -> Vec<String> {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| call_id(step, i, c))
+        .collect()
+}
+
 /// The ids a batch's calls go by in the effect journal (effect rows, idempotency keys, child
 /// runs): each call's id ([`call_id`]), made distinct within the batch. A model may give two
 /// calls one id; they must still never share an effect row (a resume would replay one call's
@@ -109,11 +118,7 @@ pub(crate) fn effect_ids(ids: &[String]) -> Vec<String> {
 pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<BatchOutcome> {
     let step = task.st.snap.step;
     let calls = &resp.tool_calls;
-    let ids: Vec<String> = calls
-        .iter()
-        .enumerate()
-        .map(|(i, c)| call_id(step, i, c))
-        .collect();
+    let ids = call_ids(step, calls);
     let eids = effect_ids(&ids);
 
     // 1. The gate, with human decisions taking precedence.
