@@ -165,18 +165,34 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
             continue;
         }
         let is_sub = task.agent.subagent(&call.tool_name).is_some();
-        let policy = match task.tool(&call.tool_name) {
-            Some(t) => t.effect_policy(),
-            None if is_sub => EffectPolicy::Idempotent,
-            None => {
-                plans[i] = Plan::Unknown;
-                continue;
-            }
+        // A tool this agent does not have (the model named one that never existed, or the
+        // run was started by an agent that had it): with a row, the row still decides, as for
+        // an at-most-once tool, since nothing says what the tool was. A stored result is
+        // replayed and an intent without one is uncertain; only what would have to run
+        // becomes an unknown tool's failed call.
+        let (policy, unknown) = match task.tool(&call.tool_name) {
+            Some(t) => (t.effect_policy(), false),
+            None if is_sub => (EffectPolicy::Idempotent, false),
+            None => (EffectPolicy::AtMostOnce, true),
         };
-        let Some(bytes) = &rows[i] else { continue };
-        let (plan, settled) =
-            decide_from_row(bytes, &effect_keys[i], &eids[i], call, &hashes[i], policy)?;
-        plans[i] = plan;
+        let Some(bytes) = &rows[i] else {
+            if unknown {
+                plans[i] = Plan::Unknown;
+            }
+            continue;
+        };
+        let (plan, settled) = decide_from_row(
+            bytes,
+            &effect_keys[i],
+            &eids[i],
+            call,
+            &hashes[i],
+            (policy, !unknown),
+        )?;
+        plans[i] = match plan {
+            Plan::Execute if unknown => Plan::Unknown,
+            plan => plan,
+        };
         marks[i] = settled;
     }
 
@@ -293,7 +309,7 @@ fn decide_from_row(
     id: &str,
     call: &ToolCall,
     hash: &str,
-    policy: EffectPolicy,
+    (policy, known): (EffectPolicy, bool),
 ) -> Result<(Plan, Extra)> {
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| Error::corrupt_record(key, format!("effect row is not JSON: {e}")))?;
@@ -332,11 +348,16 @@ fn decide_from_row(
         EffectStatus::Intent => match policy {
             EffectPolicy::Idempotent => (Plan::Execute, Extra::new()),
             EffectPolicy::AtMostOnce => {
+                let why = if known {
+                    "its tool is at-most-once"
+                } else {
+                    "this agent has no such tool, so nothing says it may run again"
+                };
                 return Err(Error::new(
                     ErrorKind::EffectUncertain,
                     format!(
                         "tool call {id} (tool '{}') may or may not have run (intent recorded, \
-                         no result) and its tool is at-most-once; settle it with \
+                         no result) and {why}; settle it with \
                          Runner::resume_settling(.., \"{id}\", Settlement::..)",
                         call.tool_name
                     ),
