@@ -14,7 +14,7 @@ use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, Outcome};
 use afk_core::store::{CrashMode, FaultStore, Store};
 use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
-use common::{resp, runner};
+use common::{effect_rows, resp, runner};
 use serde_json::{Value, json};
 
 fn script() -> Arc<ScriptedLlm> {
@@ -38,15 +38,6 @@ fn new_agent() -> Agent {
     Agent::new("shop", "", "m", script())
 }
 
-fn rows(store: &MemoryStore, t: &ThreadId) -> Vec<(String, Value)> {
-    store
-        .snapshot(t)
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("effect:"))
-        .map(|(k, v)| (k, serde_json::from_slice(&v).unwrap()))
-        .collect()
-}
-
 /// Crashed after every commit in turn, then resumed by the agent without the tools.
 #[tokio::test]
 async fn the_journal_decides_for_tools_the_agent_no_longer_has() {
@@ -68,7 +59,7 @@ async fn the_journal_decides_for_tools_the_agent_no_longer_has() {
         if !inner.snapshot(&t).contains_key("checkpoint:r:latest") {
             continue;
         }
-        let before = rows(&inner, &t);
+        let before = effect_rows(&inner, &t);
         let row = |id: &str| {
             before
                 .iter()

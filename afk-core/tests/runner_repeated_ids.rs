@@ -16,7 +16,7 @@ use afk_core::runner::{
 };
 use afk_core::store::{CrashMode, FaultStore, Store};
 use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
-use common::{essence, resp, resume_or_start, runner};
+use common::{effect_rows, essence, resp, resume_or_start, runner};
 use serde_json::{Value, json};
 
 /// `add` twice and `echo` once, all three with the id `c1` (and `c1.1`, the alias a repeat
@@ -69,15 +69,6 @@ fn completed(out: &Outcome) -> Value {
         Outcome::Completed(res) => essence(res),
         other => panic!("not completed: {other:?}"),
     }
-}
-
-fn effect_rows(store: &MemoryStore, thread: &ThreadId) -> Vec<(String, Value)> {
-    store
-        .snapshot(thread)
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("effect:"))
-        .map(|(k, v)| (k, serde_json::from_slice(&v).unwrap()))
-        .collect()
 }
 
 #[tokio::test]

@@ -132,6 +132,21 @@ pub fn durable_results(store: &MemoryStore, thread: &ThreadId) -> Vec<String> {
         .collect()
 }
 
+/// Every effect row of the thread in `store`, by key (in key order), as JSON.
+pub fn effect_rows(store: &MemoryStore, thread: &ThreadId) -> Vec<(String, Value)> {
+    store
+        .snapshot(thread)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("effect:"))
+        .map(|(k, v)| {
+            (
+                k,
+                serde_json::from_slice(&v).expect("an effect row is JSON"),
+            )
+        })
+        .collect()
+}
+
 /// Whether the effect row of call `id` in `store` is an intent without a result.
 pub fn lone_intent(store: &MemoryStore, thread: &ThreadId, id: &str) -> bool {
     store.snapshot(thread).iter().any(|(key, v)| {
