@@ -45,10 +45,11 @@ mod tests {
     #[test]
     fn dirs_of_exited_processes_go_and_others_stay() {
         let parent = tempfile::tempdir().unwrap();
-        // A pid no process has: the first free one above ours.
-        let dead = (std::process::id() + 1..)
-            .find(|p| !Path::new(&format!("/proc/{p}")).exists())
-            .unwrap();
+        // A pid no process can have: above Linux's largest `pid_max` (2^22). (The first free
+        // pid above ours, used before, is the next one the kernel hands out, and under
+        // nextest's parallel processes it was sometimes taken before `process_dir` looked.)
+        let dead = u32::MAX;
+        assert!(!Path::new(&format!("/proc/{dead}")).exists());
         let gone = parent.path().join(format!("db-{dead}"));
         let live = parent.path().join("db-1"); // init never exits
         let other = parent.path().join(format!("other-{dead}"));
