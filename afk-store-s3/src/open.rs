@@ -24,15 +24,8 @@ use crate::ops::{Cond, Ops};
 /// environment): every request would fail, and as an outage (`Unavailable`, retryable) rather
 /// than as the configuration problem it is.
 pub(crate) async fn client(cfg: &S3Config) -> Result<Client> {
-    let ms = |v: Option<u64>, default: u64| Duration::from_millis(v.unwrap_or(default));
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(ms(cfg.connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT_MS))
-                .operation_attempt_timeout(ms(cfg.attempt_timeout_ms, DEFAULT_ATTEMPT_TIMEOUT_MS))
-                .operation_timeout(ms(cfg.operation_timeout_ms, DEFAULT_OPERATION_TIMEOUT_MS))
-                .build(),
-        )
+        .timeout_config(timeouts(cfg, Duration::MAX, Duration::MAX))
         .retry_config(
             RetryConfig::standard()
                 .with_max_attempts(cfg.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS)),
@@ -67,6 +60,21 @@ pub(crate) async fn client(cfg: &S3Config) -> Result<Client> {
     Ok(Client::from_conf(conf))
 }
 
+/// The request bounds of `cfg` (its values or the defaults), each attempt and each operation
+/// at most `attempt_cap` and `operation_cap`.
+fn timeouts(cfg: &S3Config, attempt_cap: Duration, operation_cap: Duration) -> TimeoutConfig {
+    let ms = |v: Option<u64>, default: u64| Duration::from_millis(v.unwrap_or(default));
+    TimeoutConfig::builder()
+        .connect_timeout(ms(cfg.connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT_MS))
+        .operation_attempt_timeout(
+            ms(cfg.attempt_timeout_ms, DEFAULT_ATTEMPT_TIMEOUT_MS).min(attempt_cap),
+        )
+        .operation_timeout(
+            ms(cfg.operation_timeout_ms, DEFAULT_OPERATION_TIMEOUT_MS).min(operation_cap),
+        )
+        .build()
+}
+
 /// Longest one attempt of a probe PUT may take (at most the configured attempt timeout).
 const PROBE_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a probe PUT may take with its retries (at most the configured operation timeout).
@@ -83,16 +91,7 @@ const PROBE_OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// `InvalidConfig` naming the endpoint.
 pub(crate) async fn probe(ops: &Ops, layout: &Layout, cfg: &S3Config) -> Result<bool> {
     let key = layout.probe(&new_nonce());
-    let ms = |v: Option<u64>, default: u64| Duration::from_millis(v.unwrap_or(default));
-    let timeouts = TimeoutConfig::builder()
-        .connect_timeout(ms(cfg.connect_timeout_ms, DEFAULT_CONNECT_TIMEOUT_MS))
-        .operation_attempt_timeout(
-            ms(cfg.attempt_timeout_ms, DEFAULT_ATTEMPT_TIMEOUT_MS).min(PROBE_ATTEMPT_TIMEOUT),
-        )
-        .operation_timeout(
-            ms(cfg.operation_timeout_ms, DEFAULT_OPERATION_TIMEOUT_MS).min(PROBE_OPERATION_TIMEOUT),
-        )
-        .build();
+    let timeouts = timeouts(cfg, PROBE_ATTEMPT_TIMEOUT, PROBE_OPERATION_TIMEOUT);
     let put = |body: &'static [u8], cond: Cond| {
         ops.put_with(&key, body.to_vec(), cond, Some(timeouts.clone()))
     };
