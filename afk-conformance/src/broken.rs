@@ -164,6 +164,11 @@ impl<S: Store> Store for BrokenStore<S> {
         Ok(epoch)
     }
 
+    /// Through this store's own `get` and `claim` (the claim's bookkeeping).
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        afk_core::store::claim_if_new_each(self, thread, run).await
+    }
+
     async fn commit(&self, commit: &Commit) -> Result<()> {
         match self.breakage {
             Breakage::PointerWithoutRecord => {

@@ -36,6 +36,7 @@ macro_rules! __with_cases {
             }
             fencing {
                 claim_increases_epoch,
+                claim_if_new_claims_only_runs_without_a_pointer,
                 stale_epoch_is_fenced_and_writes_nothing,
                 unclaimed_or_future_epoch_is_fenced,
                 interleaved_claimants_only_newest_commits,

@@ -180,6 +180,9 @@ impl Store for SmallCommits {
     async fn claim(&self, t: &ThreadId, r: &RunId) -> Result<Epoch> {
         self.inner.claim(t, r).await
     }
+    async fn claim_if_new(&self, t: &ThreadId, r: &RunId) -> Result<Option<Epoch>> {
+        self.inner.claim_if_new(t, r).await
+    }
     async fn commit(&self, c: &Commit) -> Result<()> {
         if c.puts.len() + usize::from(c.latest.is_some()) > self.max {
             return Err(Error::invalid_input("commit too large"));

@@ -440,6 +440,56 @@ impl Client {
     }
 }
 
+/// A script call with owned KEYS and ARGV, as [`Client::eval_then`] takes two.
+pub(crate) type OwnedCall<'a> = (&'a Lua, &'a [Vec<u8>], &'a [Vec<u8>]);
+
+impl Client {
+    /// Two scripts in one round trip on a single node, applied in order: `first` as `EVAL`
+    /// with its full text (a cold script cache cannot skip it while `second` runs), then
+    /// `second` as `EVALSHA`, sent again alone as `EVAL` when it answers `NOSCRIPT` (it ran
+    /// nothing; `first` has run). Each answer as the server gave it; neither is re-sent on a
+    /// dead connection. `Unsupported` on Cluster, where the two may live on two nodes.
+    pub(crate) async fn eval_then(
+        &self,
+        first: OwnedCall<'_>,
+        second: OwnedCall<'_>,
+        what: &str,
+    ) -> Result<(RedisResult<Value>, RedisResult<Value>)> {
+        if self.is_cluster() {
+            return Err(Error::new(
+                afk_core::ErrorKind::Unsupported,
+                format!("redis {what}: two scripts in one pipeline need a single node"),
+            ));
+        }
+        let fut = async {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            pipe.add_command(eval_cmd(first.0, first.1, first.2, false));
+            pipe.add_command(eval_cmd(second.0, second.1, second.2, true));
+            let mut out = self.raw_pipe(&pipe).await?.into_iter();
+            let (Some(a), Some(b), None) = (out.next(), out.next(), out.next()) else {
+                return Err(RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "a pipeline of two scripts did not answer two results",
+                )));
+            };
+            let b = match b {
+                Err(e) if is_noscript(&e) => {
+                    tracing::debug!(sha = %second.0.sha, "redis script cache cold; sending EVAL");
+                    self.raw(&eval_cmd(second.0, second.1, second.2, false))
+                        .await
+                }
+                other => other,
+            };
+            Ok::<_, RedisError>((a, b))
+        };
+        match tokio::time::timeout(self.deadline, fut).await {
+            Ok(r) => r.map_err(|e| map_err(e, what)),
+            Err(_) => Err(timeout_err(what, self.deadline)),
+        }
+    }
+}
+
 /// The cluster client reports a failed first connection as a string, which hides a TLS
 /// handshake failure. After such a failure, connect to each seed as a single node: a TLS error
 /// that retrying cannot fix (untrusted certificate, client certificate refused) replaces

@@ -100,6 +100,21 @@ if g > 0 and tonumber(ARGV[4]) < 2 * g then again = 1 end
 return {e, again, g}
 "#;
 
+/// Claim a run that has no latest pointer (`Store::claim_if_new`). KEYS: index, fence, the
+/// thread's generation, the run's latest pointer. ARGV: kp, run, ttl_ms. Returns `{0, 0}`
+/// (nothing claimed) when the pointer exists, else `{epoch, gen}` as the claim body does: the
+/// caller compares `gen` with the stamp its thread-index `ZADD` saw (`threads.rs`).
+pub(crate) const CLAIM_IF_NEW_BODY: &str = r#"
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return {0, 0}
+end
+local e = redis.call('INCR', KEYS[2])
+redis.call('ZADD', KEYS[1], 0, 'run:' .. ARGV[2])
+local ttl = tonumber(ARGV[3])
+if ttl > 0 then touch_run(KEYS[1], ARGV[1], ARGV[2], ttl, {}, 1) end
+return {e, tonumber(redis.call('GET', KEYS[3]) or '0')}
+"#;
+
 /// The end of a delete: when the thread holds no key any more, raise its generation (the
 /// emptying of `threads.rs`; `{<prefix>:T}#gen` sits beside the index `{<prefix>:T}#index`, in
 /// its slot). Returns `{n, gen}`, `gen` 0 when the thread still holds keys. Preceded by
@@ -187,6 +202,7 @@ impl Lua {
 pub(crate) struct Scripts {
     pub(crate) commit: Lua,
     pub(crate) claim: Lua,
+    pub(crate) claim_if_new: Lua,
     pub(crate) list: Lua,
     pub(crate) delete: Lua,
     pub(crate) delete_run: Lua,
@@ -203,6 +219,7 @@ impl Scripts {
         Scripts {
             commit: with(COMMIT_BODY),
             claim: with(CLAIM_BODY),
+            claim_if_new: with(CLAIM_IF_NEW_BODY),
             list: Lua::new(LIST.to_string()),
             delete: Lua::new(format!(
                 "local CHUNK = {CHUNK}\n{next_gen}{DELETE}{MARK_IF_EMPTY}"

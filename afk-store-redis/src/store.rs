@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use afk_core::store::validate_key;
 use afk_core::store::{
-    Capabilities, Commit, Epoch, ListPage, Store, run_key, validate_commit, validate_list,
+    Capabilities, Commit, Epoch, ListPage, Store, latest_key, run_key, validate_commit,
+    validate_list,
 };
 use afk_core::{Error, Result, RunId, ThreadId};
 use async_trait::async_trait;
@@ -121,25 +122,29 @@ impl RedisStore {
         {
             Ok((e, again, g)) => {
                 if again == 1 {
-                    let up = crate::threads::Update::Add(g);
-                    crate::threads::update(
-                        &self.client,
-                        &self.scripts,
-                        &self.cfg,
-                        thread.as_str(),
-                        up,
-                    )
-                    .await?;
+                    self.add_again(thread, g).await?;
                 }
                 Ok(Epoch(e))
             }
-            Err(e) if e.to_string().contains("not an integer") => Err(Error::corrupt_record(
-                run_key(run),
-                "the fence key does not hold an integer epoch",
-            )
-            .with_source(e)),
-            Err(e) => Err(e),
+            Err(e) => Err(fence_not_integer(run, e)),
         }
+    }
+
+    /// After a claim whose thread-index add saw stamp `seen`, at thread generation `g`: when
+    /// the removal of the thread's last emptying may come after that add, send the add
+    /// stamped `g` (`threads.rs`; the claim script decides this itself from its `seen`).
+    async fn add_again_if_emptied(&self, thread: &ThreadId, seen: u64, g: u64) -> Result<()> {
+        if g > 0 && seen < 2 * g {
+            self.add_again(thread, g).await?;
+        }
+        Ok(())
+    }
+
+    async fn add_again(&self, thread: &ThreadId, g: u64) -> Result<()> {
+        let up = crate::threads::Update::Add(g);
+        crate::threads::update(&self.client, &self.scripts, &self.cfg, thread.as_str(), up)
+            .await
+            .map(|_| ())
     }
 
     #[cfg(test)]
@@ -181,7 +186,7 @@ impl RedisStore {
             args.push(Cow::Borrowed(v));
         }
         if let Some(latest) = &c.latest {
-            let k = afk_core::store::latest_key(&c.run);
+            let k = latest_key(&c.run);
             check_size(&k, latest.len())?;
             keys.push(phys(&kp, &k));
             args.push(Cow::Borrowed(latest));
@@ -265,6 +270,16 @@ fn check_size(key: &str, len: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// A claim script's error: a fence key that does not hold an integer is a corrupt record.
+fn fence_not_integer(run: &RunId, e: Error) -> Error {
+    if e.to_string().contains("not an integer") {
+        Error::corrupt_record(run_key(run), "the fence key does not hold an integer epoch")
+            .with_source(e)
+    } else {
+        e
+    }
 }
 
 #[async_trait]
@@ -411,6 +426,64 @@ impl Store for RedisStore {
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         let seen = crate::threads::remember(&self.client, &self.scripts, &self.cfg, thread).await?;
         self.claim_after_remember(thread, run, seen).await
+    }
+
+    /// Single node: the thread index's add and the claim script (which looks at the pointer
+    /// first) in one pipeline, one round trip. Cluster: the add, then the script (two: they
+    /// live in two hash slots). Either way the add is applied before the claim can make the
+    /// thread hold a key, as for `claim`.
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        let kp = kp(&self.cfg, thread);
+        let keys = [
+            index_key(&self.cfg, thread),
+            phys(&kp, &run_key(run)),
+            crate::threads::gen_key(&self.cfg, thread.as_str()),
+            phys(&kp, &latest_key(run)),
+        ];
+        let args = [
+            kp.into_bytes(),
+            run.as_str().as_bytes().to_vec(),
+            self.ttl_ms(),
+        ];
+        let what = "claim";
+        let (seen, answer) = if self.client.is_cluster() {
+            let seen =
+                crate::threads::remember(&self.client, &self.scripts, &self.cfg, thread).await?;
+            let answer = self
+                .client
+                .eval::<Value, _>(
+                    &self.scripts.claim_if_new,
+                    &keys,
+                    &args,
+                    Repeat::Never,
+                    what,
+                )
+                .await;
+            (seen, answer)
+        } else {
+            let (add_keys, add_args) = crate::threads::add_call(&self.cfg, thread);
+            let (add, answer) = self
+                .client
+                .eval_then(
+                    (&self.scripts.index_add, &add_keys, &add_args),
+                    (&self.scripts.claim_if_new, &keys, &args),
+                    what,
+                )
+                .await?;
+            let seen = add
+                .and_then(|v| Ok(redis::from_redis_value::<u64>(v)?))
+                .map_err(|e| map_err(e, "add the thread to the thread index"))?;
+            (seen, answer.map_err(|e| map_err(e, what)))
+        };
+        let (e, g): (u64, u64) = match answer {
+            Ok(v) => redis::from_redis_value(v).map_err(|e| map_err(e.into(), what))?,
+            Err(e) => return Err(fence_not_integer(run, e)),
+        };
+        if e == 0 {
+            return Ok(None);
+        }
+        self.add_again_if_emptied(thread, seen, g).await?;
+        Ok(Some(Epoch(e)))
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {

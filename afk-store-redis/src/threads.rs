@@ -142,6 +142,14 @@ pub(crate) fn gen_key(cfg: &RedisConfig, thread: &str) -> Vec<u8> {
     format!("{{{}:{}}}#gen", cfg.prefix, thread).into_bytes()
 }
 
+/// The KEYS and ARGV of [`ADD`] for `thread`.
+pub(crate) fn add_call(cfg: &RedisConfig, thread: &ThreadId) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    (
+        vec![threads_key(cfg), stamp_key(cfg, thread.as_str())],
+        vec![thread.as_str().as_bytes().to_vec()],
+    )
+}
+
 /// Add `thread` to the thread index (before anything of it is written); returns the stamp the
 /// claim script compares with.
 pub(crate) async fn remember(
@@ -150,11 +158,12 @@ pub(crate) async fn remember(
     cfg: &RedisConfig,
     thread: &ThreadId,
 ) -> Result<u64> {
+    let (keys, args) = add_call(cfg, thread);
     client
         .eval(
             &scripts.index_add,
-            &[threads_key(cfg), stamp_key(cfg, thread.as_str())],
-            &[thread.as_str().as_bytes().to_vec()],
+            &keys,
+            &args,
             // ZADD NX and a read: sending it twice is sending it once.
             Repeat::Safe,
             "add the thread to the thread index",

@@ -268,6 +268,23 @@ async fn flushed_script_cache_is_reloaded_transparently() {
     );
     flush(&mut raw).await;
     assert_eq!(s.claim(&t, &r).await.unwrap(), Epoch(2));
+    // `claim_if_new` pipelines the thread index's add and its own script: after a flush the
+    // add still runs first, and the script is sent again as EVAL.
+    flush(&mut raw).await;
+    assert_eq!(
+        s.claim_if_new(&t, &r).await.unwrap(),
+        None,
+        "run_ns has a pointer"
+    );
+    let fresh = run("run_ns_fresh");
+    flush(&mut raw).await;
+    assert_eq!(s.claim_if_new(&t, &fresh).await.unwrap(), Some(Epoch(1)));
+    assert!(s.get(&t, "run:run_ns_fresh").await.unwrap().is_some());
+    assert_eq!(
+        s.claim(&t, &r).await.unwrap(),
+        Epoch(3),
+        "the refusal claimed nothing"
+    );
     flush(&mut raw).await;
     assert!(s.delete_run(&t, &r).await.unwrap() > 5);
 }

@@ -92,8 +92,8 @@ async fn a_thread_leaves_the_index_with_its_last_run() {
     }
 }
 
-/// Claims and last-run deletes of the same threads, interleaved at random by the runtime, many
-/// times: at the end every thread that holds a key is in the index, and threads that hold
+/// Claims (`claim` and `claim_if_new`) and last-run deletes of the same threads, interleaved
+/// at random by the runtime, many times: at the end every thread that holds a key is in the index, and threads that hold
 /// nothing are not. Counts the claims that learnt of a racing removal (the case the protocol
 /// exists for) and requires some.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -108,9 +108,16 @@ async fn a_claim_racing_the_removal_of_its_thread_keeps_it_listed() {
                 tasks.push(tokio::spawn(async move {
                     // Each worker claims and deletes its own run: the thread empties whenever
                     // both runs are deleted at once, while the other worker may be claiming.
+                    // Every other claim is a `claim_if_new` (its own pipeline on a single
+                    // node): both make the thread hold a key after adding it to the index.
                     let r = run(&format!("w{worker}"));
-                    for _ in 0..40 {
-                        s.claim(&t, &r).await.unwrap();
+                    for k in 0..40 {
+                        if (k + worker) % 2 == 0 {
+                            s.claim(&t, &r).await.unwrap();
+                        } else {
+                            let e = s.claim_if_new(&t, &r).await.unwrap();
+                            assert!(e.is_some(), "a deleted run has no pointer");
+                        }
                         s.delete_run(&t, &r).await.unwrap();
                     }
                     // Half the threads end holding a run.

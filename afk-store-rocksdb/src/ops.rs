@@ -112,6 +112,24 @@ impl Inner {
 
     pub(crate) fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         let _guard = self.lock([(thread, run)]);
+        self.claim_locked(thread, run)
+    }
+
+    /// The look at the pointer and the claim under the run's lock: atomic.
+    pub(crate) fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        let _guard = self.lock([(thread, run)]);
+        let pointer = self
+            .db
+            .get_pinned(physical(thread, &latest_key(run)))
+            .map_err(|e| map(e, Op::Read, &self.path))?;
+        if pointer.is_some() {
+            return Ok(None);
+        }
+        self.claim_locked(thread, run).map(Some)
+    }
+
+    /// [`Self::claim`] under the run's lock, which the caller holds.
+    fn claim_locked(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         let current = self.epoch(thread, run)?;
         let next = current
             .0

@@ -188,6 +188,13 @@ impl Store for RocksDbStore {
         self.blocking(move |db| db.claim(&thread, &run)).await
     }
 
+    /// The look at the pointer and the claim in one blocking call, under the run's lock.
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        let (thread, run) = (thread.clone(), run.clone());
+        self.blocking(move |db| db.claim_if_new(&thread, &run))
+            .await
+    }
+
     /// One `WriteBatch` (puts and latest pointer), written after the fence check under the
     /// run's lock.
     async fn commit(&self, commit: &Commit) -> Result<()> {

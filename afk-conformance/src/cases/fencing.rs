@@ -6,7 +6,8 @@ use afk_core::{
 };
 
 use crate::support::{
-    CaseResult, Ctx, commit, ensure, expect_kind, expect_value, list_all, unique_run, unique_thread,
+    CaseResult, Ctx, commit, ensure, expect_kind, expect_value, fail, list_all, unique_run,
+    unique_thread,
 };
 
 /// Each claim of a run returns an epoch strictly greater than the previous one, and greater
@@ -27,6 +28,87 @@ pub async fn claim_increases_epoch(store: &dyn Store) -> CaseResult {
             .await
             .ctx("claim of the other run")?;
     }
+    Ok(())
+}
+
+/// `claim_if_new` claims a run with no latest pointer (fresh, claimed before, holding records
+/// but no pointer, deleted) like `claim` does, with an epoch above every earlier one; for a
+/// run whose pointer exists it answers `None` and claims nothing: the epoch in use still
+/// commits.
+pub async fn claim_if_new_claims_only_runs_without_a_pointer(store: &dyn Store) -> CaseResult {
+    let t = unique_thread("fence-if-new");
+    let r = unique_run();
+    let first = store
+        .claim_if_new(&t, &r)
+        .await
+        .ctx("claim_if_new of a fresh run")?;
+    let Some(first) = first else {
+        return Err(fail!("claim_if_new of a fresh run answered None"));
+    };
+    ensure!(first > Epoch(0), "claim_if_new returned epoch {first}");
+    ensure!(
+        store
+            .get(&t, &format!("run:{r}"))
+            .await
+            .ctx("get the fence")?
+            .is_some(),
+        "claim_if_new claimed the run but its fence key run:{r} is missing"
+    );
+    // Claimed before, records but no pointer: still new.
+    let claimed = store.claim(&t, &r).await.ctx("claim")?;
+    let rec0 = format!("checkpoint:{r}:0:pre_llm");
+    let c = commit(&t, &r, claimed, vec![(rec0.clone(), b"0".to_vec())], None);
+    store
+        .commit(&c)
+        .await
+        .ctx("commit a record without a pointer")?;
+    let again = store
+        .claim_if_new(&t, &r)
+        .await
+        .ctx("claim_if_new of a run with no pointer")?;
+    let Some(again) = again else {
+        return Err(fail!(
+            "claim_if_new answered None for a run whose records exist but whose pointer does not"
+        ));
+    };
+    ensure!(
+        again > claimed,
+        "claim_if_new returned epoch {again}, not above the earlier claim's {claimed}"
+    );
+    // With a pointer: refused, and the epoch in use is not fenced.
+    let c = commit(&t, &r, again, Vec::new(), Some(b"p0".to_vec()));
+    store.commit(&c).await.ctx("commit the pointer")?;
+    let refused = store
+        .claim_if_new(&t, &r)
+        .await
+        .ctx("claim_if_new of a run with a pointer")?;
+    ensure!(
+        refused.is_none(),
+        "claim_if_new claimed a run whose pointer exists (epoch {refused:?})"
+    );
+    let rec1 = format!("checkpoint:{r}:1:pre_llm");
+    let c = commit(
+        &t,
+        &r,
+        again,
+        vec![(rec1.clone(), b"1".to_vec())],
+        Some(b"p1".to_vec()),
+    );
+    store
+        .commit(&c)
+        .await
+        .ctx("commit under the epoch in use after a refused claim_if_new (it must not fence)")?;
+    expect_value(store, &t, &rec1, Some(b"1")).await?;
+    // Deleted: new again.
+    store.delete_run(&t, &r).await.ctx("delete_run")?;
+    ensure!(
+        store
+            .claim_if_new(&t, &r)
+            .await
+            .ctx("claim_if_new of a deleted run")?
+            .is_some(),
+        "claim_if_new answered None for a deleted run"
+    );
     Ok(())
 }
 

@@ -30,11 +30,11 @@ const RUNS: [&str; 3] = ["run_1", "run_10", "run_2"];
 /// Claimant slots per run (holders of an epoch).
 const SLOTS: usize = 2;
 
-/// Random sequences of claims, commits, batches, gets, `get_many`s (any order, repeated
-/// keys), lists, explicit pages (`list` from any cursor with a limit, page by page), deletes
-/// and run deletions give the same answers from the store as from the reference model; a
-/// failure shrinks to a short named sequence. Epochs are compared by order
-/// only, and the value of the fence key by presence only. Needs a multi-thread runtime.
+/// Random sequences of claims, `claim_if_new`s, commits, batches, gets, `get_many`s (any
+/// order, repeated keys), lists, explicit pages (`list` from any cursor with a limit, page by
+/// page), deletes and run deletions give the same answers from the store as from the reference
+/// model; a failure shrinks to a short named sequence. Epochs are compared by order only, and
+/// the value of the fence key by presence only. Needs a multi-thread runtime.
 pub async fn model_based(store: &dyn Store) -> CaseResult {
     run_model(store, ModelConfig::from_env()?).await
 }
@@ -75,6 +75,7 @@ pub async fn run_model(store: &dyn Store, config: ModelConfig) -> CaseResult {
             .run(&ops_strategy(), |ops| {
                 handle
                     .block_on(replay(store, &ops))
+                    .map(|_| ())
                     .map_err(TestCaseError::fail)
             })
             .map_err(|e| fail!("{e}\n(seed {seed}: replay with AFK_CONFORMANCE_SEED={seed})"))
@@ -157,7 +158,20 @@ fn is_fence(key: &str) -> bool {
     key.starts_with("run:")
 }
 
-async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
+/// What a replayed sequence reached, for the tests that check the generator gets to the
+/// interesting cases.
+#[derive(Debug, Default, Clone, Copy)]
+struct Reached {
+    /// `claim_if_new` answers `None` (the run's pointer existed).
+    refused_if_new: u32,
+    /// `claim_if_new` answers with an epoch.
+    claimed_if_new: u32,
+    /// Commits that moved a pointer.
+    pointers: u32,
+}
+
+async fn replay(store: &dyn Store, ops: &[Op]) -> Result<Reached, String> {
+    let mut reached = Reached::default();
     let model_store = MemoryStore::new();
     let threads: Vec<ThreadId> = (0..THREADS)
         .map(|i| unique_thread(&format!("model{i}")))
@@ -188,6 +202,41 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
                 sut.held.insert((*thread, *run, *slot), got);
                 model.held.insert((*thread, *run, *slot), want);
             }
+            Op::ClaimIfNew { thread, run, slot } => {
+                let (t, r) = (&threads[*thread], &runs[*run]);
+                let got = sut
+                    .store
+                    .claim_if_new(t, r)
+                    .await
+                    .map_err(|e| fail!("op {i}: claim_if_new {r}: {e}"))?;
+                let want = model
+                    .store
+                    .claim_if_new(t, r)
+                    .await
+                    .map_err(|e| fail!("op {i}: model claim_if_new: {e}"))?;
+                match (got, want) {
+                    (None, None) => reached.refused_if_new += 1,
+                    (Some(got), Some(want)) => {
+                        reached.claimed_if_new += 1;
+                        if let Some(prev) = sut.max.get(&(*thread, *run))
+                            && got <= *prev
+                        {
+                            return Err(fail!(
+                                "op {i}: claim_if_new {r} returned {got}, not above {prev}"
+                            ));
+                        }
+                        sut.max.insert((*thread, *run), got);
+                        sut.held.insert((*thread, *run, *slot), got);
+                        model.held.insert((*thread, *run, *slot), want);
+                    }
+                    (got, want) => {
+                        return Err(fail!(
+                            "op {i}: claim_if_new {r}: the store answered {got:?}, the model \
+                             {want:?} (None: the run's pointer exists)"
+                        ));
+                    }
+                }
+            }
             Op::Commit(spec) => {
                 let stale = model.is_stale(spec);
                 let (c, mc) = (
@@ -197,6 +246,9 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
                 let got = sut.store.commit(&c).await;
                 let want = model.store.commit(&mc).await;
                 compare_commit(i, &c, &got, &want, stale)?;
+                if want.is_ok() && mc.latest.is_some() {
+                    reached.pointers += 1;
+                }
             }
             Op::Batch(specs) => {
                 let mut stale = Vec::new();
@@ -341,7 +393,7 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> CaseResult {
         }
         let _ = store.delete(t, &got).await; // tidy up a shared server; best effort
     }
-    Ok(())
+    Ok(reached)
 }
 
 impl Side<'_> {
@@ -356,5 +408,30 @@ impl Side<'_> {
             .map(|(_, e)| *e)
             .max();
         held.is_none() || held != newest
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::strategy::{Strategy, ValueTree};
+
+    use super::*;
+
+    /// The generator reaches both answers of `claim_if_new` within the default 32 sequences
+    /// (a refusal needs a claim, a commit of the pointer under it, then `claim_if_new` of the
+    /// same run), so the model compares both.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sequences_reach_both_answers_of_claim_if_new() {
+        let mut runner = test_runner(20261201, 32, None);
+        let mut total = Reached::default();
+        for _ in 0..32 {
+            let ops = ops_strategy().new_tree(&mut runner).unwrap().current();
+            let r = replay(&MemoryStore::new(), &ops).await.unwrap();
+            total.refused_if_new += r.refused_if_new;
+            total.claimed_if_new += r.claimed_if_new;
+            total.pointers += r.pointers;
+        }
+        assert!(total.refused_if_new >= 3, "{total:?}");
+        assert!(total.claimed_if_new >= 3, "{total:?}");
     }
 }

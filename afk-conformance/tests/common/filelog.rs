@@ -179,6 +179,11 @@ impl Store for FileLog {
         Ok(e)
     }
 
+    /// Through this store's own `claim`, which logs it.
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        afk_core::store::claim_if_new_each(self, thread, run).await
+    }
+
     async fn commit(&self, c: &Commit) -> Result<()> {
         let mut log = self.log.lock().await;
         self.mem.commit(c).await?;

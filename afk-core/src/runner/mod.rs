@@ -408,21 +408,28 @@ pub(crate) async fn execute(
     events: broadcast::Sender<RunEvent>,
 ) -> Result<Outcome> {
     let lk = crate::store::latest_key(&run);
-    if matches!(start, Start::Fresh(_)) && shared.store.get(&thread, &lk).await?.is_some() {
-        // A fresh run never continues or overwrites a stored one. Checked before claiming too,
-        // so that a live run under that id is not fenced off by a refused start.
-        return Err(Error::new(
-            ErrorKind::Conflict,
-            format!(
-                "run {run} already exists in thread {thread}; resume it or start a run under a \
-                 new run id"
-            ),
-        )
-        .with_key(lk));
-    }
-    let epoch = shared.store.claim(&thread, &run).await?;
+    // A fresh run never continues or overwrites a stored one. Looked at before claiming too
+    // (`claim_if_new`, one round trip where the store can), so that a live run under that id
+    // is not fenced off by a refused start.
+    let epoch = if matches!(start, Start::Fresh(_)) {
+        match shared.store.claim_if_new(&thread, &run).await? {
+            Some(epoch) => epoch,
+            None => {
+                return Err(Error::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "run {run} already exists in thread {thread}; resume it or start a run \
+                         under a new run id"
+                    ),
+                )
+                .with_key(lk));
+            }
+        }
+    } else {
+        shared.store.claim(&thread, &run).await?
+    };
     // Whether the run exists is only settled under the claim: another runner may have started
-    // it since the check above, and its commits are fenced from here on. Starting it over would
+    // it since the look above, and its commits are fenced from here on. Starting it over would
     // take its steps for fresh (so its effect journal unread) and redo its effects. The first
     // epoch ever handed out for the run needs no second look: epochs only grow, so no runner
     // of ours claimed it before, and nothing of it can be committed. (A writer that never

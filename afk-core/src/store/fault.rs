@@ -389,6 +389,11 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         Ok(epoch)
     }
 
+    /// Through this wrapper's own `get` and `claim`, so their faults and holds apply.
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        super::claim_if_new_each(self, thread, run).await
+    }
+
     async fn commit(&self, commit: &Commit) -> Result<()> {
         self.commit_one(commit).await
     }

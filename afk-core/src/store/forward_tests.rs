@@ -1,5 +1,6 @@
-//! The wrappers of this crate forward what they must: `get_many`, `commit_batch` and
-//! `list_threads` reach the inner store's own method instead of the trait's default.
+//! The wrappers of this crate forward what they must: `get_many`, `commit_batch`,
+//! `list_threads` and `claim_if_new` reach the inner store's own method instead of the trait's
+//! default.
 
 use std::sync::{Arc, Mutex};
 
@@ -59,6 +60,10 @@ impl Store for Recorder {
         self.saw("claim");
         self.inner.claim(t, r).await
     }
+    async fn claim_if_new(&self, t: &ThreadId, r: &RunId) -> Result<Option<Epoch>> {
+        self.saw("claim_if_new");
+        self.inner.claim_if_new(t, r).await
+    }
     async fn commit(&self, c: &Commit) -> Result<()> {
         self.saw("commit");
         self.inner.commit(c).await
@@ -97,10 +102,13 @@ async fn fill(store: &dyn Store) -> Vec<Commit> {
     commits
 }
 
-/// What reached the inner store when `get_many`, `commit_batch` and `list_threads` went
-/// through `wrapper`, after checking their answers.
+/// What reached the inner store when `get_many`, `commit_batch`, `list_threads` and
+/// `claim_if_new` went through `wrapper`, after checking their answers.
 async fn through(wrapper: &dyn Store, inner: &Recorder) -> Vec<&'static str> {
     fill(wrapper).await;
+    let fresh = RunId::new("run_c").unwrap();
+    let epoch = wrapper.claim_if_new(&t("t_a"), &fresh).await.unwrap();
+    assert!(epoch.is_some(), "a run with no pointer is claimed");
     let keys = vec!["messages:run_a:1".to_owned(), "messages:run_a:2".to_owned()];
     let values = wrapper.get_many(&t("t_a"), &keys).await.unwrap();
     assert_eq!(values, [Some(b"m".to_vec()), None]);
@@ -111,7 +119,7 @@ async fn through(wrapper: &dyn Store, inner: &Recorder) -> Vec<&'static str> {
 }
 
 #[tokio::test]
-async fn retry_store_forwards_get_many_commit_batch_and_list_threads() {
+async fn retry_store_forwards_get_many_commit_batch_list_threads_and_claim_if_new() {
     let inner = Arc::new(Recorder::default());
     let store = RetryStore::from_arc(
         inner.clone(),
@@ -121,7 +129,14 @@ async fn retry_store_forwards_get_many_commit_batch_and_list_threads() {
     let calls = through(&store, &inner).await;
     assert_eq!(
         calls,
-        ["claim", "claim", "commit_batch", "get_many", "list_threads"]
+        [
+            "claim",
+            "claim",
+            "commit_batch",
+            "claim_if_new",
+            "get_many",
+            "list_threads"
+        ]
     );
 }
 
@@ -130,7 +145,8 @@ async fn fault_store_forwards_get_many_and_list_threads() {
     let inner = Arc::new(Recorder::default());
     let store = FaultStore::from_arc(inner.clone());
     let calls = through(&store, &inner).await;
-    // `commit_batch` goes through the fault store's own per-commit faults by design.
+    // `commit_batch` and `claim_if_new` go through the fault store's own per-call faults by
+    // design.
     assert_eq!(
         calls,
         [
@@ -138,6 +154,8 @@ async fn fault_store_forwards_get_many_and_list_threads() {
             "claim",
             "commit",
             "commit",
+            "get",
+            "claim",
             "get_many",
             "list_threads"
         ]

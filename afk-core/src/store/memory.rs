@@ -105,6 +105,23 @@ fn belongs_to(key: &str, run: &str) -> bool {
     super::run_of_key(key) == Some(run)
 }
 
+/// [`Store::claim`] on the locked map.
+fn claim_locked(
+    threads: &mut HashMap<ThreadId, Keys>,
+    thread: &ThreadId,
+    run: &RunId,
+) -> Result<Epoch> {
+    let current = current_epoch(threads.get(thread), run)?;
+    let next = Epoch(current.0.checked_add(1).ok_or_else(|| {
+        Error::corrupt_record(run_key(run), "fence epoch is at u64::MAX and cannot grow")
+    })?);
+    threads
+        .entry(thread.clone())
+        .or_default()
+        .insert(run_key(run), encode_epoch(next));
+    Ok(next)
+}
+
 #[async_trait]
 impl Store for MemoryStore {
     fn capabilities(&self) -> Capabilities {
@@ -235,16 +252,20 @@ impl Store for MemoryStore {
     }
 
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        claim_locked(&mut self.lock(), thread, run)
+    }
+
+    /// The look and the claim under one lock: atomic.
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
         let mut threads = self.lock();
-        let current = current_epoch(threads.get(thread), run)?;
-        let next = Epoch(current.0.checked_add(1).ok_or_else(|| {
-            Error::corrupt_record(run_key(run), "fence epoch is at u64::MAX and cannot grow")
-        })?);
-        threads
-            .entry(thread.clone())
-            .or_default()
-            .insert(run_key(run), encode_epoch(next));
-        Ok(next)
+        let latest = super::latest_key(run);
+        if threads
+            .get(thread)
+            .is_some_and(|keys| keys.contains_key(&latest))
+        {
+            return Ok(None);
+        }
+        claim_locked(&mut threads, thread, run).map(Some)
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {

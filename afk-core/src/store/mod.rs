@@ -209,6 +209,7 @@ pub const MAX_LIST_LIMIT: usize = 1000;
 /// | `commit_batch`: one result per commit, in order | `basic::commit_batch_applies_each_in_order` |
 /// | fencing: increasing epochs; stale, future and unclaimed epochs `Fenced` | `fencing::*`, `concurrency::racing_resumers_one_finishes` |
 /// | a read after a claim sees every commit made before the claim | `concurrency::racing_starters_run_it_once` |
+/// | `claim_if_new`: claims only a run with no pointer, and a refusal fences nothing | `fencing::claim_if_new_claims_only_runs_without_a_pointer`, `model::model_based` |
 /// | `list`: byte order, prefixes, every page size, cursors anywhere, the fence listed | `list::*`, `model::model_based` (explicit paging), `large::hundred_thousand_keys_list_in_order` |
 /// | `delete`, `delete_run` (every family, prefix-sharing runs untouched) | `delete::*`, `isolation::prefix_sharing_runs_are_isolated` |
 /// | threads and runs isolated | `isolation::*` |
@@ -275,6 +276,21 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// its claim whether a run exists and where it stands.
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch>;
 
+    /// Claim a run that has no latest pointer: `Ok(None)`, and nothing claimed, when
+    /// `checkpoint:<run>:latest` exists; otherwise [`Store::claim`]'s new epoch. This is how a
+    /// runner starts a fresh run: a start refused because the run exists must not fence off
+    /// the runner working on it.
+    ///
+    /// The look and the claim need not be atomic: a runner that gets an epoch above the first
+    /// one it could have had looks at the run again under its claim. Stores override this to
+    /// do both in one round trip; the default is [`Store::get`] of the pointer, then
+    /// [`Store::claim`].
+    ///
+    /// Errors: those of `get` and `claim`.
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        claim_if_new_each(self, thread, run).await
+    }
+
     /// Atomically write `commit.puts` and, if given, the latest pointer, only if `commit.epoch`
     /// is the run's current epoch. Otherwise fail with `Fenced` and write nothing. A run that
     /// was never claimed has no current epoch: every commit to it is `Fenced`. A commit with no
@@ -316,6 +332,20 @@ pub trait Store: Send + Sync + fmt::Debug {
     }
 }
 
+/// [`Store::claim_if_new`] as [`Store::get`] of the pointer, then [`Store::claim`]: the
+/// trait's default, for a wrapper whose `get` and `claim` do something `claim_if_new` must not
+/// skip.
+pub async fn claim_if_new_each<S: Store + ?Sized>(
+    store: &S,
+    thread: &ThreadId,
+    run: &RunId,
+) -> Result<Option<Epoch>> {
+    if store.get(thread, &latest_key(run)).await?.is_some() {
+        return Ok(None);
+    }
+    store.claim(thread, run).await.map(Some)
+}
+
 /// [`Store::get_many`] as [`Store::get`] of each key in turn: the trait's default, for a
 /// wrapper whose `get` does something `get_many` must not skip.
 ///
@@ -327,7 +357,7 @@ pub trait Store: Send + Sync + fmt::Debug {
 /// put `#[deny(clippy::missing_trait_methods)]` on the `impl`. Each method either forwards to
 /// the inner store's same method or, where the wrapper changes what a single call does (a
 /// limit, a fault, a gate), goes through the wrapper's own single-key method with
-/// [`get_each`] or [`commit_each`].
+/// [`get_each`], [`commit_each`] or [`claim_if_new_each`].
 pub async fn get_each<S: Store + ?Sized>(
     store: &S,
     thread: &ThreadId,

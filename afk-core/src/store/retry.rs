@@ -18,6 +18,9 @@
 //!   stale claim.
 //! - [`Store::claim`]: a failed claim may have bumped the epoch; claiming again simply hands out
 //!   a newer one, which fences the unknown one.
+//! - [`Store::claim_if_new`]: as `claim`; an attempt that failed after claiming wrote no
+//!   pointer (only commits do), so the next attempt claims again, or finds the pointer a
+//!   runner that claimed since wrote and answers `None`, as it would have.
 //! - [`Store::commit_batch`]: only the failed, retryable commits are sent again, and only those
 //!   whose run has no later commit in the same batch (re-applying an older commit after a newer
 //!   one of its run succeeded would move the latest pointer backwards); those keep their error.
@@ -332,6 +335,13 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         with_retry(&self.policy, &self.rng, &self.retries, || {
             self.inner.claim(thread, run)
+        })
+        .await
+    }
+
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        with_retry(&self.policy, &self.rng, &self.retries, || {
+            self.inner.claim_if_new(thread, run)
         })
         .await
     }

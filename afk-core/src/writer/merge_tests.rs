@@ -174,6 +174,9 @@ impl Store for Limited {
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         self.inner.claim(thread, run).await
     }
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        self.inner.claim_if_new(thread, run).await
+    }
     async fn commit(&self, commit: &Commit) -> Result<()> {
         if self
             .max_keys

@@ -191,6 +191,11 @@ impl Store for GatedStore {
         Ok(e)
     }
 
+    /// Through this store's own gated `get` and `claim`.
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        afk_core::store::claim_if_new_each(self, thread, run).await
+    }
+
     async fn commit(&self, commit: &Commit) -> Result<()> {
         // The newest record: a merged commit of the write-behind writer ends with it.
         let key = commit.puts.last().map_or("", |(k, _)| k.as_str());

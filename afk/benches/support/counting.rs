@@ -190,6 +190,11 @@ impl Store for CountingStore {
         self.inner.claim(thread, run).await
     }
 
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        self.call();
+        self.inner.claim_if_new(thread, run).await
+    }
+
     async fn commit(&self, commit: &Commit) -> Result<()> {
         self.call();
         self.inner.commit(commit).await?;

@@ -107,6 +107,9 @@ impl Store for Probe {
     async fn claim(&self, t: &ThreadId, r: &RunId) -> Result<Epoch> {
         self.inner.claim(t, r).await
     }
+    async fn claim_if_new(&self, t: &ThreadId, r: &RunId) -> Result<Option<Epoch>> {
+        self.inner.claim_if_new(t, r).await
+    }
     async fn commit(&self, c: &Commit) -> Result<()> {
         self.commit_counted(c).await
     }

@@ -105,6 +105,12 @@ pub(super) enum Op {
         run: usize,
         slot: usize,
     },
+    /// `claim_if_new`: claims like [`Op::Claim`] only while the run has no pointer.
+    ClaimIfNew {
+        thread: usize,
+        run: usize,
+        slot: usize,
+    },
     Commit(CommitSpec),
     Batch(Vec<CommitSpec>),
     Get {
@@ -243,6 +249,7 @@ fn prefix() -> impl Strategy<Value = PrefixSpec> {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (thread(), run(), 0..SLOTS).prop_map(|(thread, run, slot)| Op::Claim { thread, run, slot }),
+        3 => (thread(), run(), 0..SLOTS).prop_map(|(thread, run, slot)| Op::ClaimIfNew { thread, run, slot }),
         8 => commit_spec().prop_map(Op::Commit),
         1 => prop::collection::vec(commit_spec(), 1..4).prop_map(Op::Batch),
         4 => (thread(), any_key()).prop_map(|(thread, key)| Op::Get { thread, key }),
