@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
 use afk_core::store::{
-    Capabilities, Commit, Epoch, ListPage, Store, run_key, run_of_key, validate_list,
+    Capabilities, Commit, Epoch, ListPage, Store, latest_key, run_key, run_of_key, validate_list,
 };
 use afk_core::{Error, Result, RunId, ThreadId, store::validate_key};
 use async_trait::async_trait;
@@ -51,6 +51,34 @@ impl fmt::Debug for S3Store {
 }
 
 impl S3Store {
+    /// Claim the run (a new epoch in its head), or, with `if_new`, answer `None` without
+    /// writing when the head holds the run's latest pointer.
+    async fn claim_unless(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        if_new: bool,
+    ) -> Result<Option<Epoch>> {
+        let nonce = new_nonce();
+        let latest = latest_key(run);
+        let wrote = self
+            .swap_head(thread, run, &nonce, None, |current| {
+                if if_new && current.is_some_and(|h| h.keys.contains_key(&latest)) {
+                    return Ok(None);
+                }
+                let mut new = current.cloned().unwrap_or_else(Head::empty);
+                new.epoch = new.epoch.checked_add(1).ok_or_else(|| {
+                    Error::corrupt_record(
+                        run_key(run),
+                        "fence epoch is at u64::MAX and cannot grow",
+                    )
+                })?;
+                Ok(Some(new))
+            })
+            .await?;
+        Ok(wrote.map(|h| h.epoch()))
+    }
+
     /// Open the store: build the client and probe that the service honors `If-None-Match: *`
     /// and `If-Match` (one small object written and deleted under the prefix).
     ///
@@ -437,22 +465,15 @@ impl Store for S3Store {
     }
 
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
-        let nonce = new_nonce();
-        let wrote = self
-            .swap_head(thread, run, &nonce, None, |current| {
-                let mut new = current.cloned().unwrap_or_else(Head::empty);
-                new.epoch = new.epoch.checked_add(1).ok_or_else(|| {
-                    Error::corrupt_record(
-                        run_key(run),
-                        "fence epoch is at u64::MAX and cannot grow",
-                    )
-                })?;
-                Ok(Some(new))
-            })
-            .await?;
-        wrote
-            .map(|h| h.epoch())
+        self.claim_unless(thread, run, false)
+            .await?
             .ok_or_else(|| Error::unexpected("claim wrote no head"))
+    }
+
+    /// The head holds the latest pointer: one read of it decides, and the claim is the swap
+    /// of that same head (one GET and one conditional PUT, not the pointer's GET first).
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        self.claim_unless(thread, run, true).await
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {

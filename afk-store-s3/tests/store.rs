@@ -349,3 +349,42 @@ async fn capabilities_say_s3_durable_multi_process() {
     assert!(store.conditional_writes());
     let _unused: Option<S3Config> = None;
 }
+
+/// `claim_if_new` decides from the run's head alone: a fresh run costs one head read and one
+/// head write (not the pointer's read first), a run with a pointer one head read and no write,
+/// and the refusal leaves the epoch in use able to commit.
+#[tokio::test]
+async fn claim_if_new_reads_the_head_once() {
+    let Some((store, _)) = common::store("if-new").await else {
+        return;
+    };
+    let (t, r) = ids("thread_n", "run_n");
+    let before = store.traffic();
+    let e = store.claim_if_new(&t, &r).await.unwrap();
+    let after = store.traffic();
+    assert_eq!(e, Some(Epoch(1)));
+    assert_eq!(
+        (after.gets - before.gets, after.puts - before.puts),
+        (1, 1),
+        "fresh run: {before:?} -> {after:?}"
+    );
+    assert_eq!(after.head_puts - before.head_puts, 1);
+    let c = commit(&t, &r, Epoch(1), &[], Some(b"p0"));
+    store.commit(&c).await.unwrap();
+    let before = store.traffic();
+    assert_eq!(store.claim_if_new(&t, &r).await.unwrap(), None);
+    let after = store.traffic();
+    assert_eq!(
+        (after.gets - before.gets, after.puts - before.puts),
+        (1, 0),
+        "run with a pointer: {before:?} -> {after:?}"
+    );
+    let c = commit(
+        &t,
+        &r,
+        Epoch(1),
+        &[("checkpoint:run_n:1:x", b"1")],
+        Some(b"p1"),
+    );
+    store.commit(&c).await.expect("the refusal fenced nothing");
+}
