@@ -18,6 +18,7 @@ mod exec;
 pub mod fixture_check;
 mod llm;
 mod operator;
+mod output_limit;
 mod persist;
 mod resume;
 #[cfg(any(test, feature = "test-kit"))]

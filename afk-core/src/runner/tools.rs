@@ -5,7 +5,9 @@
 //! * result row (`status` done, or an AFK v1 row without status) whose `input_hash` matches:
 //!   successful -> replay its output; failed -> execute again, except a row a human settled as
 //!   failed (`"settlement": "failed"`, see [`super::settle`]) -> a failed call with its error;
-//!   a re-execution after a `did_not_run` settlement keeps that marker on its rows;
+//!   a re-execution after a `did_not_run` settlement keeps that marker on its rows; a row
+//!   whose output was too large for the store (`output_dropped`, see [`super::output_limit`])
+//!   -> the same failed call, not executed;
 //! * `input_hash` differs -> `Corrupt` ("Effect journal integrity conflict");
 //! * intent row without result -> [`EffectPolicy::Idempotent`] tools execute again with the
 //!   same idempotency key, [`EffectPolicy::AtMostOnce`] tools stop the run with
@@ -29,12 +31,13 @@ use tracing::Instrument;
 
 use super::Decision;
 use super::agent::{FailurePolicy, GateDecision};
-use super::exec::{RunTask, UNTRUSTED_NOTE, text_message};
+use super::exec::{RunTask, text_message};
+use super::output_limit::{OUTPUT_DROPPED, OutputLimit, tool_text};
 use super::settle;
 use super::subagent::{self, ChildOutcome};
 use super::tool::{EffectPolicy, ToolContext};
 use crate::error::{Error, ErrorKind, Result};
-use crate::hash::{canonical_json, input_hash, output_hash};
+use crate::hash::{input_hash, output_hash};
 use crate::keys;
 use crate::schema::{
     EffectRow, EffectStatus, Extra, LlmResponse, PauseKind, PauseRequest, PausedPayload,
@@ -221,10 +224,12 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
     task.ckpt.barrier().await?;
 
     // 4. Execute concurrently; commit each result row as soon as that call finishes.
-    let results = match execute(task, calls, (&ids, &eids), &plans, &hashes, &marks).await? {
-        Executed::Done(results) => results,
-        Executed::Paused(request) => return commit_pause(task, request).await,
-    };
+    let limit = OutputLimit::for_step(task.ckpt.store().capabilities().max_value_size, resp);
+    let results =
+        match execute(task, calls, (&ids, &eids), &plans, (&hashes, &marks), limit).await? {
+            Executed::Done(results) => results,
+            Executed::Paused(request) => return commit_pause(task, request).await,
+        };
 
     // 5. Records and messages, in call order.
     let mut failures = 0;
@@ -341,6 +346,15 @@ fn decide_from_row(
                 .to_owned();
             (Plan::SettledFailed(error), Extra::new())
         }
+        EffectStatus::Done if !row.success && row.extra.contains_key(OUTPUT_DROPPED) => {
+            let error = row
+                .extra
+                .get(settle::SETTLED_ERROR)
+                .and_then(Value::as_str)
+                .unwrap_or("the tool's output was too large to keep")
+                .to_owned();
+            (Plan::SettledFailed(error), Extra::new())
+        }
         EffectStatus::Done if settlement == Some("did_not_run") => {
             (Plan::Execute, settle::did_not_run_marks())
         }
@@ -374,8 +388,8 @@ async fn execute(
     calls: &[ToolCall],
     (ids, eids): (&[String], &[String]),
     plans: &[Plan],
-    hashes: &[String],
-    marks: &[Extra],
+    (hashes, marks): (&[String], &[Extra]),
+    limit: Option<OutputLimit>,
 ) -> Result<Executed> {
     let step = task.st.snap.step;
     let sem = Arc::new(Semaphore::new(task.agent.limits.tool_parallelism.max(1)));
@@ -451,8 +465,28 @@ async fn execute(
     // Every call runs to its end (and its result row is committed) even when a delegation
     // stopped or paused: nothing is left cut mid-effect.
     while let Some((i, call)) = futs.next().await {
+        let mut extra = marks[i].clone();
         let res = match call {
-            Call::Done(res) => res,
+            Call::Done(res) => match limit
+                .filter(|_| res.success)
+                .and_then(|l| l.check(&calls[i].tool_name, &res.output))
+            {
+                // Too large to keep: a failed call that a resume replays (see `output_limit`).
+                Some((bytes, error)) => {
+                    extra.insert(OUTPUT_DROPPED.to_owned(), Value::from(bytes));
+                    extra.insert(
+                        settle::SETTLED_ERROR.to_owned(),
+                        Value::String(error.clone()),
+                    );
+                    CallResult {
+                        success: false,
+                        output: Value::Null,
+                        error: Some(error),
+                        latency_ms: res.latency_ms,
+                    }
+                }
+                None => res,
+            },
             Call::Paused(request) => {
                 paused = paused.or(Some(request));
                 continue;
@@ -475,7 +509,7 @@ async fn execute(
             )),
             tool_name: Some(calls[i].tool_name.clone()),
             started_at_ms: None,
-            extra: marks[i].clone(),
+            extra,
         };
         task.ckpt.effect(step, &eids[i], &row).await?;
         if task.agent.subagent(&calls[i].tool_name).is_some() {
@@ -569,13 +603,7 @@ fn push_records(task: &mut RunTask, call: &ToolCall, id: &str, res: &CallResult)
         extra: Default::default(),
     });
     let error = res.error.clone().map_or(Value::Null, Value::String);
-    let text = format!(
-        "[untrusted_tool_output:{}]\n{UNTRUSTED_NOTE}\n{{\"success\": {}, \"output\": {}, \"error\": {}}}",
-        call.tool_name,
-        res.success,
-        canonical_json(&res.output),
-        canonical_json(&error),
-    );
+    let text = tool_text(&call.tool_name, res.success, &res.output, &error);
     let mut msg = text_message(Role::Tool, text, Some(call.tool_name.clone()));
     msg.tool_call_id = Some(id.to_owned());
     task.st.push_message(msg);

@@ -1,0 +1,159 @@
+//! Tool outputs a store cannot hold.
+//!
+//! A call's output is written twice: in its effect row, and in its step's transcript entry
+//! (the tool message's text, a JSON string, and the tool record's output), and each of those
+//! is one store value. A store with a value limit ([`Capabilities::max_value_size`]: Redis
+//! 32 MiB, S3 64 MiB) refuses a commit holding a larger value, and no retry can change that.
+//! Left alone, such an output failed its run with `InvalidInput`, and every resume ran the
+//! tool again (an idempotent tool: intent without result) and failed the same way: a run that
+//! can never finish, whose side effect repeats on each attempt.
+//!
+//! So before a call's result row is written, its output is measured against its share of the
+//! store's limit: what the step's model answer leaves of the limit, split evenly between the
+//! step's calls (every call of the batch then fits, whatever the others return, and the share
+//! depends on the batch alone). An output over its share is not kept: the call is recorded as
+//! failed, with an error that says so (the model reads it, and the tool-failure policy
+//! applies), and its result row carries [`OUTPUT_DROPPED`], so a resume does not run the tool
+//! again (it did run: an at-most-once tool must not repeat) but replays the failure.
+//!
+//! [`Capabilities::max_value_size`]: crate::store::Capabilities::max_value_size
+
+use serde_json::Value;
+
+use super::exec::UNTRUSTED_NOTE;
+use crate::hash::canonical_json;
+use crate::schema::LlmResponse;
+
+/// Effect-row field of a call whose output was dropped: the output's size in bytes (the error
+/// is in the row's `error` field, as for a settled failure).
+pub(crate) const OUTPUT_DROPPED: &str = "output_dropped";
+
+/// Room kept in a step's entry for what is not the model answer or a call's output (field
+/// names, ids, the digest, the step's other records).
+const ENTRY_SLACK: usize = 16 * 1024;
+
+/// Room kept per call for its record's fields besides the output.
+const CALL_SLACK: usize = 2 * 1024;
+
+/// The text of a call's tool message: the model reads the output and the error in it.
+pub(crate) fn tool_text(tool_name: &str, success: bool, output: &Value, error: &Value) -> String {
+    format!(
+        "[untrusted_tool_output:{tool_name}]\n{UNTRUSTED_NOTE}\n{{\"success\": {success}, \
+         \"output\": {}, \"error\": {}}}",
+        canonical_json(output),
+        canonical_json(error),
+    )
+}
+
+/// The share of a store's value limit each call of one step may fill with its output.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OutputLimit {
+    /// Bytes per call (its message text as a JSON string plus its record's output).
+    share: usize,
+    /// The store's limit, for the error message.
+    max: usize,
+    /// Calls in the step.
+    calls: usize,
+}
+
+impl OutputLimit {
+    /// The limit for the calls of `resp` on a store holding values of at most `max` bytes;
+    /// `None` when the store has no limit.
+    pub(crate) fn for_step(max: Option<usize>, resp: &LlmResponse) -> Option<Self> {
+        let max = max?;
+        let answer = serde_json::to_vec(resp).map_or(max, |v| v.len());
+        let calls = resp.tool_calls.len().max(1);
+        Some(OutputLimit {
+            share: max.saturating_sub(answer + ENTRY_SLACK) / calls,
+            max,
+            calls,
+        })
+    }
+
+    /// `None` when `output` fits this call's share; otherwise the failed call's error.
+    pub(crate) fn check(&self, tool_name: &str, output: &Value) -> Option<(usize, String)> {
+        let compact = serde_json::to_vec(output).map_or(usize::MAX, |v| v.len());
+        // The canonical text is at most twice the compact one (a space after each `,` and
+        // `:`), and escaping it as a JSON string at most six times that (`\u00XX`): below the
+        // share even then, nothing more needs measuring (every small output).
+        let bound = compact
+            .saturating_mul(13)
+            .saturating_add(tool_name.len() + UNTRUSTED_NOTE.len() + CALL_SLACK);
+        if bound <= self.share {
+            return None;
+        }
+        let text = tool_text(tool_name, true, output, &Value::Null);
+        let quoted = serde_json::to_string(&text).map_or(usize::MAX, |s| s.len());
+        let cost = compact.saturating_add(quoted).saturating_add(CALL_SLACK);
+        (cost > self.share).then(|| {
+            (
+                compact,
+                format!(
+                    "Error executing tool '{tool_name}': its output ({compact} bytes of JSON, \
+                     {cost} bytes to record) is more than the run's store can keep for one \
+                     call of this step ({} bytes: the store holds values of up to {} bytes, \
+                     shared by the step's {} call(s) and the model's answer); the tool ran, \
+                     and its output was dropped",
+                    self.share, self.max, self.calls
+                ),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn resp(calls: usize) -> LlmResponse {
+        let calls: Vec<Value> = (0..calls)
+            .map(|i| json!({"id": format!("c{i}"), "tool_name": "t", "arguments": {}}))
+            .collect();
+        serde_json::from_value(json!({"text": "go", "tool_calls": calls})).unwrap()
+    }
+
+    #[test]
+    fn no_limit_without_a_store_limit() {
+        assert!(OutputLimit::for_step(None, &resp(1)).is_none());
+    }
+
+    /// The share is what the answer and the slack leave, split between the calls; an output
+    /// whose recorded size (record + quoted message text) exceeds it is refused, one just
+    /// under it is kept.
+    #[test]
+    fn outputs_over_their_share_are_refused() {
+        let max = 256 * 1024;
+        for calls in [1, 2, 5] {
+            let limit = OutputLimit::for_step(Some(max), &resp(calls)).unwrap();
+            assert!(limit.share < max / calls && limit.share > max / calls - 20 * 1024);
+            let fits = |n: usize| {
+                let out = json!({"blob": "x".repeat(n)});
+                limit.check("t", &out).is_none()
+            };
+            // The largest plain-text output kept (recorded about twice: record and message).
+            let (mut lo, mut hi) = (0, limit.share);
+            while hi - lo > 1 {
+                let mid = (lo + hi) / 2;
+                if fits(mid) { lo = mid } else { hi = mid }
+            }
+            assert!(lo > limit.share / 2 - 4096, "{calls}: edge {lo}");
+            assert!(!fits(lo + 1));
+            let (bytes, err) = limit.check("t", &json!("x".repeat(limit.share))).unwrap();
+            assert!(bytes > limit.share);
+            assert!(err.contains("its output was dropped"), "{err}");
+        }
+    }
+
+    /// Quotes are escaped in the message text: a quote-heavy output is measured as recorded,
+    /// not by its own length.
+    #[test]
+    fn escaping_counts() {
+        let limit = OutputLimit::for_step(Some(400 * 1024), &resp(1)).unwrap();
+        let quotes = json!("\"".repeat(limit.share / 4));
+        assert!(limit.check("t", &quotes).is_some());
+        let plain = json!("x".repeat(limit.share / 4));
+        assert!(limit.check("t", &plain).is_none());
+    }
+}

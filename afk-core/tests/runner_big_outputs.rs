@@ -1,0 +1,220 @@
+//! Tool outputs larger than the store can keep (its `max_value_size`): the call is recorded as
+//! failed with an error that says so, the run goes on, and a resume replays that failure
+//! instead of running the tool again. Before, the result row's commit was refused, the run
+//! failed, and every resume ran the tool again and failed the same way.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+mod common;
+
+use std::sync::Arc;
+
+use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
+use afk_core::runner::{Agent, EffectPolicy, Outcome};
+use afk_core::schema::AgentResult;
+use afk_core::store::{
+    Capabilities, Commit, CrashMode, Epoch, FaultStore, ListPage, Store, ThreadPage,
+};
+use afk_core::{Error, ErrorKind, MemoryStore, Result, RunId, ThreadId};
+use async_trait::async_trait;
+use common::{essence, resp, runner};
+use serde_json::{Value, json};
+
+/// The largest value [`Capped`] keeps.
+const MAX: usize = 64 * 1024;
+
+/// A memory store that keeps values of at most [`MAX`] bytes and says so, as Redis (32 MiB)
+/// and S3 (64 MiB) do.
+#[derive(Debug, Default)]
+struct Capped(MemoryStore);
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl Store for Capped {
+    fn capabilities(&self) -> Capabilities {
+        let mut c = self.0.capabilities();
+        c.max_value_size = Some(MAX);
+        c
+    }
+    async fn get(&self, t: &ThreadId, k: &str) -> Result<Option<Vec<u8>>> {
+        self.0.get(t, k).await
+    }
+    async fn get_many(&self, t: &ThreadId, k: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.0.get_many(t, k).await
+    }
+    async fn list(&self, t: &ThreadId, p: &str, c: Option<&str>, l: usize) -> Result<ListPage> {
+        self.0.list(t, p, c, l).await
+    }
+    async fn delete(&self, t: &ThreadId, k: &[String]) -> Result<()> {
+        self.0.delete(t, k).await
+    }
+    async fn delete_run(&self, t: &ThreadId, r: &RunId) -> Result<u64> {
+        self.0.delete_run(t, r).await
+    }
+    async fn claim(&self, t: &ThreadId, r: &RunId) -> Result<Epoch> {
+        self.0.claim(t, r).await
+    }
+    async fn claim_if_new(&self, t: &ThreadId, r: &RunId) -> Result<Option<Epoch>> {
+        self.0.claim_if_new(t, r).await
+    }
+    async fn commit(&self, c: &Commit) -> Result<()> {
+        let latest = c.latest.iter().map(|v| ("latest", v));
+        for (k, v) in c.puts.iter().map(|(k, v)| (k.as_str(), v)).chain(latest) {
+            if v.len() > MAX {
+                return Err(Error::invalid_input(format!(
+                    "the value of {k} is {} bytes, over {MAX}",
+                    v.len()
+                )));
+            }
+        }
+        self.0.commit(c).await
+    }
+    async fn list_threads(&self, c: Option<&str>, l: usize) -> Result<ThreadPage> {
+        self.0.list_threads(c, l).await
+    }
+    /// Each commit through the cap.
+    async fn commit_batch(&self, c: &[Commit]) -> Vec<Result<()>> {
+        afk_core::store::commit_each(self, c).await
+    }
+}
+
+/// One step: `big` (idempotent) and `charge` (at-most-once) both return 40 KB of text,
+/// recorded twice in the step's entry (over a third of [`MAX`] each); `add` returns a number.
+/// Then the answer.
+fn agent(counter: &InvocationCounter) -> Agent {
+    let llm = ScriptedLlm::new(vec![
+        resp(json!({"text": "three calls", "tool_calls": [
+            {"id": "b1", "tool_name": "big", "arguments": {}},
+            {"id": "p1", "tool_name": "charge", "arguments": {"amount": 3}},
+            {"id": "a1", "tool_name": "add", "arguments": {"a": 1, "b": 1}}]})),
+        resp(json!({"text": "done", "tool_calls": []})),
+    ]);
+    let blob = |_: &Value| Ok(json!({"page": "x".repeat(40_000)}));
+    Agent::new("shop", "", "m", llm)
+        .with_tool(ScriptedTool::new(
+            "big",
+            EffectPolicy::Idempotent,
+            counter.clone(),
+            blob,
+        ))
+        .with_tool(ScriptedTool::new(
+            "charge",
+            EffectPolicy::AtMostOnce,
+            counter.clone(),
+            blob,
+        ))
+        .with_tool(ScriptedTool::add(counter.clone()))
+}
+
+fn completed(out: Result<Outcome>, what: &str) -> AgentResult {
+    match out {
+        Ok(Outcome::Completed(r)) => *r,
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// The uncrashed run completes: the two large outputs are failed calls whose error says the
+/// output was dropped, `add`'s is kept, each tool ran once; a resume of the finished run does
+/// nothing.
+#[tokio::test]
+async fn an_output_the_store_cannot_keep_is_a_failed_call_and_the_run_goes_on() {
+    for async_writes in [true, false] {
+        let counter = InvocationCounter::new();
+        let store = Arc::new(Capped::default());
+        let t = ThreadId::new("t_big").unwrap();
+        let run = RunId::new("r").unwrap();
+        let out = runner(store.clone(), async_writes)
+            .run_with_id(&agent(&counter), &t, run.clone(), "go")
+            .result()
+            .await;
+        let res = completed(out, "uncrashed");
+        let ex = &res.tool_executions;
+        assert_eq!(ex.len(), 3);
+        for e in &ex[..2] {
+            assert!(!e.success, "{e:?}");
+            let err = e.error.as_deref().unwrap_or_default();
+            assert!(err.contains("its output was dropped"), "{err}");
+            assert!(
+                err.contains(&MAX.to_string()),
+                "names the store's limit: {err}"
+            );
+        }
+        assert!(ex[2].success && ex[2].output == json!({"result": 2}));
+        assert_eq!(counter.get("b1"), 1);
+        assert_eq!(counter.get("p1"), 1);
+        let again = runner(store.clone(), async_writes)
+            .resume(&agent(&counter), &t, &run)
+            .result()
+            .await;
+        let again = completed(again, "resume of the finished run");
+        assert_eq!(essence(&again), essence(&res));
+        assert_eq!(counter.get("p1"), 1, "the charge ran once");
+    }
+}
+
+/// Crashed after every commit in turn, then resumed: the result is the uncrashed one, and once
+/// the charge's dropped-output row is durable no resume runs it again (an intent without a
+/// result stops the run `EffectUncertain`, as for any at-most-once call).
+#[tokio::test]
+async fn a_dropped_output_is_replayed_as_the_same_failure_after_a_crash() {
+    let t = ThreadId::new("t_big_crash").unwrap();
+    let run = RunId::new("r").unwrap();
+    let reference = {
+        let counter = InvocationCounter::new();
+        let out = runner(Arc::new(Capped::default()), false)
+            .run_with_id(&agent(&counter), &t, run.clone(), "go")
+            .result()
+            .await;
+        completed(out, "reference")
+    };
+    let (mut replayed, mut uncertain) = (0, 0);
+    for n in 0..40 {
+        let counter = InvocationCounter::new();
+        let inner = Arc::new(Capped::default());
+        let fault = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
+        fault.crash_after_commits(n, CrashMode::Down);
+        let first = runner(fault.clone(), false)
+            .run_with_id(&agent(&counter), &t, run.clone(), "go")
+            .result()
+            .await;
+        if first.is_ok() {
+            break;
+        }
+        if inner
+            .0
+            .get(&t, "checkpoint:r:latest")
+            .await
+            .unwrap()
+            .is_none()
+        {
+            continue;
+        }
+        let charge_done = inner
+            .0
+            .get(&t, "effect:r:1:p1")
+            .await
+            .unwrap()
+            .is_some_and(|v| serde_json::from_slice::<Value>(&v).unwrap()["status"] == "done");
+        let out = runner(inner.clone(), false)
+            .resume(&agent(&counter), &t, &run)
+            .result()
+            .await;
+        if let Err(e) = &out
+            && e.kind() == ErrorKind::EffectUncertain
+        {
+            uncertain += 1;
+            continue;
+        }
+        let res = completed(out, &format!("crash at {n}"));
+        assert_eq!(essence(&res), essence(&reference), "crash at {n}");
+        assert_eq!(counter.get("p1"), 1, "crash at {n}: the charge ran once");
+        if charge_done {
+            replayed += 1;
+        }
+    }
+    assert!(replayed >= 1, "no crash left the dropped output durable");
+    assert!(
+        uncertain >= 1,
+        "no crash hit between the charge's intent and its result"
+    );
+}
