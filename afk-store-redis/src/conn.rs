@@ -154,6 +154,89 @@ fn connect_err(e: RedisError, what: &str) -> Error {
     map_err(e, what)
 }
 
+/// What a server's first answer to a plain-text `PING` looks like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Speaks {
+    /// A Redis reply (`+PONG`, `-NOAUTH …`): the port takes plain text.
+    PlainRedis,
+    /// A TLS record (an alert, `0x15 0x03 …`): the port takes TLS only.
+    Tls,
+    /// The connection was taken, then closed or reset without an answer: what a TLS-only
+    /// Redis port does (it sends no alert), but also a proxy without a backend.
+    ClosedSilently,
+    /// No connection, no answer in time, or something else.
+    Unknown,
+}
+
+/// Send `PING\r\n` over plain TCP to `host:port` and look at the first bytes of the answer,
+/// within `within`. Tells a TLS URL pointed at a plain port (the server waits for the end of a
+/// line that the TLS hello never sends, so the handshake only times out) and a plain URL
+/// pointed at a TLS port (the server drops the connection) from a server that is down.
+async fn speaks(host: &str, port: u16, within: Duration) -> Speaks {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        s.write_all(b"PING\r\n").await.ok()?;
+        let mut buf = [0u8; 2];
+        let mut n = 0;
+        while n < buf.len() {
+            match s.read(&mut buf[n..]).await {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(_) if n == 0 => return Some(Speaks::ClosedSilently),
+                Err(_) => break,
+            }
+        }
+        Some(match &buf[..n] {
+            [b'+' | b'-', ..] => Speaks::PlainRedis,
+            [0x15, 0x03] => Speaks::Tls,
+            [] => Speaks::ClosedSilently,
+            _ => Speaks::Unknown,
+        })
+    };
+    tokio::time::timeout(within, probe)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(Speaks::Unknown)
+}
+
+/// A failed connection's error, or, when the first node's port speaks the other protocol than
+/// the URL (`rediss://` at a plain port, `redis://` at a TLS-only one), `InvalidConfig` saying
+/// so. Only a retryable failure is looked into: anything else already says what is wrong.
+async fn wrong_protocol_or(cfg: &RedisConfig, what: &str, err: Error) -> Error {
+    let Some((host, port)) = cfg.nodes.first() else {
+        return err;
+    };
+    if !err.is_retryable() {
+        return err;
+    }
+    let within = cfg.connect_timeout().min(Duration::from_secs(1));
+    match (cfg.tls, speaks(host, *port, within).await) {
+        (true, Speaks::PlainRedis) => Error::invalid_config(format!(
+            "redis: {what} failed: {host}:{port} answers plain Redis, without TLS; use a \
+             redis:// URL for it, or the server's TLS port"
+        ))
+        .with_source(err),
+        (false, Speaks::Tls) => Error::invalid_config(format!(
+            "redis: {what} failed: {host}:{port} takes TLS connections only; use a rediss:// \
+             URL (with tls_ca=<file> for a private CA)"
+        ))
+        .with_source(err),
+        // Maybe passing (a proxy whose backend is away): still retryable, with the likely cause.
+        (false, Speaks::ClosedSilently) => Error::new(
+            err.kind(),
+            format!(
+                "{} ({host}:{port} took the connection and closed it without answering a PING, \
+                 as a TLS-only Redis port does: if it takes TLS, use a rediss:// URL)",
+                err.message()
+            ),
+        )
+        .with_source(err),
+        _ => err,
+    }
+}
+
 /// Whether `reply` is a Cluster node's `CLUSTER INFO` (it names the cluster's state).
 fn is_cluster_info(reply: &Value) -> bool {
     match reply {
@@ -173,8 +256,16 @@ fn not_a_cluster(e: &RedisError) -> bool {
 impl Client {
     /// Connect (eagerly, so a wrong password or an absent server shows up here).
     pub(crate) async fn connect(cfg: &RedisConfig) -> Result<Self> {
-        let deadline = cfg.connect_timeout() + cfg.response_timeout();
         let what = format!("connect to {}", cfg.redacted_url());
+        match Self::connect_as_told(cfg, &what).await {
+            Ok(c) => Ok(c),
+            Err(e) => Err(wrong_protocol_or(cfg, &what, e).await),
+        }
+    }
+
+    /// [`Client::connect`] before a failure is looked into.
+    async fn connect_as_told(cfg: &RedisConfig, what: &str) -> Result<Self> {
+        let deadline = cfg.connect_timeout() + cfg.response_timeout();
         if cfg.tls {
             tls::ensure_crypto_provider();
         }
@@ -228,8 +319,8 @@ impl Client {
         };
         let conn = match tokio::time::timeout(deadline, fut).await {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(connect_err(e, &what)),
-            Err(_) => return Err(timeout_err(&what, deadline)),
+            Ok(Err(e)) => return Err(connect_err(e, what)),
+            Err(_) => return Err(timeout_err(what, deadline)),
         };
         let client = Client { conn, deadline };
         if !cfg.cluster {
@@ -238,7 +329,7 @@ impl Client {
             // would show part of the store as all of it) and answer MOVED to writes.
             let info = redis::cmd("CLUSTER").arg("INFO").clone();
             match tokio::time::timeout(deadline, client.raw::<Value>(&info)).await {
-                Err(_) => return Err(timeout_err(&what, deadline)),
+                Err(_) => return Err(timeout_err(what, deadline)),
                 // A Cluster node describes its cluster (`cluster_state:ok`, …); anything else
                 // (a proxy's own answer) is not taken for one.
                 Ok(Ok(reply)) if is_cluster_info(&reply) => {
@@ -255,7 +346,7 @@ impl Client {
             }
         }
         let _: Value = client
-            .query_mapped(&redis::cmd("PING"), &what, connect_err)
+            .query_mapped(&redis::cmd("PING"), what, connect_err)
             .await?;
         Ok(client)
     }

@@ -111,7 +111,9 @@ async fn private_ca_round_trip_and_refusals() {
     assert!(err.message().contains("tls_ca"), "{err}");
     assert!(start.elapsed() < NO_HANG, "took {:?}", start.elapsed());
 
-    // Plain Redis protocol against the TLS port: fails within the timeouts.
+    // Plain Redis protocol against the TLS port: the server resets the connection without a
+    // TLS alert (as a proxy without a backend may, so still `Unavailable`); the error names
+    // the likely cause.
     let start = Instant::now();
     let err = RedisStore::from_url(&url(&format!("redis://127.0.0.1:{}", server.port), ""))
         .await
@@ -121,9 +123,11 @@ async fn private_ca_round_trip_and_refusals() {
         start.elapsed()
     );
     assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.message().contains("use a rediss:// URL"), "{err}");
     assert!(start.elapsed() < NO_HANG, "took {:?}", start.elapsed());
 
-    // TLS against a plain port: the peer does not speak TLS.
+    // TLS against a plain port: the peer does not speak TLS, and the error says so (it was a
+    // retryable timeout).
     let plain = OwnServer::start(&[]);
     let start = Instant::now();
     let err = RedisStore::from_url(&url(&format!("rediss://127.0.0.1:{}", plain.port), &ca))
@@ -133,8 +137,21 @@ async fn private_ca_round_trip_and_refusals() {
         "TLS against plain: {err} / {err:?} after {:?}",
         start.elapsed()
     );
-    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(err.message().contains("without TLS"), "{err}");
     assert!(start.elapsed() < NO_HANG, "took {:?}", start.elapsed());
+
+    // A port nobody listens on stays `Unavailable` either way: nothing answered the probe.
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    for (scheme, opts) in [("redis", ""), ("rediss", ca.as_str())] {
+        let err = RedisStore::from_url(&url(&format!("{scheme}://127.0.0.1:{free}"), opts))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{scheme}: {err}");
+    }
 }
 
 #[tokio::test]
