@@ -218,3 +218,39 @@ async fn a_dropped_output_is_replayed_as_the_same_failure_after_a_crash() {
         "no crash hit between the charge's intent and its result"
     );
 }
+
+/// A tool that fails with a message larger than the store keeps: the run goes on, the call is
+/// failed with the start of its message and a note that it was cut.
+#[tokio::test]
+async fn an_error_message_the_store_cannot_keep_is_cut_to_fit() {
+    let counter = InvocationCounter::new();
+    let llm = ScriptedLlm::new(vec![
+        resp(json!({"text": "one call", "tool_calls": [
+            {"id": "f1", "tool_name": "flaky", "arguments": {}}]})),
+        resp(json!({"text": "done", "tool_calls": []})),
+    ]);
+    let flaky = ScriptedTool::new("flaky", EffectPolicy::Idempotent, counter.clone(), |_| {
+        Err(afk_core::runner::ToolError::new(format!(
+            "upstream said: {}",
+            "y".repeat(100_000)
+        )))
+    });
+    let agent = Agent::new("a", "", "m", llm).with_tool(flaky);
+    let store = Arc::new(Capped::default());
+    let t = ThreadId::new("t_err").unwrap();
+    let out = runner(store, true)
+        .run_with_id(&agent, &t, RunId::new("r").unwrap(), "go")
+        .result()
+        .await;
+    let res = completed(out, "a long error");
+    let e = &res.tool_executions[0];
+    assert!(!e.success);
+    let err = e.error.as_deref().unwrap_or_default();
+    assert!(err.contains("upstream said: yyy"), "{}", &err[..80]);
+    assert!(
+        err.contains("error cut from"),
+        "{}",
+        &err[err.len() - 200..]
+    );
+    assert!(err.len() < MAX, "{}", err.len());
+}

@@ -70,6 +70,42 @@ impl OutputLimit {
         })
     }
 
+    /// A failed call's error, cut short when it would not fit this call's share (a tool may
+    /// fail with a message as large as any output). Not marked in the row: a failed call runs
+    /// again on resume anyway and is cut the same way.
+    pub(crate) fn fit_error(&self, tool_name: &str, error: String) -> String {
+        if error.len().saturating_mul(13) + tool_name.len() + UNTRUSTED_NOTE.len() + CALL_SLACK
+            <= self.share
+        {
+            return error;
+        }
+        let cost = |e: &str| {
+            let e = Value::String(e.to_owned());
+            let text = tool_text(tool_name, false, &Value::Null, &e);
+            let quoted = serde_json::to_string(&text).map_or(usize::MAX, |s| s.len());
+            let record = serde_json::to_string(&e).map_or(usize::MAX, |s| s.len());
+            quoted.saturating_add(record).saturating_add(CALL_SLACK)
+        };
+        let total = error.len();
+        let mut keep = total;
+        let mut cut = error.clone();
+        while cost(&cut) > self.share && keep > 0 {
+            keep = keep.saturating_mul(self.share) / cost(&cut).max(1) * 9 / 10;
+            let mut at = keep.min(error.len());
+            while !error.is_char_boundary(at) {
+                at -= 1;
+            }
+            keep = at;
+            cut = format!(
+                "{}… [error cut from {total} to {at} bytes: the run's store keeps values of up \
+                 to {} bytes]",
+                &error[..at],
+                self.max
+            );
+        }
+        cut
+    }
+
     /// `None` when `output` fits this call's share; otherwise the failed call's error.
     pub(crate) fn check(&self, tool_name: &str, output: &Value) -> Option<(usize, String)> {
         let compact = serde_json::to_vec(output).map_or(usize::MAX, |v| v.len());
@@ -144,6 +180,26 @@ mod tests {
             assert!(bytes > limit.share);
             assert!(err.contains("its output was dropped"), "{err}");
         }
+    }
+
+    /// An error message over the share is cut to fit, at a character boundary, saying so; a
+    /// short one is kept as it is.
+    #[test]
+    fn long_errors_are_cut_to_fit() {
+        let limit = OutputLimit::for_step(Some(200 * 1024), &resp(2)).unwrap();
+        assert_eq!(limit.fit_error("t", "bad".into()), "bad");
+        let long = "é\"".repeat(limit.share);
+        let cut = limit.fit_error("t", long.clone());
+        assert!(cut.len() < limit.share, "{}", cut.len());
+        assert!(
+            cut.contains(&format!("error cut from {} to", long.len())),
+            "{cut}"
+        );
+        let e = Value::String(cut.clone());
+        let text = tool_text("t", false, &Value::Null, &e);
+        let cost =
+            serde_json::to_string(&text).unwrap().len() + serde_json::to_string(&e).unwrap().len();
+        assert!(cost + CALL_SLACK <= limit.share, "{cost}");
     }
 
     /// Quotes are escaped in the message text: a quote-heavy output is measured as recorded,

@@ -485,7 +485,13 @@ async fn execute(
                         latency_ms: res.latency_ms,
                     }
                 }
-                None => res,
+                None => match (limit, res.error) {
+                    (Some(l), Some(e)) if !res.success => CallResult {
+                        error: Some(l.fit_error(&calls[i].tool_name, e)),
+                        ..res
+                    },
+                    (_, error) => CallResult { error, ..res },
+                },
             },
             Call::Paused(request) => {
                 paused = paused.or(Some(request));
