@@ -335,23 +335,23 @@ fn decide_from_row(
     let row: EffectRow = serde_json::from_value(Value::Object(map))
         .map_err(|e| Error::corrupt_record(key, format!("effect row is invalid: {e}")))?;
     let settlement = row.extra.get(settle::SETTLEMENT).and_then(Value::as_str);
+    // A failure recorded for good (a human's `failed` settlement, a dropped output): its error.
+    let recorded_failure = if settlement == Some("failed") {
+        Some("settled as failed")
+    } else if row.extra.contains_key(OUTPUT_DROPPED) {
+        Some("the tool's output was too large to keep")
+    } else {
+        None
+    };
     Ok(match row.status() {
         EffectStatus::Done if row.success => (Plan::Replay(row.output), Extra::new()),
-        EffectStatus::Done if settlement == Some("failed") => {
+        EffectStatus::Done if recorded_failure.is_some() => {
             let error = row
                 .extra
                 .get(settle::SETTLED_ERROR)
                 .and_then(Value::as_str)
-                .unwrap_or("settled as failed")
-                .to_owned();
-            (Plan::SettledFailed(error), Extra::new())
-        }
-        EffectStatus::Done if !row.success && row.extra.contains_key(OUTPUT_DROPPED) => {
-            let error = row
-                .extra
-                .get(settle::SETTLED_ERROR)
-                .and_then(Value::as_str)
-                .unwrap_or("the tool's output was too large to keep")
+                .or(recorded_failure)
+                .unwrap_or_default()
                 .to_owned();
             (Plan::SettledFailed(error), Extra::new())
         }
