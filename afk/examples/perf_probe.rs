@@ -4,7 +4,8 @@
 //! `sync` checkpoint writes, and prints one JSON line: steps/s, and commits and store round
 //! trips per step counted at the store (`PROBE_RAW=1`: no counting wrapper, for profiles;
 //! `PROBE_CT=1`: a current-thread runtime, so a profile sees one thread; `PROBE_CONC=K`: K runs
-//! in flight at once instead of one after another).
+//! in flight at once instead of one after another; `PROBE_SPAWN=1`: the driver awaits the runs
+//! from a task of the runtime instead of from `block_on` on the main thread).
 //! Redis needs `AFK_TEST_REDIS_URL` and `--features redis`.
 //!
 //! `valgrind --tool=callgrind perf_probe run 10 async 101` minus the same with RUNS 1 gives the
@@ -49,7 +50,7 @@ fn main() {
     } else {
         support::runtime()
     };
-    rt.block_on(async move {
+    let main = async move {
         let store: Arc<dyn Store> = match backend.as_str() {
             "memory" => Arc::new(MemoryStore::new()),
             #[cfg(feature = "redis")]
@@ -103,5 +104,10 @@ fn main() {
             commits / total,
             calls / total,
         );
-    });
+    };
+    if std::env::var_os("PROBE_SPAWN").is_some_and(|v| v == "1") {
+        rt.block_on(async { tokio::spawn(main).await.unwrap() });
+    } else {
+        rt.block_on(main);
+    }
 }
