@@ -467,32 +467,7 @@ async fn execute(
     while let Some((i, call)) = futs.next().await {
         let mut extra = marks[i].clone();
         let res = match call {
-            Call::Done(res) => match limit
-                .filter(|_| res.success)
-                .and_then(|l| l.check(&calls[i].tool_name, &res.output))
-            {
-                // Too large to keep: a failed call that a resume replays (see `output_limit`).
-                Some((bytes, error)) => {
-                    extra.insert(OUTPUT_DROPPED.to_owned(), Value::from(bytes));
-                    extra.insert(
-                        settle::SETTLED_ERROR.to_owned(),
-                        Value::String(error.clone()),
-                    );
-                    CallResult {
-                        success: false,
-                        output: Value::Null,
-                        error: Some(error),
-                        latency_ms: res.latency_ms,
-                    }
-                }
-                None => match (limit, res.error) {
-                    (Some(l), Some(e)) if !res.success => CallResult {
-                        error: Some(l.fit_error(&calls[i].tool_name, e)),
-                        ..res
-                    },
-                    (_, error) => CallResult { error, ..res },
-                },
-            },
+            Call::Done(res) => within_limit(limit, &calls[i].tool_name, res, &mut extra),
             Call::Paused(request) => {
                 paused = paused.or(Some(request));
                 continue;
@@ -546,6 +521,40 @@ async fn execute(
         subagent::post_batch(task, sub_ok, sub_failed).await?;
     }
     Ok(Executed::Done(results))
+}
+
+/// `res` as the store can keep it (see [`super::output_limit`]): an output over its share
+/// becomes a failed call whose row is marked [`OUTPUT_DROPPED`] (a resume replays it), and a
+/// failure's error is cut to fit.
+fn within_limit(
+    limit: Option<OutputLimit>,
+    tool_name: &str,
+    res: CallResult,
+    extra: &mut Extra,
+) -> CallResult {
+    let Some(limit) = limit else {
+        return res;
+    };
+    if !res.success {
+        let error = res.error.map(|e| limit.fit_error(tool_name, e));
+        return CallResult { error, ..res };
+    }
+    match limit.check(tool_name, &res.output) {
+        None => res,
+        Some((bytes, error)) => {
+            extra.insert(OUTPUT_DROPPED.to_owned(), Value::from(bytes));
+            extra.insert(
+                settle::SETTLED_ERROR.to_owned(),
+                Value::String(error.clone()),
+            );
+            CallResult {
+                success: false,
+                output: Value::Null,
+                error: Some(error),
+                latency_ms: res.latency_ms,
+            }
+        }
+    }
 }
 
 /// What one call's future ended with.
