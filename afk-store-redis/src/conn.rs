@@ -78,6 +78,9 @@ fn primaries(nodes: &str) -> Vec<(String, u16)> {
 /// as a commit's values: they are copied once, into the command).
 pub(crate) type ScriptCall<'a> = (Vec<Vec<u8>>, Vec<Cow<'a, [u8]>>);
 
+/// A script call with owned KEYS and ARGV, as [`Client::eval_then`] takes two.
+pub(crate) type OwnedCall<'a> = (&'a Lua, &'a [Vec<u8>], &'a [Vec<u8>]);
+
 /// The ARGV of a script called without arguments.
 pub(crate) const NO_ARGS: &[&[u8]] = &[];
 
@@ -529,12 +532,7 @@ impl Client {
             Err(_) => Err(timeout_err(what, self.deadline)),
         }
     }
-}
 
-/// A script call with owned KEYS and ARGV, as [`Client::eval_then`] takes two.
-pub(crate) type OwnedCall<'a> = (&'a Lua, &'a [Vec<u8>], &'a [Vec<u8>]);
-
-impl Client {
     /// Two scripts in one round trip on a single node, applied in order: `first` as `EVAL`
     /// with its full text (a cold script cache cannot skip it while `second` runs), then
     /// `second` as `EVALSHA`, sent again alone as `EVAL` when it answers `NOSCRIPT` (it ran
