@@ -85,28 +85,15 @@ if ttl > 0 then touch_run(KEYS[1], ARGV[3], ARGV[4], ttl, KEYS, 3) end
 return 'ok'
 "#;
 
-/// Claim body. KEYS: index, fence, the thread's generation (see `threads.rs`). ARGV: kp, run,
-/// ttl_ms, the thread's index stamp as the claim's `ZADD` saw it. Returns
-/// `{epoch, add_again, gen}`: `add_again` is 1 when the removal of the thread's last emptying
-/// (generation `gen`) may come after that `ZADD`; the claim then sends the add stamped `gen`.
+/// Claim body (`Store::claim`, and `Store::claim_if_new` when ARGV[4] is `1`). KEYS: index,
+/// fence, the thread's generation (see `threads.rs`), the run's latest pointer. ARGV: kp, run,
+/// ttl_ms, if_new. Returns nil (nothing claimed) when if_new and the pointer exists, else
+/// `{epoch, gen}`: the caller compares `gen` with the stamp its thread-index `ZADD` saw, and
+/// when the removal of the thread's last emptying (generation `gen`) may come after that
+/// `ZADD`, sends the add stamped `gen` (`store::must_add_again`).
 pub(crate) const CLAIM_BODY: &str = r#"
-local e = redis.call('INCR', KEYS[2])
-redis.call('ZADD', KEYS[1], 0, 'run:' .. ARGV[2])
-local ttl = tonumber(ARGV[3])
-if ttl > 0 then touch_run(KEYS[1], ARGV[1], ARGV[2], ttl, {}, 1) end
-local g = tonumber(redis.call('GET', KEYS[3]) or '0')
-local again = 0
-if g > 0 and tonumber(ARGV[4]) < 2 * g then again = 1 end
-return {e, again, g}
-"#;
-
-/// Claim a run that has no latest pointer (`Store::claim_if_new`). KEYS: index, fence, the
-/// thread's generation, the run's latest pointer. ARGV: kp, run, ttl_ms. Returns `{0, 0}`
-/// (nothing claimed) when the pointer exists, else `{epoch, gen}` as the claim body does: the
-/// caller compares `gen` with the stamp its thread-index `ZADD` saw (`threads.rs`).
-pub(crate) const CLAIM_IF_NEW_BODY: &str = r#"
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  return {0, 0}
+if ARGV[4] == '1' and redis.call('EXISTS', KEYS[4]) == 1 then
+  return false
 end
 local e = redis.call('INCR', KEYS[2])
 redis.call('ZADD', KEYS[1], 0, 'run:' .. ARGV[2])
@@ -202,7 +189,6 @@ impl Lua {
 pub(crate) struct Scripts {
     pub(crate) commit: Lua,
     pub(crate) claim: Lua,
-    pub(crate) claim_if_new: Lua,
     pub(crate) list: Lua,
     pub(crate) delete: Lua,
     pub(crate) delete_run: Lua,
@@ -219,7 +205,6 @@ impl Scripts {
         Scripts {
             commit: with(COMMIT_BODY),
             claim: with(CLAIM_BODY),
-            claim_if_new: with(CLAIM_IF_NEW_BODY),
             list: Lua::new(LIST.to_string()),
             delete: Lua::new(format!(
                 "local CHUNK = {CHUNK}\n{next_gen}{DELETE}{MARK_IF_EMPTY}"

@@ -96,48 +96,68 @@ impl RedisStore {
         crate::threads::rebuild(&self.client, &self.scripts, &self.cfg).await
     }
 
-    /// The claim script, after the claim's `ZADD` to the thread index saw stamp `seen` (split from `claim` so tests can put a removal between the two).
+    /// The claim script's KEYS and ARGV (see [`crate::scripts::CLAIM_BODY`]).
+    fn claim_call(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        if_new: bool,
+    ) -> ([Vec<u8>; 4], [Vec<u8>; 4]) {
+        let kp = kp(&self.cfg, thread);
+        let keys = [
+            index_key(&self.cfg, thread),
+            phys(&kp, &run_key(run)),
+            crate::threads::gen_key(&self.cfg, thread.as_str()),
+            phys(&kp, &latest_key(run)),
+        ];
+        let args = [
+            kp.into_bytes(),
+            run.as_str().as_bytes().to_vec(),
+            self.ttl_ms(),
+            if if_new { b"1".to_vec() } else { b"0".to_vec() },
+        ];
+        (keys, args)
+    }
+
+    /// The claim script's answer: `None` for a refused `claim_if_new`, else the epoch, after
+    /// the stamped add when the claim's thread-index add saw stamp `seen` and may have lost to
+    /// a removal.
+    async fn claim_answer(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        seen: u64,
+        answer: Result<Value>,
+    ) -> Result<Option<Epoch>> {
+        let claimed: Option<(u64, u64)> = match answer {
+            Ok(v) => redis::from_redis_value(v).map_err(|e| map_err(e.into(), "claim"))?,
+            Err(e) => return Err(fence_not_integer(run, e)),
+        };
+        let Some((e, g)) = claimed else {
+            return Ok(None);
+        };
+        if must_add_again(seen, g) {
+            self.add_again(thread, g).await?;
+        }
+        Ok(Some(Epoch(e)))
+    }
+
+    /// The claim script, after the claim's `ZADD` to the thread index saw stamp `seen` (split
+    /// from `claim` so tests can put a removal between the two).
     pub(crate) async fn claim_after_remember(
         &self,
         thread: &ThreadId,
         run: &RunId,
         seen: u64,
     ) -> Result<Epoch> {
-        let kp = kp(&self.cfg, thread);
-        let keys = [
-            index_key(&self.cfg, thread),
-            phys(&kp, &run_key(run)),
-            crate::threads::gen_key(&self.cfg, thread.as_str()),
-        ];
-        let args = [
-            kp.into_bytes(),
-            run.as_str().as_bytes().to_vec(),
-            self.ttl_ms(),
-            seen.to_string().into_bytes(),
-        ];
-        match self
+        let (keys, args) = self.claim_call(thread, run, false);
+        let answer = self
             .client
-            .eval::<(u64, i64, u64), _>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
-            .await
-        {
-            Ok((e, again, g)) => {
-                if again == 1 {
-                    self.add_again(thread, g).await?;
-                }
-                Ok(Epoch(e))
-            }
-            Err(e) => Err(fence_not_integer(run, e)),
-        }
-    }
-
-    /// After a claim whose thread-index add saw stamp `seen`, at thread generation `g`: when
-    /// the removal of the thread's last emptying may come after that add, send the add
-    /// stamped `g` (`threads.rs`; the claim script decides this itself from its `seen`).
-    async fn add_again_if_emptied(&self, thread: &ThreadId, seen: u64, g: u64) -> Result<()> {
-        if g > 0 && seen < 2 * g {
-            self.add_again(thread, g).await?;
-        }
-        Ok(())
+            .eval::<Value, _>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
+            .await;
+        self.claim_answer(thread, run, seen, answer)
+            .await?
+            .ok_or_else(|| Error::unexpected("redis: the claim script refused a plain claim"))
     }
 
     async fn add_again(&self, thread: &ThreadId, g: u64) -> Result<()> {
@@ -270,6 +290,13 @@ fn check_size(key: &str, len: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Whether a claim whose thread-index add saw stamp `seen` must send the add stamped with the
+/// thread's generation `g`: the removal of the emptying to `g` (stamp `2g`) may land after
+/// that add (`threads.rs`).
+pub(crate) fn must_add_again(seen: u64, g: u64) -> bool {
+    g > 0 && seen < 2 * g
 }
 
 /// A claim script's error: a fence key that does not hold an integer is a corrupt record.
@@ -433,31 +460,13 @@ impl Store for RedisStore {
     /// live in two hash slots). Either way the add is applied before the claim can make the
     /// thread hold a key, as for `claim`.
     async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
-        let kp = kp(&self.cfg, thread);
-        let keys = [
-            index_key(&self.cfg, thread),
-            phys(&kp, &run_key(run)),
-            crate::threads::gen_key(&self.cfg, thread.as_str()),
-            phys(&kp, &latest_key(run)),
-        ];
-        let args = [
-            kp.into_bytes(),
-            run.as_str().as_bytes().to_vec(),
-            self.ttl_ms(),
-        ];
-        let what = "claim";
+        let (keys, args) = self.claim_call(thread, run, true);
         let (seen, answer) = if self.client.is_cluster() {
             let seen =
                 crate::threads::remember(&self.client, &self.scripts, &self.cfg, thread).await?;
             let answer = self
                 .client
-                .eval::<Value, _>(
-                    &self.scripts.claim_if_new,
-                    &keys,
-                    &args,
-                    Repeat::Never,
-                    what,
-                )
+                .eval::<Value, _>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
                 .await;
             (seen, answer)
         } else {
@@ -466,24 +475,16 @@ impl Store for RedisStore {
                 .client
                 .eval_then(
                     (&self.scripts.index_add, &add_keys, &add_args),
-                    (&self.scripts.claim_if_new, &keys, &args),
-                    what,
+                    (&self.scripts.claim, &keys, &args),
+                    "claim",
                 )
                 .await?;
             let seen = add
                 .and_then(|v| Ok(redis::from_redis_value::<u64>(v)?))
                 .map_err(|e| map_err(e, "add the thread to the thread index"))?;
-            (seen, answer.map_err(|e| map_err(e, what)))
+            (seen, answer.map_err(|e| map_err(e, "claim")))
         };
-        let (e, g): (u64, u64) = match answer {
-            Ok(v) => redis::from_redis_value(v).map_err(|e| map_err(e.into(), what))?,
-            Err(e) => return Err(fence_not_integer(run, e)),
-        };
-        if e == 0 {
-            return Ok(None);
-        }
-        self.add_again_if_emptied(thread, seen, g).await?;
-        Ok(Some(Epoch(e)))
+        self.claim_answer(thread, run, seen, answer).await
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {

@@ -196,28 +196,29 @@ async fn a_remover_adds_back_a_thread_whose_claimer_died_before_its_add() {
         let seen = remember(c, sc, cfg, &t).await.unwrap();
         // The claim script alone: the claimer is killed before it sends its stamped add.
         let kp = format!("{{{}:{}}}:", cfg.prefix, t);
-        let (_, again, at): (u64, i64, u64) = c
+        let (_, at): (u64, u64) = c
             .eval(
                 &sc.claim,
                 &[
                     thread_index(cfg, t.as_str()),
                     format!("{kp}run:r1").into_bytes(),
                     gen_key(cfg, t.as_str()),
+                    format!("{kp}checkpoint:r1:latest").into_bytes(),
                 ],
                 &[
                     kp.into_bytes(),
                     b"r1".to_vec(),
                     b"0".to_vec(),
-                    seen.to_string().into_bytes(),
+                    b"0".to_vec(),
                 ],
                 Repeat::Never,
                 "claim",
             )
             .await
             .unwrap();
-        assert_eq!(
-            (again, at),
-            (1, g),
+        assert_eq!(at, g, "{url}: the claim did not see the generation");
+        assert!(
+            crate::store::must_add_again(seen, at),
             "{url}: the claim did not learn of the removal"
         );
         assert!(
