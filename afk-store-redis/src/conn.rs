@@ -13,7 +13,7 @@
 //! two epochs.
 
 use std::borrow::Cow;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use afk_core::{Error, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -260,9 +260,16 @@ impl Client {
     /// Connect (eagerly, so a wrong password or an absent server shows up here).
     pub(crate) async fn connect(cfg: &RedisConfig) -> Result<Self> {
         let what = format!("connect to {}", cfg.redacted_url());
+        let started = Instant::now();
         match Self::connect_as_told(cfg, &what).await {
             Ok(c) => Ok(c),
-            Err(e) => Err(wrong_protocol_or(cfg, &what, e).await),
+            // A TLS hello at a plain port waits for an answer that never comes; plain text at a
+            // TLS-only port is dropped at once. Only those two failures are looked into, so a
+            // server that is merely silent or slow does not wait for the probe too.
+            Err(e) if cfg.tls == (started.elapsed() >= cfg.connect_timeout()) => {
+                Err(wrong_protocol_or(cfg, &what, e).await)
+            }
+            Err(e) => Err(e),
         }
     }
 
