@@ -193,14 +193,8 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> Result<Reached, String> {
                     .claim(t, r)
                     .await
                     .map_err(|e| fail!("op {i}: model claim: {e}"))?;
-                if let Some(prev) = sut.max.get(&(*thread, *run))
-                    && got <= *prev
-                {
-                    return Err(fail!("op {i}: claim {r} returned {got}, not above {prev}"));
-                }
-                sut.max.insert((*thread, *run), got);
-                sut.held.insert((*thread, *run, *slot), got);
-                model.held.insert((*thread, *run, *slot), want);
+                claimed(&mut sut, &mut model, (*thread, *run, *slot), (got, want))
+                    .map_err(|prev| fail!("op {i}: claim {r} returned {got}, not above {prev}"))?;
             }
             Op::ClaimIfNew { thread, run, slot } => {
                 let (t, r) = (&threads[*thread], &runs[*run]);
@@ -218,16 +212,10 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> Result<Reached, String> {
                     (None, None) => reached.refused_if_new += 1,
                     (Some(got), Some(want)) => {
                         reached.claimed_if_new += 1;
-                        if let Some(prev) = sut.max.get(&(*thread, *run))
-                            && got <= *prev
-                        {
-                            return Err(fail!(
-                                "op {i}: claim_if_new {r} returned {got}, not above {prev}"
-                            ));
-                        }
-                        sut.max.insert((*thread, *run), got);
-                        sut.held.insert((*thread, *run, *slot), got);
-                        model.held.insert((*thread, *run, *slot), want);
+                        claimed(&mut sut, &mut model, (*thread, *run, *slot), (got, want))
+                            .map_err(|prev| {
+                                fail!("op {i}: claim_if_new {r} returned {got}, not above {prev}")
+                            })?;
                     }
                     (got, want) => {
                         return Err(fail!(
@@ -394,6 +382,26 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> Result<Reached, String> {
         let _ = store.delete(t, &got).await; // tidy up a shared server; best effort
     }
     Ok(reached)
+}
+
+/// Record a claim the store (`got`) and the model (`want`) made for `(thread, run, slot)`;
+/// `Err` with the earlier epoch when the store's is not above every epoch it handed out for
+/// the run since it was last reset.
+fn claimed(
+    sut: &mut Side<'_>,
+    model: &mut Side<'_>,
+    (thread, run, slot): (usize, usize, usize),
+    (got, want): (Epoch, Epoch),
+) -> Result<(), Epoch> {
+    if let Some(prev) = sut.max.get(&(thread, run))
+        && got <= *prev
+    {
+        return Err(*prev);
+    }
+    sut.max.insert((thread, run), got);
+    sut.held.insert((thread, run, slot), got);
+    model.held.insert((thread, run, slot), want);
+    Ok(())
 }
 
 impl Side<'_> {
