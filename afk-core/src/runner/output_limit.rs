@@ -72,9 +72,13 @@ impl OutputLimit {
 
     /// A failed call's error, cut short when it would not fit this call's share (a tool may
     /// fail with a message as large as any output). Not marked in the row: a failed call runs
-    /// again on resume anyway and is cut the same way.
-    pub(crate) fn fit_error(&self, tool_name: &str, error: String) -> String {
-        if error.len().saturating_mul(13) + tool_name.len() + UNTRUSTED_NOTE.len() + CALL_SLACK
+    /// again on resume anyway and is cut the same way. `records`: how many records of the step
+    /// besides the tool message carry it (1; 2 for a delegation, whose subagent record does too).
+    pub(crate) fn fit_error(&self, tool_name: &str, error: String, records: usize) -> String {
+        if error.len().saturating_mul(12 + records)
+            + tool_name.len()
+            + UNTRUSTED_NOTE.len()
+            + CALL_SLACK
             <= self.share
         {
             return error;
@@ -84,7 +88,9 @@ impl OutputLimit {
             let text = tool_text(tool_name, false, &Value::Null, &e);
             let quoted = serde_json::to_string(&text).map_or(usize::MAX, |s| s.len());
             let record = serde_json::to_string(&e).map_or(usize::MAX, |s| s.len());
-            quoted.saturating_add(record).saturating_add(CALL_SLACK)
+            quoted
+                .saturating_add(record.saturating_mul(records))
+                .saturating_add(CALL_SLACK)
         };
         let total = error.len();
         let mut keep = total;
@@ -107,20 +113,30 @@ impl OutputLimit {
     }
 
     /// `None` when `output` fits this call's share; otherwise the failed call's error.
-    pub(crate) fn check(&self, tool_name: &str, output: &Value) -> Option<(usize, String)> {
+    /// `records`: how many records of the step besides the tool message carry the output (1;
+    /// 2 for a delegation, whose subagent record holds the child's final text).
+    pub(crate) fn check(
+        &self,
+        tool_name: &str,
+        output: &Value,
+        records: usize,
+    ) -> Option<(usize, String)> {
         let compact = serde_json::to_vec(output).map_or(usize::MAX, |v| v.len());
         // The canonical text is at most twice the compact one (a space after each `,` and
         // `:`), and escaping it as a JSON string at most six times that (`\u00XX`): below the
         // share even then, nothing more needs measuring (every small output).
         let bound = compact
-            .saturating_mul(13)
+            .saturating_mul(12 + records)
             .saturating_add(tool_name.len() + UNTRUSTED_NOTE.len() + CALL_SLACK);
         if bound <= self.share {
             return None;
         }
         let text = tool_text(tool_name, true, output, &Value::Null);
         let quoted = serde_json::to_string(&text).map_or(usize::MAX, |s| s.len());
-        let cost = compact.saturating_add(quoted).saturating_add(CALL_SLACK);
+        let cost = compact
+            .saturating_mul(records)
+            .saturating_add(quoted)
+            .saturating_add(CALL_SLACK);
         (cost > self.share).then(|| {
             (
                 compact,
@@ -166,7 +182,7 @@ mod tests {
             assert!(limit.share < max / calls && limit.share > max / calls - 20 * 1024);
             let fits = |n: usize| {
                 let out = json!({"blob": "x".repeat(n)});
-                limit.check("t", &out).is_none()
+                limit.check("t", &out, 1).is_none()
             };
             // The largest plain-text output kept (recorded about twice: record and message).
             let (mut lo, mut hi) = (0, limit.share);
@@ -176,7 +192,9 @@ mod tests {
             }
             assert!(lo > limit.share / 2 - 4096, "{calls}: edge {lo}");
             assert!(!fits(lo + 1));
-            let (bytes, err) = limit.check("t", &json!("x".repeat(limit.share))).unwrap();
+            let (bytes, err) = limit
+                .check("t", &json!("x".repeat(limit.share)), 1)
+                .unwrap();
             assert!(bytes > limit.share);
             assert!(err.contains("its output was dropped"), "{err}");
         }
@@ -187,9 +205,9 @@ mod tests {
     #[test]
     fn long_errors_are_cut_to_fit() {
         let limit = OutputLimit::for_step(Some(200 * 1024), &resp(2)).unwrap();
-        assert_eq!(limit.fit_error("t", "bad".into()), "bad");
+        assert_eq!(limit.fit_error("t", "bad".into(), 1), "bad");
         let long = "é\"".repeat(limit.share);
-        let cut = limit.fit_error("t", long.clone());
+        let cut = limit.fit_error("t", long.clone(), 1);
         assert!(cut.len() < limit.share, "{}", cut.len());
         assert!(
             cut.contains(&format!("error cut from {} to", long.len())),
@@ -202,14 +220,27 @@ mod tests {
         assert!(cost + CALL_SLACK <= limit.share, "{cost}");
     }
 
+    /// A delegation's output is in one more record (the subagent's): an output that fits a
+    /// tool's share can be too large for a delegation's.
+    #[test]
+    fn a_delegation_counts_its_subagent_record() {
+        let limit = OutputLimit::for_step(Some(300 * 1024), &resp(1)).unwrap();
+        let out = json!({"final_text": "x".repeat(limit.share * 2 / 5)});
+        assert!(limit.check("t", &out, 1).is_none());
+        assert!(limit.check("t", &out, 2).is_some());
+        let err = "y".repeat(limit.share * 2 / 5);
+        assert_eq!(limit.fit_error("t", err.clone(), 1), err);
+        assert_ne!(limit.fit_error("t", err.clone(), 2), err);
+    }
+
     /// Quotes are escaped in the message text: a quote-heavy output is measured as recorded,
     /// not by its own length.
     #[test]
     fn escaping_counts() {
         let limit = OutputLimit::for_step(Some(400 * 1024), &resp(1)).unwrap();
         let quotes = json!("\"".repeat(limit.share / 4));
-        assert!(limit.check("t", &quotes).is_some());
+        assert!(limit.check("t", &quotes, 1).is_some());
         let plain = json!("x".repeat(limit.share / 4));
-        assert!(limit.check("t", &plain).is_none());
+        assert!(limit.check("t", &plain, 1).is_none());
     }
 }

@@ -467,7 +467,10 @@ async fn execute(
     while let Some((i, call)) = futs.next().await {
         let mut extra = marks[i].clone();
         let res = match call {
-            Call::Done(res) => within_limit(limit, &calls[i].tool_name, res, &mut extra),
+            Call::Done(res) => {
+                let records = 1 + usize::from(task.agent.subagent(&calls[i].tool_name).is_some());
+                within_limit(limit, (&calls[i].tool_name, records), res, &mut extra)
+            }
             Call::Paused(request) => {
                 paused = paused.or(Some(request));
                 continue;
@@ -523,12 +526,12 @@ async fn execute(
     Ok(Executed::Done(results))
 }
 
-/// `res` as the store can keep it (see [`super::output_limit`]): an output over its share
-/// becomes a failed call whose row is marked [`OUTPUT_DROPPED`] (a resume replays it), and a
-/// failure's error is cut to fit.
+/// `res` as the store can keep it (see [`super::output_limit`]; `records`: see
+/// [`OutputLimit::check`]): an output over its share becomes a failed call whose row is marked
+/// [`OUTPUT_DROPPED`] (a resume replays it), and a failure's error is cut to fit.
 fn within_limit(
     limit: Option<OutputLimit>,
-    tool_name: &str,
+    (tool_name, records): (&str, usize),
     res: CallResult,
     extra: &mut Extra,
 ) -> CallResult {
@@ -536,10 +539,10 @@ fn within_limit(
         return res;
     };
     if !res.success {
-        let error = res.error.map(|e| limit.fit_error(tool_name, e));
+        let error = res.error.map(|e| limit.fit_error(tool_name, e, records));
         return CallResult { error, ..res };
     }
-    match limit.check(tool_name, &res.output) {
+    match limit.check(tool_name, &res.output, records) {
         None => res,
         Some((bytes, error)) => {
             extra.insert(OUTPUT_DROPPED.to_owned(), Value::from(bytes));
