@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,9 +18,9 @@ use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
 use afk_core::schema::Phase;
 use afk_core::schema::migrate::v1_to_v2;
-use afk_core::store::{Capabilities, Commit, Epoch, ListPage, Store, ThreadPage};
-use afk_core::{Error, MemoryStore, Result, RunId, ThreadId};
-use async_trait::async_trait;
+use afk_core::store::Store;
+use afk_core::{MemoryStore, RunId, ThreadId};
+use common::limited::LimitedStore;
 use serde_json::{Map, Value, json};
 
 fn fixture(name: &str) -> Value {
@@ -139,72 +141,14 @@ async fn v1_and_migrated_v2_states_resume_to_the_same_run() {
     }
 }
 
-/// A memory store that refuses commits of more than `max` keys (the pointer counts).
-#[derive(Debug)]
-struct SmallCommits {
-    inner: MemoryStore,
-    max: usize,
-    commits: std::sync::atomic::AtomicU64,
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Store for SmallCommits {
-    fn capabilities(&self) -> Capabilities {
-        let mut c = self.inner.capabilities();
-        c.max_commit_keys = Some(self.max);
-        c
-    }
-    async fn get(&self, t: &ThreadId, k: &str) -> Result<Option<Vec<u8>>> {
-        self.inner.get(t, k).await
-    }
-    async fn get_many(&self, t: &ThreadId, k: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
-        self.inner.get_many(t, k).await
-    }
-    async fn list(&self, t: &ThreadId, p: &str, c: Option<&str>, l: usize) -> Result<ListPage> {
-        self.inner.list(t, p, c, l).await
-    }
-    async fn list_threads(&self, c: Option<&str>, l: usize) -> Result<ThreadPage> {
-        self.inner.list_threads(c, l).await
-    }
-    /// Each commit through the limit of [`SmallCommits::commit`].
-    async fn commit_batch(&self, c: &[Commit]) -> Vec<Result<()>> {
-        afk_core::store::commit_each(self, c).await
-    }
-    async fn delete(&self, t: &ThreadId, k: &[String]) -> Result<()> {
-        self.inner.delete(t, k).await
-    }
-    async fn delete_run(&self, t: &ThreadId, r: &RunId) -> Result<u64> {
-        self.inner.delete_run(t, r).await
-    }
-    async fn claim(&self, t: &ThreadId, r: &RunId) -> Result<Epoch> {
-        self.inner.claim(t, r).await
-    }
-    async fn claim_if_new(&self, t: &ThreadId, r: &RunId) -> Result<Option<Epoch>> {
-        self.inner.claim_if_new(t, r).await
-    }
-    async fn commit(&self, c: &Commit) -> Result<()> {
-        if c.puts.len() + usize::from(c.latest.is_some()) > self.max {
-            return Err(Error::invalid_input("commit too large"));
-        }
-        self.commits
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.commit(c).await
-    }
-}
-
 #[tokio::test]
 async fn load_state_chunks_for_a_commit_size_limit() {
     let fx = fixture("b-crash-k29-s2-runtime_state");
     let state = fx["state"].as_object().unwrap().clone();
-    let small = Arc::new(SmallCommits {
-        inner: MemoryStore::new(),
-        max: 3,
-        commits: Default::default(),
-    });
+    let small = Arc::new(LimitedStore::keys(3));
     let plain = Arc::new(MemoryStore::new());
     let a = resume(&fx, &state, small.clone()).await;
     let b = resume(&fx, &state, plain).await;
-    assert!(small.commits.load(std::sync::atomic::Ordering::SeqCst) > 3);
+    assert!(small.commits() > 3);
     assert_eq!(a, b, "a chunked load resumes like a plain one");
 }

@@ -12,70 +12,18 @@ use std::sync::Arc;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{Agent, EffectPolicy, Outcome};
 use afk_core::schema::AgentResult;
-use afk_core::store::{
-    Capabilities, Commit, CrashMode, Epoch, FaultStore, ListPage, Store, ThreadPage,
-};
-use afk_core::{Error, ErrorKind, MemoryStore, Result, RunId, ThreadId};
-use async_trait::async_trait;
+use afk_core::store::{CrashMode, FaultStore, Store};
+use afk_core::{ErrorKind, Result, RunId, ThreadId};
+use common::limited::LimitedStore;
 use common::{essence, resp, runner};
 use serde_json::{Value, json};
 
-/// The largest value [`Capped`] keeps.
+/// The largest value the test store keeps.
 const MAX: usize = 64 * 1024;
 
-/// A memory store that keeps values of at most [`MAX`] bytes and says so, as Redis (32 MiB)
-/// and S3 (64 MiB) do.
-#[derive(Debug, Default)]
-struct Capped(MemoryStore);
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Store for Capped {
-    fn capabilities(&self) -> Capabilities {
-        let mut c = self.0.capabilities();
-        c.max_value_size = Some(MAX);
-        c
-    }
-    async fn get(&self, t: &ThreadId, k: &str) -> Result<Option<Vec<u8>>> {
-        self.0.get(t, k).await
-    }
-    async fn get_many(&self, t: &ThreadId, k: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
-        self.0.get_many(t, k).await
-    }
-    async fn list(&self, t: &ThreadId, p: &str, c: Option<&str>, l: usize) -> Result<ListPage> {
-        self.0.list(t, p, c, l).await
-    }
-    async fn delete(&self, t: &ThreadId, k: &[String]) -> Result<()> {
-        self.0.delete(t, k).await
-    }
-    async fn delete_run(&self, t: &ThreadId, r: &RunId) -> Result<u64> {
-        self.0.delete_run(t, r).await
-    }
-    async fn claim(&self, t: &ThreadId, r: &RunId) -> Result<Epoch> {
-        self.0.claim(t, r).await
-    }
-    async fn claim_if_new(&self, t: &ThreadId, r: &RunId) -> Result<Option<Epoch>> {
-        self.0.claim_if_new(t, r).await
-    }
-    async fn commit(&self, c: &Commit) -> Result<()> {
-        let latest = c.latest.iter().map(|v| ("latest", v));
-        for (k, v) in c.puts.iter().map(|(k, v)| (k.as_str(), v)).chain(latest) {
-            if v.len() > MAX {
-                return Err(Error::invalid_input(format!(
-                    "the value of {k} is {} bytes, over {MAX}",
-                    v.len()
-                )));
-            }
-        }
-        self.0.commit(c).await
-    }
-    async fn list_threads(&self, c: Option<&str>, l: usize) -> Result<ThreadPage> {
-        self.0.list_threads(c, l).await
-    }
-    /// Each commit through the cap.
-    async fn commit_batch(&self, c: &[Commit]) -> Vec<Result<()>> {
-        afk_core::store::commit_each(self, c).await
-    }
+/// A memory store that keeps values of at most [`MAX`] bytes and says so.
+fn capped() -> LimitedStore {
+    LimitedStore::values(MAX)
 }
 
 /// One step: `big` (idempotent) and `charge` (at-most-once) both return 40 KB of text,
@@ -120,7 +68,7 @@ fn completed(out: Result<Outcome>, what: &str) -> AgentResult {
 async fn an_output_the_store_cannot_keep_is_a_failed_call_and_the_run_goes_on() {
     for async_writes in [true, false] {
         let counter = InvocationCounter::new();
-        let store = Arc::new(Capped::default());
+        let store = Arc::new(capped());
         let t = ThreadId::new("t_big").unwrap();
         let run = RunId::new("r").unwrap();
         let out = runner(store.clone(), async_writes)
@@ -161,7 +109,7 @@ async fn a_dropped_output_is_replayed_as_the_same_failure_after_a_crash() {
     let run = RunId::new("r").unwrap();
     let reference = {
         let counter = InvocationCounter::new();
-        let out = runner(Arc::new(Capped::default()), false)
+        let out = runner(Arc::new(capped()), false)
             .run_with_id(&agent(&counter), &t, run.clone(), "go")
             .result()
             .await;
@@ -170,7 +118,7 @@ async fn a_dropped_output_is_replayed_as_the_same_failure_after_a_crash() {
     let (mut replayed, mut uncertain) = (0, 0);
     for n in 0..40 {
         let counter = InvocationCounter::new();
-        let inner = Arc::new(Capped::default());
+        let inner = Arc::new(capped());
         let fault = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
         fault.crash_after_commits(n, CrashMode::Down);
         let first = runner(fault.clone(), false)
@@ -181,7 +129,7 @@ async fn a_dropped_output_is_replayed_as_the_same_failure_after_a_crash() {
             break;
         }
         if inner
-            .0
+            .inner
             .get(&t, "checkpoint:r:latest")
             .await
             .unwrap()
@@ -190,7 +138,7 @@ async fn a_dropped_output_is_replayed_as_the_same_failure_after_a_crash() {
             continue;
         }
         let charge_done = inner
-            .0
+            .inner
             .get(&t, "effect:r:1:p1")
             .await
             .unwrap()
@@ -236,7 +184,7 @@ async fn an_error_message_the_store_cannot_keep_is_cut_to_fit() {
         )))
     });
     let agent = Agent::new("a", "", "m", llm).with_tool(flaky);
-    let store = Arc::new(Capped::default());
+    let store = Arc::new(capped());
     let t = ThreadId::new("t_err").unwrap();
     let out = runner(store, true)
         .run_with_id(&agent, &t, RunId::new("r").unwrap(), "go")

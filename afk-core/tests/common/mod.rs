@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)] // each test binary uses a subset
 
 pub mod gate;
+pub mod limited;
 
 use std::sync::Arc;
 
