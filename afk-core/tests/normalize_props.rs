@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+use std::sync::Arc;
+
 use afk_core::ThreadId;
 use afk_core::normalize::{normalize_effect_row, normalize_record, normalize_record_value};
 use afk_core::schema::*;
@@ -395,8 +397,8 @@ fn snapshot() -> impl Strategy<Value = RuntimeSnapshot> {
                     total_cost_usd,
                     session_token,
                     tool_executions,
-                    pending_llm_response: pending,
-                    final_response,
+                    pending_llm_response: pending.map(Arc::new),
+                    final_response: final_response.map(Arc::new),
                     replayed_effect_count: replayed,
                     transcript,
                     extra,

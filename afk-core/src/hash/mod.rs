@@ -16,7 +16,7 @@
 
 mod stream;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 pub(crate) use stream::canonical_of;
@@ -36,8 +36,18 @@ pub fn json_hash(value: &Value) -> String {
 
 /// The effect row's `input_hash`: `json_hash({"tool_name": name, "args": args})`.
 pub fn input_hash(tool_name: &str, args: &Value) -> String {
-    let mut out = String::from("{\"args\": ");
-    write_value(&mut out, args);
+    input_hash_with(tool_name, |out| write_value(out, args))
+}
+
+/// [`input_hash`] of a tool call's argument object, without wrapping it in a `Value`.
+pub(crate) fn input_hash_of_args(tool_name: &str, args: &Map<String, Value>) -> String {
+    input_hash_with(tool_name, |out| write_object(out, args))
+}
+
+fn input_hash_with(tool_name: &str, write_args: impl FnOnce(&mut String)) -> String {
+    let mut out = String::with_capacity(256);
+    out.push_str("{\"args\": ");
+    write_args(&mut out);
     out.push_str(", \"tool_name\": ");
     write_str(&mut out, tool_name);
     out.push('}');
@@ -46,7 +56,8 @@ pub fn input_hash(tool_name: &str, args: &Value) -> String {
 
 /// The effect row's `output_hash`: `json_hash({"output": output})`.
 pub fn output_hash(output: &Value) -> String {
-    let mut out = String::from("{\"output\": ");
+    let mut out = String::with_capacity(256);
+    out.push_str("{\"output\": ");
     write_value(&mut out, output);
     out.push('}');
     sha256_hex(out.as_bytes())
@@ -63,10 +74,12 @@ fn write_value(out: &mut String, value: &Value) {
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
         Value::Number(n) => {
+            use std::fmt::Write as _;
+            // Writing to a String cannot fail.
             if let Some(u) = n.as_u64() {
-                out.push_str(&u.to_string());
+                let _ = write!(out, "{u}");
             } else if let Some(i) = n.as_i64() {
-                out.push_str(&i.to_string());
+                let _ = write!(out, "{i}");
             } else if let Some(f) = n.as_f64() {
                 out.push_str(&python_float_repr(f));
             }
@@ -82,27 +95,47 @@ fn write_value(out: &mut String, value: &Value) {
             }
             out.push(']');
         }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_str(out, k);
-                out.push_str(": ");
-                write_value(out, v);
-            }
-            out.push('}');
+        Value::Object(map) => write_object(out, map),
+    }
+}
+
+fn write_object(out: &mut String, map: &Map<String, Value>) {
+    let entry = |out: &mut String, i: usize, k: &str, v: &Value| {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write_str(out, k);
+        out.push_str(": ");
+        write_value(out, v);
+    };
+    out.push('{');
+    // serde_json's map iterates in key order, unless some crate in the build turns on its
+    // `preserve_order` feature (insertion order): sort only then.
+    if map.keys().is_sorted() {
+        for (i, (k, v)) in map.iter().enumerate() {
+            entry(out, i, k, v);
+        }
+    } else {
+        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        for (i, (k, v)) in entries.into_iter().enumerate() {
+            entry(out, i, k, v);
         }
     }
+    out.push('}');
 }
 
 fn write_str(out: &mut String, s: &str) {
     use std::fmt::Write as _;
     out.push('"');
-    for c in s.chars() {
+    // Printable ASCII but `"` and `\\` is copied as is, a run at a time.
+    let plain = |b: u8| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\';
+    let mut rest = s;
+    while let Some(at) = rest.bytes().position(|b| !plain(b)) {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let Some(c) = rest.chars().next() else { break };
+        rest = &rest[c.len_utf8()..];
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
@@ -121,6 +154,7 @@ fn write_str(out: &mut String, s: &str) {
             }
         }
     }
+    out.push_str(rest);
     out.push('"');
 }
 
@@ -244,5 +278,28 @@ mod tests {
         );
         let out = json!([1, {"b": 2, "a": "\u{7f}"}]);
         assert_eq!(output_hash(&out), json_hash(&json!({"output": out})));
+    }
+
+    #[test]
+    fn strings_escape_as_python_does_around_plain_runs() {
+        // Expected: Python's json.dumps(v, sort_keys=True, ensure_ascii=True).
+        let s = "plain a\"b\\c/d\ne\rf\tg\u{8}h\u{c}i\u{0}j\u{1f}k\u{7f}l é 😀 end";
+        let want = r#"{"b": ["plain a\"b\\c/d\ne\rf\tg\bh\fi\u0000j\u001fk\u007fl \u00e9 \ud83d\ude00 end"], "k": "plain a\"b\\c/d\ne\rf\tg\bh\fi\u0000j\u001fk\u007fl \u00e9 \ud83d\ude00 end"}"#;
+        assert_eq!(canonical_json(&json!({"k": s, "b": [s]})), want);
+        assert_eq!(canonical_json(&json!("")), r#""""#);
+        assert_eq!(canonical_json(&json!("\"")), r#""\"""#);
+    }
+
+    #[test]
+    fn the_argument_map_hashes_as_its_value() {
+        let args = json!({"z": {"b": [1, -2, 0.5]}, "a": "x\u{1}"});
+        let Value::Object(map) = &args else {
+            unreachable!()
+        };
+        assert_eq!(input_hash_of_args("t", map), input_hash("t", &args));
+        assert_eq!(
+            input_hash_of_args("counting_add", json!({"a": 2, "b": 5}).as_object().unwrap()),
+            "bc9b0a269cc532de5bf895a3c74f77f355f43b349e5bc57ed5edb5689da7563c"
+        );
     }
 }

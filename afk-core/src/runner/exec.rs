@@ -279,7 +279,7 @@ impl RunTask {
             self.st
                 .push_message(text_message(Role::Assistant, resp.text.clone(), None));
         }
-        self.st.snap.final_response = Some(resp.clone());
+        self.st.snap.final_response = Some(Arc::clone(&resp));
         self.emit(RunEvent::LlmCompleted {
             step,
             tool_calls: resp.tool_calls.len(),
@@ -335,7 +335,7 @@ impl RunTask {
 
     /// Call the model (primary, then fallbacks). `Ok(None)`: every candidate failed and the
     /// LLM policy degraded the run.
-    async fn llm_turn(&mut self) -> Result<Option<LlmResponse>> {
+    async fn llm_turn(&mut self) -> Result<Option<Arc<LlmResponse>>> {
         let step = self.st.snap.step;
         let provider = self.agent.llm.provider();
         // Counted before the call and recorded in `pre_llm`, so a call whose answer a crash
@@ -427,7 +427,8 @@ impl RunTask {
         self.ckpt
             .checkpoint(step, PhasePayload::PostLlm(post))
             .await?;
-        self.st.snap.pending_llm_response = Some(resp.clone());
+        let resp = Arc::new(resp);
+        self.st.snap.pending_llm_response = Some(Arc::clone(&resp));
         self.st.step_open = false;
         self.snapshot().await?;
         self.check_cost()?;

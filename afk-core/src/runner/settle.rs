@@ -17,7 +17,7 @@ use super::state::RunState;
 use super::tool::ToolContext;
 use super::tools::{call_ids, effect_ids};
 use crate::error::{Error, ErrorKind, Result};
-use crate::hash::{input_hash, output_hash};
+use crate::hash::{input_hash_of_args, output_hash};
 use crate::ids::RunId;
 use crate::keys;
 use crate::schema::{EffectRow, EffectStatus, Extra};
@@ -155,7 +155,7 @@ pub(crate) async fn check(
         ))
         .with_key(key));
     };
-    let hash = input_hash(&call.tool_name, &Value::Object(call.arguments.clone()));
+    let hash = input_hash_of_args(&call.tool_name, &call.arguments);
     let mut value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::corrupt_record(&key, format!("effect row is not JSON: {e}")))?;
     if let Value::Object(map) = &mut value

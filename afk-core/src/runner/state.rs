@@ -65,15 +65,11 @@ impl RunState {
             thread_id.clone_into(&mut snap.thread_id);
         }
         snap.transcript = Some(transcript);
-        snap.extra
-            .insert(ACTIVE_MS_KEY.to_owned(), Value::from(active_ms));
-        snap.extra.insert(
-            LLM_REQUESTS_KEY.to_owned(),
-            Value::from(self.llm_requests.max(snap.llm_calls)),
-        );
+        set_extra(&mut snap.extra, ACTIVE_MS_KEY, Value::from(active_ms));
+        let requests = self.llm_requests.max(snap.llm_calls);
+        set_extra(&mut snap.extra, LLM_REQUESTS_KEY, Value::from(requests));
         if self.step_open {
-            snap.extra
-                .insert(STEP_OPEN_KEY.to_owned(), Value::Bool(true));
+            set_extra(&mut snap.extra, STEP_OPEN_KEY, Value::Bool(true));
         } else {
             snap.extra.remove(STEP_OPEN_KEY);
         }
@@ -166,7 +162,7 @@ impl RunState {
             normalized_model: s.normalized_model.clone(),
             provider_adapter: s.provider_adapter.clone(),
             final_structured: s.final_structured.clone(),
-            llm_response: s.final_response.clone(),
+            llm_response: s.final_response.as_deref().cloned(),
             tool_executions: self.tool_executions.clone(),
             subagent_executions: self.subagent_executions.clone(),
             skills_used: Vec::new(),
@@ -191,6 +187,17 @@ impl RunState {
                 extra: Extra::new(),
             },
             extra: Extra::new(),
+        }
+    }
+}
+
+/// `extra[key] = value`, allocating the key only the first time (snapshots rewrite these keys
+/// three times a step).
+fn set_extra(extra: &mut Extra, key: &str, value: Value) {
+    match extra.get_mut(key) {
+        Some(slot) => *slot = value,
+        None => {
+            extra.insert(key.to_owned(), value);
         }
     }
 }

@@ -37,7 +37,7 @@ use super::settle;
 use super::subagent::{self, ChildOutcome};
 use super::tool::{EffectPolicy, ToolContext};
 use crate::error::{Error, ErrorKind, Result};
-use crate::hash::{input_hash, output_hash};
+use crate::hash::{input_hash_of_args, output_hash};
 use crate::keys;
 use crate::schema::{
     EffectRow, EffectStatus, Extra, LlmResponse, PauseKind, PauseRequest, PausedPayload,
@@ -162,8 +162,7 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
     // Markers a `did_not_run` settlement puts on the rows of the call's re-execution.
     let mut marks = vec![Extra::new(); calls.len()];
     for (i, call) in calls.iter().enumerate() {
-        let args = Value::Object(call.arguments.clone());
-        hashes.push(input_hash(&call.tool_name, &args));
+        hashes.push(input_hash_of_args(&call.tool_name, &call.arguments));
         if !matches!(plans[i], Plan::Execute) {
             continue;
         }

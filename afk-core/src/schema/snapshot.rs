@@ -1,5 +1,7 @@
 //! The runtime snapshot, payload of `runtime_state` records (reference §3.1, DESIGN §3.4).
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -66,10 +68,12 @@ pub struct RuntimeSnapshot {
     pub final_text: String,
     /// Final structured output, if any.
     pub final_structured: Option<Map<String, Value>>,
-    /// A response received at this step whose tool calls are not done yet.
-    pub pending_llm_response: Option<LlmResponse>,
-    /// Last successful response.
-    pub final_response: Option<LlmResponse>,
+    /// A response received at this step whose tool calls are not done yet. Shared (an
+    /// `Arc`): during a step it is the same answer as `final_response`, and the runner's
+    /// snapshots hold it without copying it.
+    pub pending_llm_response: Option<Arc<LlmResponse>>,
+    /// Last successful response (shared, see `pending_llm_response`).
+    pub final_response: Option<Arc<LlmResponse>>,
     /// Effects replayed from the journal so far (AFK writes it but never reads it back).
     pub replayed_effect_count: u64,
     /// Background tool tickets still pending.
