@@ -23,7 +23,13 @@ pub(crate) fn write_canonical<T: Serialize + ?Sized>(
     out: &mut String,
     value: &T,
 ) -> Result<(), CanonError> {
-    value.serialize(&mut Canon { out })
+    value.serialize(&mut Canon {
+        out,
+        entries: Vec::new(),
+        keys: String::new(),
+        scratch: String::new(),
+        order: Vec::new(),
+    })
 }
 
 /// The canonical JSON text of `value`; `"null"` if it cannot be represented as JSON (what
@@ -56,6 +62,36 @@ impl ser::Error for CanonError {
 
 struct Canon<'a> {
     out: &'a mut String,
+    /// The entries of the objects being written, innermost last (each `Obj` owns the tail
+    /// from its `base`): one buffer for the whole value instead of one per object.
+    entries: Vec<Entry>,
+    /// The map keys of the objects being written, as they are (not escaped), likewise.
+    keys: String,
+    /// Where an object whose keys came out of order is copied to be written back in order.
+    scratch: String,
+    order: Vec<usize>,
+}
+
+/// A key of an object being written: a struct field's name, or a range of `Canon::keys`.
+#[derive(Clone, Copy)]
+enum Key {
+    Field(&'static str),
+    Map(usize, usize),
+}
+
+/// One `"key": value` of an object being written: the key, and where its text is in the
+/// output.
+struct Entry {
+    key: Key,
+    from: usize,
+    to: usize,
+}
+
+fn key_text<'k>(keys: &'k str, key: &Key) -> &'k str {
+    match *key {
+        Key::Field(name) => name,
+        Key::Map(from, to) => &keys[from..to],
+    }
 }
 
 impl Canon<'_> {
@@ -232,19 +268,19 @@ impl<'a, 'b> ser::Serializer for &'a mut Canon<'b> {
         })
     }
     fn serialize_map(self, _len: Option<usize>) -> Result<Obj<'a, 'b>, CanonError> {
-        let start = self.out.len();
+        self.out.push('{');
+        let (start, base, keys_base) = (self.out.len(), self.entries.len(), self.keys.len());
         Ok(Obj {
             ser: self,
             start,
-            entries: Vec::new(),
+            base,
+            keys_base,
             key: None,
             variant: false,
         })
     }
     fn serialize_struct(self, _name: &'static str, len: usize) -> Result<Obj<'a, 'b>, CanonError> {
-        let mut obj = self.serialize_map(Some(len))?;
-        obj.entries.reserve(len);
-        Ok(obj)
+        self.serialize_map(Some(len))
     }
     fn serialize_struct_variant(
         self,
@@ -307,52 +343,82 @@ seq_impl!(
     SerializeTupleVariant::serialize_field
 );
 
-/// An object being written: each value goes to the end of the output as it comes, with its key
-/// and byte range noted; `end` cuts them off and writes them back in key order.
+/// An object being written: each `"key": value` goes to the output as it comes, with its key
+/// and byte range noted; `end` writes them back in key order if they came out of order.
 struct Obj<'a, 'b> {
     ser: &'a mut Canon<'b>,
+    /// Where the object's first entry starts (just past its `{`).
     start: usize,
-    entries: Vec<(std::borrow::Cow<'static, str>, usize, usize)>,
-    key: Option<String>,
+    /// Its first entry in `Canon::entries`, and where its keys start in `Canon::keys`.
+    base: usize,
+    keys_base: usize,
+    /// The key given by `serialize_key`, waiting for its value.
+    key: Option<Key>,
     /// Inside `{"variant": {...}}`: one more brace to close.
     variant: bool,
 }
 
 impl Obj<'_, '_> {
-    fn value<T: Serialize + ?Sized>(
-        &mut self,
-        key: std::borrow::Cow<'static, str>,
-        value: &T,
-    ) -> Res {
-        let from = self.ser.out.len();
-        value.serialize(&mut *self.ser)?;
-        self.entries.push((key, from, self.ser.out.len()));
+    fn value<T: Serialize + ?Sized>(&mut self, key: Key, value: &T) -> Res {
+        let ser = &mut *self.ser;
+        if ser.entries.len() > self.base {
+            ser.out.push_str(", ");
+        }
+        let from = ser.out.len();
+        write_str(ser.out, key_text(&ser.keys, &key));
+        ser.out.push_str(": ");
+        value.serialize(&mut *ser)?;
+        ser.entries.push(Entry {
+            key,
+            from,
+            to: ser.out.len(),
+        });
         Ok(())
     }
 
-    fn close(mut self) -> Res {
-        let body = self.ser.out.split_off(self.start);
-        // Stable, so of two equal keys the later stays later: keep the last (a `Map` insert).
-        self.entries.sort_by(|a, b| a.0.cmp(&b.0));
-        let out = &mut *self.ser.out;
-        out.push('{');
-        let mut first = true;
-        for (i, (key, from, to)) in self.entries.iter().enumerate() {
-            if self.entries.get(i + 1).is_some_and(|next| next.0 == *key) {
-                continue;
+    fn close(self) -> Res {
+        let Canon {
+            out,
+            entries,
+            keys,
+            scratch,
+            order,
+        } = self.ser;
+        let mine = &entries[self.base..];
+        let in_order = mine
+            .windows(2)
+            .all(|w| key_text(keys, &w[0].key) < key_text(keys, &w[1].key));
+        if !in_order {
+            // Stable, so of two equal keys the later stays later: keep the last (a `Map`
+            // insert).
+            order.clear();
+            order.extend(0..mine.len());
+            order.sort_by(|&a, &b| key_text(keys, &mine[a].key).cmp(key_text(keys, &mine[b].key)));
+            scratch.clear();
+            scratch.push_str(&out[self.start..]);
+            out.truncate(self.start);
+            let mut first = true;
+            for (n, &i) in order.iter().enumerate() {
+                let key = key_text(keys, &mine[i].key);
+                if order
+                    .get(n + 1)
+                    .is_some_and(|&next| key_text(keys, &mine[next].key) == key)
+                {
+                    continue;
+                }
+                if !first {
+                    out.push_str(", ");
+                }
+                first = false;
+                out.push_str(&scratch[mine[i].from - self.start..mine[i].to - self.start]);
             }
-            if !first {
-                out.push_str(", ");
-            }
-            first = false;
-            write_str(out, key);
-            out.push_str(": ");
-            out.push_str(&body[from - self.start..to - self.start]);
         }
         out.push('}');
         if self.variant {
             out.push('}');
         }
+        entries.truncate(self.base);
+        keys.truncate(self.keys_base);
         Ok(())
     }
 }
@@ -361,7 +427,11 @@ impl ser::SerializeMap for Obj<'_, '_> {
     type Ok = ();
     type Error = CanonError;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Res {
-        self.key = Some(key.serialize(KeySer)?);
+        let from = self.ser.keys.len();
+        key.serialize(KeySer {
+            keys: &mut self.ser.keys,
+        })?;
+        self.key = Some(Key::Map(from, self.ser.keys.len()));
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
@@ -369,7 +439,7 @@ impl ser::SerializeMap for Obj<'_, '_> {
             .key
             .take()
             .ok_or_else(|| CanonError("map value without a key".into()))?;
-        self.value(key.into(), value)
+        self.value(key, value)
     }
     fn end(self) -> Res {
         self.close()
@@ -387,7 +457,7 @@ macro_rules! struct_impl {
                 key: &'static str,
                 value: &T,
             ) -> Res {
-                self.value(key.into(), value)
+                self.value(Key::Field(key), value)
             }
             fn end(self) -> Res {
                 self.close()
@@ -399,81 +469,92 @@ struct_impl!(SerializeStruct, SerializeStructVariant);
 
 /// A map key as `to_value` takes it: strings as they are, chars, integers and booleans as
 /// their text; anything else is an error.
-struct KeySer;
+struct KeySer<'k> {
+    keys: &'k mut String,
+}
+
+impl KeySer<'_> {
+    fn text(self, v: impl Display) -> Result<(), CanonError> {
+        use std::fmt::Write as _;
+        let _ = write!(self.keys, "{v}");
+        Ok(())
+    }
+}
 
 fn key_error() -> CanonError {
     CanonError("key must be a string".into())
 }
 
-impl ser::Serializer for KeySer {
-    type Ok = String;
+impl ser::Serializer for KeySer<'_> {
+    type Ok = ();
     type Error = CanonError;
-    type SerializeSeq = Impossible<String, CanonError>;
-    type SerializeTuple = Impossible<String, CanonError>;
-    type SerializeTupleStruct = Impossible<String, CanonError>;
-    type SerializeTupleVariant = Impossible<String, CanonError>;
-    type SerializeMap = Impossible<String, CanonError>;
-    type SerializeStruct = Impossible<String, CanonError>;
-    type SerializeStructVariant = Impossible<String, CanonError>;
+    type SerializeSeq = Impossible<(), CanonError>;
+    type SerializeTuple = Impossible<(), CanonError>;
+    type SerializeTupleStruct = Impossible<(), CanonError>;
+    type SerializeTupleVariant = Impossible<(), CanonError>;
+    type SerializeMap = Impossible<(), CanonError>;
+    type SerializeStruct = Impossible<(), CanonError>;
+    type SerializeStructVariant = Impossible<(), CanonError>;
 
-    fn serialize_bool(self, v: bool) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_bool(self, v: bool) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_i8(self, v: i8) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_i8(self, v: i8) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_i16(self, v: i16) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_i16(self, v: i16) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_i32(self, v: i32) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_i32(self, v: i32) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_i64(self, v: i64) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_i64(self, v: i64) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_i128(self, v: i128) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_i128(self, v: i128) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_u8(self, v: u8) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_u8(self, v: u8) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_u16(self, v: u16) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_u16(self, v: u16) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_u32(self, v: u32) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_u32(self, v: u32) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_u64(self, v: u64) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_u64(self, v: u64) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_u128(self, v: u128) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_u128(self, v: u128) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_f32(self, _v: f32) -> Result<String, CanonError> {
+    fn serialize_f32(self, _v: f32) -> Result<(), CanonError> {
         Err(key_error())
     }
-    fn serialize_f64(self, _v: f64) -> Result<String, CanonError> {
+    fn serialize_f64(self, _v: f64) -> Result<(), CanonError> {
         Err(key_error())
     }
-    fn serialize_char(self, v: char) -> Result<String, CanonError> {
-        Ok(v.to_string())
+    fn serialize_char(self, v: char) -> Result<(), CanonError> {
+        self.text(v)
     }
-    fn serialize_str(self, v: &str) -> Result<String, CanonError> {
-        Ok(v.to_owned())
+    fn serialize_str(self, v: &str) -> Result<(), CanonError> {
+        self.keys.push_str(v);
+        Ok(())
     }
-    fn serialize_bytes(self, _v: &[u8]) -> Result<String, CanonError> {
+    fn serialize_bytes(self, _v: &[u8]) -> Result<(), CanonError> {
         Err(key_error())
     }
-    fn serialize_none(self) -> Result<String, CanonError> {
+    fn serialize_none(self) -> Result<(), CanonError> {
         Err(key_error())
     }
-    fn serialize_some<T: Serialize + ?Sized>(self, _v: &T) -> Result<String, CanonError> {
+    fn serialize_some<T: Serialize + ?Sized>(self, _v: &T) -> Result<(), CanonError> {
         Err(key_error())
     }
-    fn serialize_unit(self) -> Result<String, CanonError> {
+    fn serialize_unit(self) -> Result<(), CanonError> {
         Err(key_error())
     }
-    fn serialize_unit_struct(self, _n: &'static str) -> Result<String, CanonError> {
+    fn serialize_unit_struct(self, _n: &'static str) -> Result<(), CanonError> {
         Err(key_error())
     }
     fn serialize_unit_variant(
@@ -481,14 +562,15 @@ impl ser::Serializer for KeySer {
         _n: &'static str,
         _i: u32,
         variant: &'static str,
-    ) -> Result<String, CanonError> {
-        Ok(variant.to_owned())
+    ) -> Result<(), CanonError> {
+        self.keys.push_str(variant);
+        Ok(())
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
         _n: &'static str,
         v: &T,
-    ) -> Result<String, CanonError> {
+    ) -> Result<(), CanonError> {
         v.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -497,7 +579,7 @@ impl ser::Serializer for KeySer {
         _i: u32,
         _variant: &'static str,
         _v: &T,
-    ) -> Result<String, CanonError> {
+    ) -> Result<(), CanonError> {
         Err(key_error())
     }
     fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, CanonError> {
