@@ -153,7 +153,8 @@ async fn the_watermark_lags_while_a_write_is_in_flight() {
 #[tokio::test]
 async fn retried_store_calls_are_counted() {
     let fault = Arc::new(FaultStore::new(MemoryStore::new()));
-    fault.fail_nth(Some(Op::CommitBatch), 2, ErrorKind::Unavailable);
+    // The first write a barrier makes itself (`Store::commit`).
+    fault.fail_nth(Some(Op::Commit), 1, ErrorKind::Unavailable);
     let checkpoint = CheckpointConfig::default()
         .with_retry(RetryPolicy::default().with_initial_backoff(Duration::from_millis(1)));
     let r = Runner::new(

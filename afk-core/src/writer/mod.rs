@@ -1,13 +1,15 @@
 //! The write-behind checkpoint writer.
 //!
 //! The runner hands every checkpoint [`Commit`] to a [`Writer`]. With
-//! [`CheckpointConfig::async_writes`] on (the default) commits go through a bounded queue to one
-//! background tokio task that merges a run's consecutive unwritten commits into one atomic
-//! commit, holds them until someone waits for them (a barrier, a flush, a ticket) or they are
-//! [`CheckpointConfig::hold`] old, keeps one commit of each run in flight, batches commits of
-//! different runs into one [`Store::commit_batch`] call, and retries retryable failures; with
-//! it off, [`Writer::submit`] writes inline. A step thus costs one store round trip, the
-//! barrier's, instead of one per commit. The guarantees are the same in both modes:
+//! [`CheckpointConfig::async_writes`] on (the default) commits go into a bounded queue that
+//! merges a run's consecutive unwritten commits into one atomic commit and holds them until
+//! someone waits for them (a barrier, a flush, a ticket) or they are
+//! [`CheckpointConfig::hold`] old. A barrier writes its run's queued commit itself when the run
+//! has none in flight; one background tokio task writes the rest, keeps one commit of each run
+//! in flight, batches commits of different runs into one [`Store::commit_batch`] call; both
+//! retry retryable failures. With it off, [`Writer::submit`] writes inline. A step thus costs
+//! one store round trip, the barrier's, instead of one per commit, and on a fast store it stays
+//! on its run's thread. The guarantees are the same in both modes:
 //!
 //! - **per-run order**: a run's commits reach the store in submission order; merging only joins
 //!   a commit to the run's newest queued one (records unioned, the newer value and the newer
@@ -27,7 +29,9 @@
 //!   it again (a new epoch), whose commits go through the same writer afresh. The state of a
 //!   failed claim is forgotten when a newer claim of the run submits its first commit;
 //! - **no hang**: if the background task dies (panic, abort, runtime shutdown), every pending and
-//!   later call returns `Unavailable` ("checkpoint writer stopped"), not retryable;
+//!   later call returns `Unavailable` ("checkpoint writer stopped"), not retryable; a store
+//!   that panics in a write a barrier makes itself fails that run claim (`Unexpected`), not
+//!   the caller's task;
 //! - **shutdown**: [`Writer::shutdown`] drains the queue within a bound and reports what could
 //!   not be written.
 //!
@@ -58,17 +62,18 @@ mod proptests;
 mod tests;
 
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use futures::FutureExt as _;
 use tokio::task::JoinHandle;
 
 pub use config::CheckpointConfig;
 pub(crate) use state::{Ticket, WriterStats};
 
 use state::{RunKey, Shared, replay, stopped};
-use worker::{Entry, Msg, Worker};
+use worker::{Entry, Limits, Worker};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
@@ -86,7 +91,8 @@ struct Inner {
     store: Arc<dyn Store>,
     retrying: Arc<RetryStore<dyn Store>>,
     config: CheckpointConfig,
-    tx: Option<mpsc::Sender<Msg>>,
+    /// The store's limits a merged commit respects.
+    limits: Limits,
     #[cfg_attr(not(test), allow(dead_code))] // see "Private" in the module docs
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -117,22 +123,21 @@ impl Writer {
             config.retry.clone(),
             jitter,
         ));
-        let (tx, task) = if config.async_writes {
+        let task = if config.async_writes {
             let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
                 Error::invalid_config("the checkpoint writer needs a tokio runtime").with_source(e)
             })?;
-            let (tx, rx) = mpsc::channel(config.queue_maxsize);
             let worker = Worker::new(shared.clone(), retrying.clone(), config.clone());
-            (Some(tx), Some(runtime.spawn(worker.run(rx))))
+            Some(runtime.spawn(worker.run()))
         } else {
-            (None, None)
+            None
         };
         let inner = Inner {
             shared,
+            limits: Limits::of(store.as_ref()),
             store,
             retrying,
             config,
-            tx,
             task: Mutex::new(task),
         };
         Ok(Writer {
@@ -199,48 +204,81 @@ impl Writer {
     /// (see [`Entry::latest_put`]).
     async fn submit_entry(&self, mut commit: Commit, latest_put: Option<usize>) -> Result<Ticket> {
         let key: RunKey = (commit.thread.clone(), commit.run.clone(), commit.epoch);
-        let Some(tx) = &self.inner.tx else {
+        if !self.inner.config.async_writes {
             worker::materialize_latest(&mut commit, latest_put);
             return self.submit_sync(key, commit).await;
-        };
-        // A full queue may keep `reserve` waiting: a claim that already failed learns it now.
-        if tx.capacity() == 0
-            && let Some(e) = self.inner.shared.lock().refuse(&key)
-        {
+        }
+        let shared = &self.inner.shared;
+        let mut commit = Some(commit);
+        loop {
+            // The queue is full: wait until the task makes room (backpressure).
+            let mut rx = match self.enqueue(&key, &mut commit, latest_put)? {
+                Ok(ticket) => return Ok(ticket),
+                Err(rx) => rx,
+            };
+            shared.wake.notify_one();
+            if rx.changed().await.is_err() {
+                return Err(stopped("dropped"));
+            }
+        }
+    }
+
+    /// One attempt of [`Writer::submit_entry`] in async mode, under the lock: the ticket, or,
+    /// when the queue has no room for it, `commit` left in place and a receiver of the
+    /// progress signal (subscribed under the lock, so the task's signal that it made room
+    /// comes after it and is not missed).
+    fn enqueue(
+        &self,
+        key: &RunKey,
+        commit: &mut Option<Commit>,
+        latest_put: Option<usize>,
+    ) -> Result<std::result::Result<Ticket, tokio::sync::watch::Receiver<u64>>> {
+        let shared = &self.inner.shared;
+        let mut st = shared.lock();
+        if let Some(e) = st.refuse(key) {
             return Err(e);
         }
-        let permit = tx.reserve().await.map_err(|_| self.stopped_now())?;
-        let mut st = self.inner.shared.lock();
-        if let Some(e) = st.refuse(&key) {
-            return Err(e);
+        let Some(c) = commit.take() else {
+            return Err(Error::unexpected("a commit submitted twice"));
+        };
+        // A full queue makes a commit that needs a place of its own wait; one that merges
+        // into its run's queued entry takes no place.
+        if st.queue.len() >= self.inner.config.queue_maxsize
+            && !worker::would_merge(&st, key, &c, self.inner.limits)
+        {
+            *commit = Some(c);
+            return Ok(Err(shared.subscribe()));
         }
         // One lookup for a claim already known (every commit but a claim's first).
-        let seq = match st.runs.get_mut(&key) {
+        let seq = match st.runs.get_mut(key) {
             Some(run) => {
                 run.submitted += 1;
                 run.submitted
             }
             None => {
-                st.forget_older_claims(&key);
+                st.forget_older_claims(key);
                 let run = st.runs.entry(key.clone()).or_default();
                 run.submitted += 1;
                 run.submitted
             }
         };
         st.stats.submitted += 1;
-        // Sent under the lock, so channel order is sequence order even for concurrent submits.
-        permit.send(Msg::Commit(Entry {
+        let entry = Entry {
             key: key.clone(),
             seq,
-            commit,
+            commit: c,
             latest_put,
-        }));
+        };
+        let wake = worker::enqueue(&mut st, entry, self.inner.limits, &self.inner.config);
         drop(st);
-        Ok(Ticket {
-            shared: self.inner.shared.clone(),
-            key,
+        if wake {
+            shared.wake.notify_one();
+        }
+        Ok(Ok(Ticket {
+            shared: shared.clone(),
+            key: key.clone(),
             seq,
-        })
+        }))
     }
 
     async fn submit_sync(&self, key: RunKey, commit: Commit) -> Result<Ticket> {
@@ -272,20 +310,65 @@ impl Writer {
         }
     }
 
-    fn stopped_now(&self) -> Error {
-        let st = self.inner.shared.lock();
-        if st.closed {
-            stopped("shut down")
-        } else {
-            stopped(st.dead.unwrap_or("channel closed"))
-        }
-    }
-
     /// Returns once every commit submitted for `(thread, run)` under claim `epoch` so far is
     /// durable; or the error that failed that claim; or `Unavailable` if the writer stopped
     /// first. Not bounded by time (the retry policy bounds each write); use [`Writer::flush`]
     /// for a bound.
+    ///
+    /// When the run has no commit in a store call, the caller writes the run's queued commit
+    /// itself, on its own task, rather than waking the background task and waiting to be woken
+    /// back: a step then stays on one thread. The write is the same one the task would make
+    /// (same merged commit, same retries, same bookkeeping). If the caller is dropped while
+    /// that write is in flight (its run was aborted), the write is finished on a task of its
+    /// own and recorded as if the background task had made it, so an abort loses nothing the
+    /// task would have written.
     pub(crate) async fn barrier(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+        let key: RunKey = (thread.clone(), run.clone(), epoch);
+        // What was submitted when the barrier was called; later commits are not its business.
+        let mut goal = None;
+        loop {
+            let (target, entry) = {
+                let mut guard = self.inner.shared.lock();
+                let st = &mut *guard;
+                let target = match st.runs.get(&key) {
+                    None => return Ok(()),
+                    Some(r) => match &r.error {
+                        Some(e) => return Err(replay(e)),
+                        None => *goal.get_or_insert(r.submitted),
+                    },
+                };
+                if st.runs.get(&key).is_some_and(|r| r.durable >= target) {
+                    return Ok(());
+                }
+                if let Some(why) = st.dead {
+                    return Err(stopped(why));
+                }
+                let entry = if st.busy.contains(&key) {
+                    None
+                } else {
+                    worker::take_next(st, &key)
+                };
+                (target, entry)
+            };
+            let Some(entry) = entry else {
+                return self.inner.shared.wait_for(&key, target).await;
+            };
+            let mut call = InlineCall::start(&self.inner, entry);
+            // A store that panics fails this claim, as a write of the background task fails
+            // it; it does not take the run's task down.
+            let result = match AssertUnwindSafe(&mut call).catch_unwind().await {
+                Ok(result) => result,
+                Err(panic) => Err(Error::unexpected(format!(
+                    "the store panicked during a checkpoint write: {}",
+                    panic_text(panic.as_ref())
+                ))),
+            };
+            call.finish(result);
+        }
+    }
+
+    /// [`Writer::barrier`] without writing inline: waits for the background task.
+    async fn wait_durable(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
         let key: RunKey = (thread.clone(), run.clone(), epoch);
         let target = {
             let st = self.inner.shared.lock();
@@ -335,7 +418,9 @@ impl Writer {
         epoch: Epoch,
         timeout: Duration,
     ) -> Result<()> {
-        match tokio::time::timeout(timeout, self.barrier(thread, run, epoch)).await {
+        // Not `barrier`: a timeout must leave the commits queued for the background task, not
+        // cut a write of the caller's short.
+        match tokio::time::timeout(timeout, self.wait_durable(thread, run, epoch)).await {
             Err(_) => Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
@@ -375,14 +460,11 @@ impl Writer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if let (Some(handle), Some(tx)) = (handle, &self.inner.tx) {
+        if let Some(handle) = handle {
             let abort = handle.abort_handle();
-            let drained = tokio::time::timeout(timeout, async {
-                // A send error means the task is already gone; the join tells how.
-                let _ = tx.send(Msg::Shutdown).await;
-                handle.await
-            })
-            .await;
+            // The task drains the queue and stops once it sees `closed`.
+            self.inner.shared.wake.notify_one();
+            let drained = tokio::time::timeout(timeout, handle).await;
             match drained {
                 Err(_) => {
                     abort.abort();
@@ -440,4 +522,96 @@ impl Writer {
             h.abort();
         }
     }
+}
+
+impl Drop for Inner {
+    /// The last handle is gone: the background task writes what is queued and stops.
+    fn drop(&mut self) {
+        self.shared.lock().dropped = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+/// A run's queued commit written by the run's own task ([`Writer::barrier`]). Polled inline;
+/// if dropped before it ends, the write goes on as a task of its own and is recorded when it
+/// ends, as the background task would record it.
+struct InlineCall {
+    shared: Arc<Shared>,
+    key: RunKey,
+    seq: u64,
+    call: Option<futures::future::BoxFuture<'static, Result<()>>>,
+}
+
+impl InlineCall {
+    /// Start writing `entry` (taken from the queue, its run marked busy).
+    fn start(inner: &Inner, entry: Entry) -> Self {
+        let Entry {
+            key,
+            seq,
+            mut commit,
+            latest_put,
+        } = entry;
+        worker::materialize_latest(&mut commit, latest_put);
+        let store = inner.retrying.clone();
+        InlineCall {
+            shared: inner.shared.clone(),
+            key,
+            seq,
+            call: Some(Box::pin(async move { store.commit(&commit).await })),
+        }
+    }
+
+    /// Record how the write ended.
+    fn finish(mut self, result: Result<()>) {
+        self.call = None;
+        worker::record_one(&self.shared, &self.key, self.seq, result);
+    }
+}
+
+impl std::future::Future for &mut InlineCall {
+    type Output = Result<()>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<()>> {
+        match self.get_mut().call.as_mut() {
+            Some(call) => call.as_mut().poll(cx),
+            None => std::task::Poll::Ready(Err(Error::unexpected("an inline write polled twice"))),
+        }
+    }
+}
+
+impl Drop for InlineCall {
+    fn drop(&mut self) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        let (shared, key, seq) = (self.shared.clone(), self.key.clone(), self.seq);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    let result = call.await;
+                    worker::record_one(&shared, &key, seq, result);
+                });
+            }
+            // No runtime to finish it on: whether the store applied it is unknown, so the
+            // claim fails (a resume claims the run afresh and reads what is there).
+            Err(_) => worker::record_one(
+                &shared,
+                &key,
+                seq,
+                Err(stopped("a checkpoint write was cut off with its runtime")),
+            ),
+        }
+    }
+}
+
+/// The message of a panic's payload, when it has one.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }

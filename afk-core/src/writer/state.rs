@@ -5,10 +5,13 @@
 //! everything at or below it is written), and the error that failed the run, if any. Waiters
 //! re-check after every change, signalled through a `watch` counter, so no wake-up is lost.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use super::worker::Queued;
 
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
@@ -77,6 +80,17 @@ pub(crate) struct State {
     pub(crate) first_failure: Option<Arc<Error>>,
     /// Durable commits of claims whose state was forgotten (see [`State::durable_total`]).
     pub(crate) retired_durable: u64,
+    /// Every handle is gone: the background task writes what is queued and stops.
+    pub(crate) dropped: bool,
+    /// Accepted commits not handed to the store yet, merged per run (see the `worker`
+    /// module). `submit` puts them here itself, under the lock, so a commit that merges into
+    /// a queued one, or that the background task's timer will see in time, wakes nobody.
+    pub(crate) queue: VecDeque<Queued>,
+    /// Run claims with a commit in a store call.
+    pub(crate) busy: HashSet<RunKey, foldhash::fast::RandomState>,
+    /// When the background task's timer fires next, if it is set: a held commit due no
+    /// earlier needs no wake-up.
+    pub(crate) armed: Option<Instant>,
 }
 
 impl State {
@@ -172,6 +186,11 @@ impl Shared {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A receiver of the progress signal ([`Shared::notify`]), for a waiter that re-checks.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.progress.subscribe()
     }
 
     /// Wake every waiter so it re-checks.

@@ -136,6 +136,9 @@ async fn batches_hold_at_most_one_commit_per_run() {
                 .unwrap();
         }
     }
+    // Past the hold, the background task writes them (a barrier on a run with nothing in
+    // flight would write that run's commit itself).
+    tokio::time::sleep(Duration::from_millis(50)).await;
     for (r, e) in runs.iter().zip(&epochs) {
         w.barrier(&t, r, *e).await.unwrap();
     }
@@ -163,6 +166,9 @@ async fn max_batch_size_bounds_a_store_call() {
             .await
             .unwrap();
     }
+    // Let the background task write them (a barrier on a run with nothing in flight would
+    // write that run's commit itself).
+    tokio::time::sleep(Duration::from_millis(50)).await;
     for (r, e) in runs.iter().zip(&epochs) {
         w.barrier(&t, r, *e).await.unwrap();
     }
@@ -389,30 +395,109 @@ async fn a_full_queue_applies_backpressure_and_a_dropped_submit_loses_nothing() 
     };
     let (fs, w) = writer(config);
     fs.set_latency(Duration::from_secs(1));
+    let (t, r, r2) = (tid("t1"), rid("r1"), rid("r2"));
+    let e = claimed(&fs, &t, &r).await;
+    let e2 = claimed(&fs, &t, &r2).await;
+    w.submit(record(&t, &r, e, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    w.release(&t, &r, e); // due now: the task takes commit 0 and starts writing it
+    tokio::task::yield_now().await;
+    w.submit(record(&t, &r, e, 1, "pre_llm"), false)
+        .await
+        .unwrap();
+    // The queue's one place is taken by r1's commit 1: r1's next commit merges into it and
+    // takes no place, but r2's first needs one of its own.
+    w.submit(record(&t, &r, e, 2, "pre_llm"), false)
+        .now_or_never()
+        .expect("a commit that merges does not wait")
+        .unwrap();
+    let blocked = w
+        .submit(record(&t, &r2, e2, 0, "pre_llm"), false)
+        .now_or_never();
+    assert!(blocked.is_none(), "a full queue must make submit wait");
+    w.barrier(&t, &r, e).await.unwrap();
+    assert_eq!(applied(&fs, &r).len(), 2, "commit 0, then 1 and 2 merged");
+    assert_eq!(applied(&fs, &r).concat().len(), 3);
+    assert!(
+        applied(&fs, &r2).is_empty(),
+        "the dropped submit was never accepted"
+    );
+    w.submit(record(&t, &r2, e2, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    w.barrier(&t, &r2, e2).await.unwrap();
+    assert_eq!(applied(&fs, &r2).len(), 1);
+}
+
+/// A barrier writes its run's queued commit itself; aborted while that write is in flight (the
+/// run's task was aborted), the write still ends and is recorded, as the background task's
+/// would be: nothing the run queued is lost or left unaccounted.
+#[tokio::test(start_paused = true)]
+async fn an_aborted_barrier_still_finishes_and_records_its_write() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    fs.set_latency(Duration::from_millis(100));
     let (t, r) = (tid("t1"), rid("r1"));
     let e = claimed(&fs, &t, &r).await;
     w.submit(record(&t, &r, e, 0, "pre_llm"), false)
         .await
         .unwrap();
-    tokio::task::yield_now().await; // the task takes commit 0 and starts writing it
-    w.submit(record(&t, &r, e, 1, "pre_llm"), false)
+    w.submit(record(&t, &r, e, 1, "post_llm"), false)
         .await
         .unwrap();
-    let blocked = w
-        .submit(record(&t, &r, e, 2, "pre_llm"), false)
-        .now_or_never();
-    assert!(blocked.is_none(), "a full queue must make submit wait");
-    w.barrier(&t, &r, e).await.unwrap();
+    let barrier = tokio::spawn({
+        let (w, t, r) = (w.clone(), t.clone(), r.clone());
+        async move { w.barrier(&t, &r, e).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(
-        applied(&fs, &r).len(),
-        2,
-        "the dropped submit was never accepted"
+        fs.calls(Op::Commit),
+        1,
+        "the barrier's own write is in flight"
     );
-    w.submit(record(&t, &r, e, 2, "pre_llm"), false)
+    assert_eq!(fs.calls(Op::CommitBatch), 0);
+    barrier.abort();
+    assert!(barrier.await.unwrap_err().is_cancelled());
+    assert!(applied(&fs, &r).is_empty(), "not applied yet");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(applied(&fs, &r).concat().len(), 2, "the write went on");
+    let s = w.stats();
+    assert_eq!((s.durable, s.written, s.failed), (2, 1, 0), "{s:?}");
+    // The run is not left busy: its next commit is written as usual.
+    w.submit(record(&t, &r, e, 2, "pre_tool_batch"), false)
         .await
         .unwrap();
+    w.flush(&t, &r, e, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(applied(&fs, &r).concat().len(), 3);
+}
+
+/// A submit waiting for room goes on once the task hands the queued entry to the store.
+#[tokio::test(start_paused = true)]
+async fn a_submit_waiting_for_room_goes_on_when_the_queue_drains() {
+    let config = CheckpointConfig {
+        queue_maxsize: 1,
+        ..Default::default()
+    };
+    let (fs, w) = writer(config);
+    fs.set_latency(Duration::from_millis(100));
+    let (t, r, r2) = (tid("t1"), rid("r1"), rid("r2"));
+    let e = claimed(&fs, &t, &r).await;
+    let e2 = claimed(&fs, &t, &r2).await;
+    w.submit(record(&t, &r, e, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    // Waits for room: woken, the task hands the held entry of a full queue to the store at
+    // once, which makes room.
+    let mut waiting = Box::pin(w.submit(record(&t, &r2, e2, 0, "pre_llm"), false));
+    assert!(
+        futures::poll!(&mut waiting).is_pending(),
+        "the queue is full"
+    );
+    waiting.await.unwrap();
+    w.barrier(&t, &r2, e2).await.unwrap();
     w.barrier(&t, &r, e).await.unwrap();
-    assert_eq!(applied(&fs, &r).len(), 3);
+    assert_eq!(applied(&fs, &r).len(), 1);
+    assert_eq!(applied(&fs, &r2).len(), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,8 +1,12 @@
-//! The background task: drains the queue, merges, batches, writes, resolves.
+//! The queue and the background task: merges, holds, batches, writes, resolves.
 //!
-//! Submissions arrive over a bounded channel in submission order. The task moves them into its
-//! own queue (at most `queue_maxsize` entries, so backpressure still reaches `submit`), where
-//! they are merged, then hands them to the store:
+//! `submit` puts each commit into the queue in the shared state itself, under its lock, in
+//! submission order ([`enqueue`]; at most `queue_maxsize` entries: a commit that needs a place
+//! of its own waits for room, one that merges takes none). It wakes the task only when the
+//! task must act: for an entry due at once, or due before the task's timer fires. A barrier on
+//! a run with no commit in flight takes the run's queued entry and writes it on its own task
+//! (`Writer::barrier`, [`take_next`], [`record_one`]), so a step needs no wake-up of the task
+//! and no wake-up back; everything else is the task's, which hands entries to the store:
 //! - **merging**: a commit merges into the newest queued entry of its run claim if that entry
 //!   has not been handed to the store yet and the merged commit stays within the store's
 //!   limits (see [`merge`]). Because it is the *newest* entry of the run, nothing else of the
@@ -35,11 +39,10 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::config::CheckpointConfig;
-use super::state::{AliveGuard, RunKey, Shared};
+use super::state::{AliveGuard, RunKey, Shared, State};
 use crate::error::{Error, Result};
 use crate::store::{Commit, RetryStore, Store};
 
@@ -72,18 +75,9 @@ pub(crate) fn materialize_latest(commit: &mut Commit, latest_put: Option<usize>)
     }
 }
 
-/// What travels over the channel.
-#[derive(Debug)]
-pub(crate) enum Msg {
-    Commit(Entry),
-    /// Drain what is queued, then stop.
-    #[cfg_attr(not(test), allow(dead_code))] // Writer::shutdown
-    Shutdown,
-}
-
 /// A queued entry and, once something merged into it, an index of its put keys.
 #[derive(Debug)]
-struct Queued {
+pub(crate) struct Queued {
     entry: Entry,
     /// Sequence number of the oldest commit merged into it.
     first: u64,
@@ -96,12 +90,20 @@ struct Queued {
 
 /// The store's limits a merged commit must respect.
 #[derive(Debug, Clone, Copy)]
-struct Limits {
+pub(crate) struct Limits {
     max_keys: Option<usize>,
     max_value: Option<usize>,
 }
 
 impl Limits {
+    pub(crate) fn of(store: &dyn Store) -> Self {
+        let caps = store.capabilities();
+        Limits {
+            max_keys: caps.max_commit_keys,
+            max_value: caps.max_value_size,
+        }
+    }
+
     /// Whether `c` is within the limits on its own. A commit that is not (the store will
     /// reject it) is never merged, so it fails alone and its run's earlier commits still land.
     fn admits(&self, c: &Commit) -> bool {
@@ -112,6 +114,119 @@ impl Limits {
     }
 }
 
+/// Whether entries are held (there is nothing to merge into a held entry with merging off).
+fn holds(config: &CheckpointConfig) -> bool {
+    config.coalesce_runtime_state && !config.hold.is_zero()
+}
+
+/// Queue `entry` (called by `submit`, under the lock): merged into its run claim's newest
+/// queued entry when the limits allow, else appended. Returns whether the background task
+/// must be woken: for a new entry that is due at once (nothing is held, or the entry it could
+/// not merge into is now sealed) or that falls due before the task's timer fires. A commit
+/// that merged, or that the timer will find in time, wakes nobody.
+pub(crate) fn enqueue(
+    st: &mut State,
+    entry: Entry,
+    limits: Limits,
+    config: &CheckpointConfig,
+) -> bool {
+    let mut entry = entry;
+    let mut sealed = false;
+    if config.coalesce_runtime_state
+        && let Some(last) = st.queue.iter_mut().rev().find(|q| q.entry.key == entry.key)
+    {
+        match merge(last, entry, limits) {
+            None => {
+                st.stats.coalesced += 1;
+                return false;
+            }
+            Some(refused) => {
+                last.sealed = true;
+                sealed = true;
+                entry = refused;
+            }
+        }
+    }
+    let since = holds(config).then(Instant::now);
+    let wake = sealed
+        || match since {
+            None => true,
+            Some(since) => st.armed.is_none_or(|at| at > since + config.hold),
+        };
+    st.queue.push_back(Queued {
+        first: entry.seq,
+        entry,
+        since,
+        sealed: false,
+        index: None,
+    });
+    wake
+}
+
+/// Whether a commit of run claim `key` would merge into a queued entry rather than take a
+/// new place in the queue (so a full queue need not make it wait).
+pub(crate) fn would_merge(st: &State, key: &RunKey, commit: &Commit, limits: Limits) -> bool {
+    st.queue
+        .iter()
+        .rev()
+        .find(|q| q.entry.key == *key)
+        .is_some_and(|q| {
+            let old = &q.entry.commit;
+            old.epoch == commit.epoch
+                && limits.admits(old)
+                && limits.admits(commit)
+                && limits
+                    .max_keys
+                    // `<`: one key more for the latest pointer.
+                    .is_none_or(|m| old.puts.len() + commit.puts.len() < m)
+                && old.byte_len() + commit.byte_len() <= MAX_MERGED_BYTES
+        })
+}
+
+/// Take the oldest queued entry of run claim `key` (the caller writes it, so the run is
+/// marked busy: the background task leaves its later entries alone until it is recorded).
+pub(crate) fn take_next(st: &mut State, key: &RunKey) -> Option<Entry> {
+    let at = st.queue.iter().position(|q| q.entry.key == *key)?;
+    let q = st.queue.remove(at)?;
+    st.busy.insert(key.clone());
+    Some(q.entry)
+}
+
+/// Record the end of a write of run claim `key` made outside the background task (see
+/// `Writer::barrier`): the same bookkeeping as [`Worker::finish`] for one commit, then a
+/// wake-up for the task if the run has more queued (it skipped them while the run was busy).
+pub(crate) fn record_one(shared: &Shared, key: &RunKey, seq: u64, result: Result<()>) {
+    let more = {
+        let mut guard = shared.lock();
+        let st = &mut *guard;
+        st.busy.remove(key);
+        st.stats.batches += 1;
+        st.stats.max_batch_len = st.stats.max_batch_len.max(1);
+        match result {
+            Ok(()) => {
+                st.stats.written += 1;
+                let run = st.runs.entry(key.clone()).or_default();
+                run.durable = run.durable.max(seq);
+            }
+            Err(e) => {
+                tracing::warn!(
+                    thread = %key.0, run = %key.1, epoch = %key.2, error = %e,
+                    "checkpoint write failed; failing the run"
+                );
+                st.fail_run(key, e);
+                let before = st.queue.len();
+                st.queue.retain(|q| q.entry.key != *key);
+                st.stats.failed += (before - st.queue.len()) as u64;
+            }
+        }
+        st.queue.iter().any(|q| q.entry.key == *key)
+    };
+    shared.notify();
+    if more {
+        shared.wake.notify_one();
+    }
+}
+
 /// What a finished store call reports: the `(run, seq)` of each commit and its result.
 type Done = (Vec<(RunKey, u64)>, Vec<Result<()>>);
 
@@ -119,12 +234,15 @@ pub(crate) struct Worker {
     shared: Arc<Shared>,
     store: Arc<RetryStore<dyn Store>>,
     config: CheckpointConfig,
-    limits: Limits,
-    queue: VecDeque<Queued>,
-    /// Runs with a commit in a store call.
-    busy: HashSet<RunKey, foldhash::fast::RandomState>,
     calls: FuturesUnordered<BoxFuture<'static, Done>>,
-    closing: bool,
+}
+
+/// What [`Worker::launch`] leaves to the loop.
+struct Launched {
+    /// Set the timer to this (the earliest held entry falls due then).
+    rearm: Option<Instant>,
+    /// Shutting down and nothing is left: stop.
+    stop: bool,
 }
 
 impl Worker {
@@ -133,185 +251,130 @@ impl Worker {
         store: Arc<RetryStore<dyn Store>>,
         config: CheckpointConfig,
     ) -> Self {
-        let caps = store.capabilities();
         Worker {
             shared,
             store,
             config,
-            limits: Limits {
-                max_keys: caps.max_commit_keys,
-                max_value: caps.max_value_size,
-            },
-            queue: VecDeque::new(),
-            busy: HashSet::default(),
             calls: FuturesUnordered::new(),
-            closing: false,
         }
     }
 
-    pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
+    pub(crate) async fn run(mut self) {
         let mut guard = AliveGuard {
             shared: self.shared.clone(),
             finished: false,
         };
-        let mut open = true;
         let shared = self.shared.clone();
-        // One timer for the earliest held entry, re-armed only when that changes.
+        // One timer for the earliest held entry, re-armed only when that changes: a reset can
+        // wake the timer driver's thread, too dear per step. A firing that finds nothing due
+        // costs a loop.
         let timer = tokio::time::sleep(std::time::Duration::ZERO);
         tokio::pin!(timer);
-        let mut armed: Option<Instant> = None;
+        let mut timer_set = false;
         loop {
-            // Take everything already submitted before handing anything over, so it merges.
-            while open && self.queue.len() < self.config.queue_maxsize {
-                match rx.try_recv() {
-                    Ok(msg) => self.accept(msg),
-                    Err(mpsc::error::TryRecvError::Empty) => break,
-                    Err(mpsc::error::TryRecvError::Disconnected) => open = false,
-                }
-            }
-            if !open {
-                self.closing = true;
-            }
-            let due = self.launch();
-            if self.queue.is_empty() && self.calls.is_empty() && self.closing {
+            let launched = self.launch();
+            if launched.stop {
                 break;
             }
-            // Re-armed only for an earlier deadline: a reset can wake the timer driver's
-            // thread, too dear per step. A firing that finds nothing due costs a loop.
-            if let Some(at) = due
-                && armed.is_none_or(|a| at < a)
-            {
+            if let Some(at) = launched.rearm {
                 timer.as_mut().reset(at);
-                armed = Some(at);
+                timer_set = true;
             }
-            let room = !self.closing && self.queue.len() < self.config.queue_maxsize;
             tokio::select! {
                 Some(done) = self.calls.next(), if !self.calls.is_empty() => self.finish(done),
-                msg = rx.recv(), if room => match msg {
-                    Some(msg) => self.accept(msg),
-                    None => open = false,
-                },
                 () = shared.wake.notified() => {}
-                () = &mut timer, if armed.is_some() => armed = None,
+                () = &mut timer, if timer_set => {
+                    timer_set = false;
+                    shared.lock().armed = None;
+                }
             }
         }
         guard.finished = true;
     }
 
-    fn accept(&mut self, msg: Msg) {
-        let entry = match msg {
-            Msg::Shutdown => {
-                self.closing = true;
-                return;
-            }
-            Msg::Commit(entry) => entry,
-        };
-        let mut st = self.shared.lock();
-        if st.runs.get(&entry.key).is_some_and(|r| r.error.is_some()) {
-            // The run already failed; its waiters already see that error.
-            st.stats.failed += 1;
-            return;
-        }
-        let mut entry = entry;
-        if self.config.coalesce_runtime_state
-            && let Some(last) = self
-                .queue
-                .iter_mut()
-                .rev()
-                .find(|q| q.entry.key == entry.key)
-        {
-            match merge(last, entry, self.limits) {
-                None => {
-                    st.stats.coalesced += 1;
-                    return;
-                }
-                Some(refused) => {
-                    last.sealed = true;
-                    entry = refused;
-                }
-            }
-        }
-        drop(st);
-        let since = self.holds().then(Instant::now);
-        self.queue.push_back(Queued {
-            first: entry.seq,
-            entry,
-            since,
-            sealed: false,
-            index: None,
-        });
-    }
-
-    /// Whether entries are held (there is nothing to merge into a held entry with merging off).
-    fn holds(&self) -> bool {
-        self.config.coalesce_runtime_state && !self.config.hold.is_zero()
-    }
-
     /// Hand the due entries of runs with no commit in flight to the store, up to
-    /// [`MAX_CALLS`] calls. Returns when the earliest entry still held falls due, if any.
-    fn launch(&mut self) -> Option<Instant> {
-        if self.queue.is_empty() {
-            return None;
+    /// [`MAX_CALLS`] calls, and say when the earliest entry still held falls due (if the
+    /// timer is not already set earlier) and whether to stop.
+    fn launch(&mut self) -> Launched {
+        let mut st = self.shared.lock();
+        let closing = st.closed || st.dropped;
+        if st.queue.is_empty() {
+            return Launched {
+                rearm: None,
+                stop: closing && self.calls.is_empty(),
+            };
         }
         let hold = self.config.hold;
-        let now = self.holds().then(Instant::now);
-        let full = self.closing || self.queue.len() >= self.config.queue_maxsize;
+        let now = holds(&self.config).then(Instant::now);
+        let cap = self.config.queue_maxsize;
+        let was_full = st.queue.len() >= cap;
+        let full = closing || was_full;
         let mut held_until: Option<Instant> = None;
+        let mut took = false;
         while self.calls.len() < MAX_CALLS {
             let max = self.config.max_batch_size;
             let mut picked: Vec<(RunKey, u64)> = Vec::new();
             let mut commits: Vec<Commit> = Vec::new();
-            let mut rest = VecDeque::with_capacity(self.queue.len());
+            let mut rest = VecDeque::with_capacity(st.queue.len());
             held_until = None;
-            {
-                let st = self.shared.lock();
-                for q in self.queue.drain(..) {
-                    let until = match (q.since, now) {
-                        (Some(since), Some(now)) if !full && !q.sealed => {
-                            let wanted = st.runs.get(&q.entry.key).map_or(0, |r| r.wanted);
-                            (wanted < q.first && since + hold > now).then_some(since + hold)
-                        }
-                        _ => None,
-                    };
-                    let free = !self.busy.contains(&q.entry.key);
-                    if let Some(until) = until {
-                        if free {
-                            held_until = Some(held_until.map_or(until, |h| h.min(until)));
-                        }
-                        rest.push_back(q);
-                    } else if picked.len() < max && free {
-                        self.busy.insert(q.entry.key.clone());
-                        picked.push((q.entry.key, q.entry.seq));
-                        let mut commit = q.entry.commit;
-                        materialize_latest(&mut commit, q.entry.latest_put);
-                        commits.push(commit);
-                    } else {
-                        rest.push_back(q);
+            let queue = std::mem::take(&mut st.queue);
+            for q in queue {
+                let until = match (q.since, now) {
+                    (Some(since), Some(now)) if !full && !q.sealed => {
+                        let wanted = st.runs.get(&q.entry.key).map_or(0, |r| r.wanted);
+                        (wanted < q.first && since + hold > now).then_some(since + hold)
                     }
+                    _ => None,
+                };
+                let free = !st.busy.contains(&q.entry.key);
+                if let Some(until) = until {
+                    if free {
+                        held_until = Some(held_until.map_or(until, |h| h.min(until)));
+                    }
+                    rest.push_back(q);
+                } else if picked.len() < max && free {
+                    st.busy.insert(q.entry.key.clone());
+                    picked.push((q.entry.key, q.entry.seq));
+                    let mut commit = q.entry.commit;
+                    materialize_latest(&mut commit, q.entry.latest_put);
+                    commits.push(commit);
+                } else {
+                    rest.push_back(q);
                 }
             }
-            self.queue = rest;
+            st.queue = rest;
             if picked.is_empty() {
-                return held_until;
+                break;
             }
+            took = true;
             let store = self.store.clone();
             self.calls.push(Box::pin(async move {
                 let results = store.commit_batch(&commits).await;
                 (picked, results)
             }));
         }
-        held_until
+        let rearm = held_until.filter(|&at| st.armed.is_none_or(|a| at < a));
+        if rearm.is_some() {
+            st.armed = rearm;
+        }
+        drop(st);
+        if took && was_full {
+            // Submits waiting for room re-check.
+            self.shared.notify();
+        }
+        Launched { rearm, stop: false }
     }
 
     fn finish(&mut self, (picked, results): Done) {
         let mut results = results.into_iter();
         let mut failed_runs: HashSet<RunKey> = HashSet::new();
         {
-            let mut st = self.shared.lock();
+            let mut guard = self.shared.lock();
+            let st = &mut *guard;
             st.stats.batches += 1;
             st.stats.max_batch_len = st.stats.max_batch_len.max(picked.len() as u64);
             for (key, seq) in picked {
-                self.busy.remove(&key);
+                st.busy.remove(&key);
                 let result = results.next().unwrap_or_else(|| {
                     Err(Error::unexpected(
                         "store answered fewer results than commits in the batch",
@@ -334,9 +397,9 @@ impl Worker {
                 }
             }
             if !failed_runs.is_empty() {
-                let before = self.queue.len();
-                self.queue.retain(|q| !failed_runs.contains(&q.entry.key));
-                st.stats.failed += (before - self.queue.len()) as u64;
+                let before = st.queue.len();
+                st.queue.retain(|q| !failed_runs.contains(&q.entry.key));
+                st.stats.failed += (before - st.queue.len()) as u64;
             }
         }
         self.shared.notify();
