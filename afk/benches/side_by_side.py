@@ -21,7 +21,10 @@ store holds 10x more records by the end; both stores slow down as they grow), an
 second time per case with that allocator preloaded (an application's choice of allocator; AFK
 Python keeps CPython's own), shown in its own column, and OURS_CT=1 to run ours once more per
 case on a current-thread tokio runtime (PROBE_CT=1: one thread, as AFK's asyncio loop is; the
-default column is tokio's multi-thread runtime, what `#[tokio::main]` gives), in its own column.
+default column is tokio's multi-thread runtime, what `#[tokio::main]` gives), in its own column,
+and OURS_SPAWN=1 to run ours once more per case with the runs awaited from a task of the
+multi-thread runtime (PROBE_SPAWN=1: as a server awaits runs from its request tasks, and as
+AFK's driver awaits them inside its event loop) instead of from `block_on` on the main thread.
 """
 import json, os, statistics, subprocess, sys, time
 
@@ -33,6 +36,7 @@ NS = [int(x) for x in os.environ.get("NS", "10,100").split(",")]
 MODES = os.environ.get("MODES", "async,sync").split(",")
 PRELOAD = os.environ.get("OURS_PRELOAD")
 CT = os.environ.get("OURS_CT") == "1"
+SPAWN = os.environ.get("OURS_SPAWN") == "1"
 BACKENDS = os.environ.get("BACKENDS", "memory").split(",")
 # Runs per process: AFK is slower, so it gets fewer runs of the same length; both sides' store
 # grows over a process's runs, so each side runs its own count every repetition.
@@ -59,7 +63,7 @@ def afk(backend, n, mode):
     return d["steps_per_s"] if "steps_per_s" in d and backend == "memory" else n * runs / d["seconds"]
 
 
-def ours(backend, n, mode, preload=None, ct=False):
+def ours(backend, n, mode, preload=None, ct=False, spawn=False):
     # SAME_RUNS=1: as many runs as AFK's process makes (the same store growth on both sides).
     runs = RUNS[(backend, n)][0 if os.environ.get("SAME_RUNS") == "1" else 1]
     env = dict(os.environ, PROBE_RAW="1")
@@ -67,6 +71,8 @@ def ours(backend, n, mode, preload=None, ct=False):
         env["LD_PRELOAD"] = preload
     if ct:
         env["PROBE_CT"] = "1"
+    if spawn:
+        env["PROBE_SPAWN"] = "1"
     out = subprocess.run([PROBE, "run", str(n), mode, str(runs), backend], env=env,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])["steps_per_s"]
@@ -82,6 +88,8 @@ for rep in range(REPS):
                     sides.append(("ours_preload", lambda b, n, m: ours(b, n, m, PRELOAD)))
                 if CT:
                     sides.append(("ours_ct", lambda b, n, m: ours(b, n, m, ct=True)))
+                if SPAWN:
+                    sides.append(("ours_spawn", lambda b, n, m: ours(b, n, m, spawn=True)))
                 if rep % 2:
                     sides.reverse()
                 for name, f in sides:
@@ -95,7 +103,8 @@ for rep in range(REPS):
 
 # Extra columns: (side, heading), each followed by its ratio to AFK.
 EXTRA = ([("ours_preload", "ours with the preloaded allocator, steps/s")] if PRELOAD else []) + \
-    ([("ours_ct", "ours on one thread (current-thread runtime), steps/s")] if CT else [])
+    ([("ours_ct", "ours on one thread (current-thread runtime), steps/s")] if CT else []) + \
+    ([("ours_spawn", "ours, runs awaited from a task, steps/s")] if SPAWN else [])
 heads = "".join(f" {h} | ÷ AFK |" for _, h in EXTRA)
 print("\n| store | steps/run | mode | AFK Python steps/s (median; each rep) | ours steps/s (median; each rep) | ours ÷ AFK |" + heads + " load (1-min) during |")
 print("|---|---:|---|---:|---:|---:|" + "---:|---:|" * len(EXTRA) + "---:|")

@@ -31,7 +31,8 @@ pub struct RunnerStats {
     /// Commits that will never be written: failed after retries, or dropped because their run
     /// had failed.
     pub failed: u64,
-    /// Store calls that wrote commits (`Store::commit_batch`; in sync mode `Store::commit`).
+    /// Store calls that wrote commits: the background writer's `Store::commit_batch` calls, and
+    /// the `Store::commit` calls a run's barrier makes itself (every write in sync mode).
     pub batches: u64,
     /// Most commits handed to the store in one call.
     pub max_batch_len: u64,

@@ -367,22 +367,6 @@ impl Writer {
         }
     }
 
-    /// [`Writer::barrier`] without writing inline: waits for the background task.
-    async fn wait_durable(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
-        let key: RunKey = (thread.clone(), run.clone(), epoch);
-        let target = {
-            let st = self.inner.shared.lock();
-            match st.runs.get(&key) {
-                None => return Ok(()),
-                Some(r) => match &r.error {
-                    Some(e) => return Err(replay(e)),
-                    None => r.submitted,
-                },
-            }
-        };
-        self.inner.shared.wait_for(&key, target).await
-    }
-
     /// Stop holding the commits submitted for `(thread, run)` under claim `epoch` so far: the
     /// background task writes them as soon as the run has no write in flight, as a barrier
     /// would, without waiting for them. The runner calls it when a run's task ends without a
@@ -418,16 +402,19 @@ impl Writer {
         epoch: Epoch,
         timeout: Duration,
     ) -> Result<()> {
-        // Not `barrier`: a timeout must leave the commits queued for the background task, not
-        // cut a write of the caller's short.
-        match tokio::time::timeout(timeout, self.wait_durable(thread, run, epoch)).await {
-            Err(_) => Err(Error::new(
-                ErrorKind::Timeout,
-                format!(
-                    "checkpoint flush of run {run} did not finish within {:.3} s",
-                    timeout.as_secs_f64()
-                ),
-            )),
+        // A timeout cuts nothing short: a write the barrier was making goes on as a task of its
+        // own (see `barrier`), and what is still queued is released to the background task.
+        match tokio::time::timeout(timeout, self.barrier(thread, run, epoch)).await {
+            Err(_) => {
+                self.release(thread, run, epoch);
+                Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "checkpoint flush of run {run} did not finish within {:.3} s",
+                        timeout.as_secs_f64()
+                    ),
+                ))
+            }
             Ok(Err(e)) => Err(e),
             Ok(Ok(())) => {
                 let key: RunKey = (thread.clone(), run.clone(), epoch);

@@ -39,7 +39,8 @@ pub(crate) struct WriterStats {
     pub failed: u64,
     /// Commits merged into a newer one of their run before being written.
     pub coalesced: u64,
-    /// Calls to `Store::commit_batch` (sync mode: calls to `Store::commit`).
+    /// Store calls that wrote commits: `Store::commit_batch` calls of the background task and
+    /// `Store::commit` calls of barriers writing their run's commit (sync mode: every write).
     pub batches: u64,
     /// Most commits handed to the store in one call.
     pub max_batch_len: u64,
