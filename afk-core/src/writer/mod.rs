@@ -574,22 +574,52 @@ impl Drop for InlineCall {
         let Some(call) = self.call.take() else {
             return;
         };
-        let (shared, key, seq) = (self.shared.clone(), self.key.clone(), self.seq);
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(async move {
-                    let result = call.await;
-                    worker::record_one(&shared, &key, seq, result);
-                });
-            }
-            // No runtime to finish it on: whether the store applied it is unknown, so the
-            // claim fails (a resume claims the run afresh and reads what is there).
-            Err(_) => worker::record_one(
-                &shared,
-                &key,
-                seq,
-                Err(stopped("a checkpoint write was cut off with its runtime")),
-            ),
+        let recorder = Recorder {
+            shared: self.shared.clone(),
+            key: self.key.clone(),
+            seq: self.seq,
+            done: false,
+        };
+        // Without a runtime to finish it on (or if that runtime drops the task unrun), the
+        // recorder fails the claim: whether the store applied the write is unknown, and a
+        // resume claims the run afresh and reads what is there.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let result = call.await;
+                recorder.finish(result);
+            });
+        }
+    }
+}
+
+/// Records the end of a write that goes on after its barrier was dropped; dropped unfinished
+/// (its task cancelled, its runtime gone), it records the write as failed, so the run claim is
+/// never left busy with nobody to finish it.
+struct Recorder {
+    shared: Arc<Shared>,
+    key: RunKey,
+    seq: u64,
+    done: bool,
+}
+
+impl Recorder {
+    fn finish(mut self, result: Result<()>) {
+        self.done = true;
+        worker::record_one(&self.shared, &self.key, self.seq, result);
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if !self.done {
+            worker::record_one(
+                &self.shared,
+                &self.key,
+                self.seq,
+                Err(stopped(
+                    "a checkpoint write ended without a result: its task was cancelled or panicked",
+                )),
+            );
         }
     }
 }

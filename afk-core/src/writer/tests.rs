@@ -471,6 +471,39 @@ async fn an_aborted_barrier_still_finishes_and_records_its_write() {
     assert_eq!(applied(&fs, &r).concat().len(), 3);
 }
 
+/// The write an aborted barrier left going on is cut off too when its runtime goes away: the
+/// run claim then fails (whether the store applied it is unknown) instead of staying busy with
+/// nobody to finish it.
+#[test]
+fn a_write_cut_off_with_its_runtime_fails_its_claim() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let (w, t, r, e) = rt.block_on(async {
+        let (fs, w) = writer(CheckpointConfig::default());
+        fs.set_latency(Duration::from_secs(10));
+        let (t, r) = (tid("t1"), rid("r1"));
+        let e = claimed(&fs, &t, &r).await;
+        w.submit(record(&t, &r, e, 0, "pre_llm"), false)
+            .await
+            .unwrap();
+        let barrier = tokio::spawn({
+            let (w, t, r) = (w.clone(), t.clone(), r.clone());
+            async move { w.barrier(&t, &r, e).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        barrier.abort();
+        assert!(barrier.await.unwrap_err().is_cancelled());
+        assert!(w.run_error(&t, &r, e).is_none(), "still going on");
+        (w, t, r, e)
+    });
+    drop(rt);
+    let err = w.run_error(&t, &r, e).expect("the claim failed");
+    assert!(err.message().contains("without a result"), "{err}");
+}
+
 /// A submit waiting for room goes on once the task hands the queued entry to the store.
 #[tokio::test(start_paused = true)]
 async fn a_submit_waiting_for_room_goes_on_when_the_queue_drains() {
