@@ -36,6 +36,9 @@ pub struct RunnerStats {
     pub batches: u64,
     /// Most commits handed to the store in one call.
     pub max_batch_len: u64,
+    /// Of `batches`, the writes a run's barrier (or terminal flush) made itself, on the run's
+    /// own task, because the run had no write in flight (async mode).
+    pub inline_writes: u64,
     /// Retries of failed store calls made by the writer's retry policy.
     pub retries: u64,
 }
@@ -51,6 +54,7 @@ impl From<WriterStats> for RunnerStats {
             failed: s.failed,
             batches: s.batches,
             max_batch_len: s.max_batch_len,
+            inline_writes: s.inline,
             retries: s.retries,
         }
     }

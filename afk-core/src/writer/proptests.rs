@@ -83,7 +83,19 @@ fn index_of(key: &str) -> u64 {
 fn coalescing_never_reorders_a_runs_records() {
     static COALESCED: AtomicU64 = AtomicU64::new(0);
     static MERGED_PHASE: AtomicU64 = AtomicU64::new(0);
-    let ops = prop::collection::vec((0..3usize, any::<bool>(), prop::bool::weighted(0.2)), 1..40);
+    // Barriers in the middle: written inline by the run's barrier, or by the background task
+    // (held past `hold`, or the run busy with a background write), in the same sequence.
+    static INLINE: AtomicU64 = AtomicU64::new(0);
+    static BACKGROUND: AtomicU64 = AtomicU64::new(0);
+    let ops = prop::collection::vec(
+        (
+            0..3usize,
+            any::<bool>(),
+            prop::bool::weighted(0.2),
+            prop::bool::weighted(0.15),
+        ),
+        1..40,
+    );
     check(
         "coalescing_never_reorders",
         (ops, 0..30u64),
@@ -98,7 +110,7 @@ fn coalescing_never_reorders_a_runs_records() {
                     epochs.push(fs.inner().claim(&t, r).await.unwrap());
                 }
                 let mut submitted: Vec<Vec<(u64, bool)>> = vec![Vec::new(); 3];
-                for (i, &(r, coalescible, pause)) in ops.iter().enumerate() {
+                for (i, &(r, coalescible, pause, barrier)) in ops.iter().enumerate() {
                     let i = i as u64;
                     w.submit(
                         op_commit(&runs[r], epochs[r], i, coalescible, false),
@@ -110,11 +122,17 @@ fn coalescing_never_reorders_a_runs_records() {
                     if pause {
                         tokio::time::sleep(Duration::from_millis(latency_ms / 2 + 1)).await;
                     }
+                    if barrier {
+                        w.barrier(&t, &runs[r], epochs[r]).await.unwrap();
+                    }
                 }
                 for (r, e) in runs.iter().zip(&epochs) {
                     w.barrier(&t, r, *e).await.unwrap();
                 }
-                COALESCED.fetch_add(w.stats().coalesced, Ordering::Relaxed);
+                let stats = w.stats();
+                COALESCED.fetch_add(stats.coalesced, Ordering::Relaxed);
+                INLINE.fetch_add(stats.inline, Ordering::Relaxed);
+                BACKGROUND.fetch_add(stats.batches - stats.inline, Ordering::Relaxed);
                 for (r, run) in runs.iter().enumerate() {
                     let commits = applied(&fs, run);
                     let order: Vec<u64> = commits.iter().flatten().map(|k| index_of(k)).collect();
@@ -144,6 +162,19 @@ fn coalescing_never_reorders_a_runs_records() {
     assert!(
         MERGED_PHASE.load(Ordering::Relaxed) > 0,
         "no case merged a phase record with another commit"
+    );
+    eprintln!(
+        "coalescing_never_reorders: {} writes by barriers, {} by the background task",
+        INLINE.load(Ordering::Relaxed),
+        BACKGROUND.load(Ordering::Relaxed)
+    );
+    assert!(
+        INLINE.load(Ordering::Relaxed) > 0,
+        "no barrier wrote inline"
+    );
+    assert!(
+        BACKGROUND.load(Ordering::Relaxed) > 0,
+        "the background task wrote nothing"
     );
 }
 

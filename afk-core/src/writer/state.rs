@@ -44,6 +44,8 @@ pub(crate) struct WriterStats {
     pub batches: u64,
     /// Most commits handed to the store in one call.
     pub max_batch_len: u64,
+    /// Of `batches`, the writes barriers made themselves (`Writer::barrier`).
+    pub inline: u64,
     /// Accepted commits known durable (written, or merged into a written commit); filled in
     /// by [`Writer::stats`](super::Writer::stats).
     pub durable: u64,

@@ -189,6 +189,7 @@ pub(crate) fn take_next(st: &mut State, key: &RunKey) -> Option<Entry> {
     let at = st.queue.iter().position(|q| q.entry.key == *key)?;
     let q = st.queue.remove(at)?;
     st.busy.insert(key.clone());
+    st.stats.inline += 1;
     Some(q.entry)
 }
 
