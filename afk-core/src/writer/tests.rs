@@ -430,21 +430,21 @@ async fn a_full_queue_applies_backpressure_and_a_dropped_submit_loses_nothing() 
     assert_eq!(applied(&fs, &r2).len(), 1);
 }
 
-/// A barrier writes its run's queued commit itself; aborted while that write is in flight (the
-/// run's task was aborted), the write still ends and is recorded, as the background task's
-/// would be: nothing the run queued is lost or left unaccounted.
-#[tokio::test(start_paused = true)]
-async fn an_aborted_barrier_still_finishes_and_records_its_write() {
+/// A run `r1` with `phases` submitted (steps 0, 1, …) whose barrier was aborted while writing
+/// them itself on a store with `latency` per call, 10 ms into that write.
+async fn barrier_aborted_mid_write(
+    latency: Duration,
+    phases: &[&str],
+) -> (Faulty, Writer, ThreadId, RunId, Epoch) {
     let (fs, w) = writer(CheckpointConfig::default());
-    fs.set_latency(Duration::from_millis(100));
+    fs.set_latency(latency);
     let (t, r) = (tid("t1"), rid("r1"));
     let e = claimed(&fs, &t, &r).await;
-    w.submit(record(&t, &r, e, 0, "pre_llm"), false)
-        .await
-        .unwrap();
-    w.submit(record(&t, &r, e, 1, "post_llm"), false)
-        .await
-        .unwrap();
+    for (i, phase) in phases.iter().enumerate() {
+        w.submit(record(&t, &r, e, i as u64, phase), false)
+            .await
+            .unwrap();
+    }
     let barrier = tokio::spawn({
         let (w, t, r) = (w.clone(), t.clone(), r.clone());
         async move { w.barrier(&t, &r, e).await }
@@ -459,6 +459,16 @@ async fn an_aborted_barrier_still_finishes_and_records_its_write() {
     barrier.abort();
     assert!(barrier.await.unwrap_err().is_cancelled());
     assert!(applied(&fs, &r).is_empty(), "not applied yet");
+    (fs, w, t, r, e)
+}
+
+/// A barrier writes its run's queued commit itself; aborted while that write is in flight (the
+/// run's task was aborted), the write still ends and is recorded, as the background task's
+/// would be: nothing the run queued is lost or left unaccounted.
+#[tokio::test(start_paused = true)]
+async fn an_aborted_barrier_still_finishes_and_records_its_write() {
+    let (fs, w, t, r, e) =
+        barrier_aborted_mid_write(Duration::from_millis(100), &["pre_llm", "post_llm"]).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(applied(&fs, &r).concat().len(), 2, "the write went on");
     let s = w.stats();
@@ -482,20 +492,8 @@ fn a_write_cut_off_with_its_runtime_fails_its_claim() {
         .build()
         .unwrap();
     let (w, t, r, e) = rt.block_on(async {
-        let (fs, w) = writer(CheckpointConfig::default());
-        fs.set_latency(Duration::from_secs(10));
-        let (t, r) = (tid("t1"), rid("r1"));
-        let e = claimed(&fs, &t, &r).await;
-        w.submit(record(&t, &r, e, 0, "pre_llm"), false)
-            .await
-            .unwrap();
-        let barrier = tokio::spawn({
-            let (w, t, r) = (w.clone(), t.clone(), r.clone());
-            async move { w.barrier(&t, &r, e).await }
-        });
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        barrier.abort();
-        assert!(barrier.await.unwrap_err().is_cancelled());
+        let (_fs, w, t, r, e) =
+            barrier_aborted_mid_write(Duration::from_secs(10), &["pre_llm"]).await;
         assert!(w.run_error(&t, &r, e).is_none(), "still going on");
         (w, t, r, e)
     });
