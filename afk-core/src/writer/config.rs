@@ -16,11 +16,13 @@ use crate::store::RetryPolicy;
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct CheckpointConfig {
-    /// Queue commits to a background task (`true`, AFK's default) or write each one inline
-    /// before the run goes on (`false`, "sync mode").
+    /// Queue commits (`true`, AFK's default: a background task writes them, and a run's barrier
+    /// before a side effect writes its own queued commit when nothing of the run is in flight)
+    /// or write each one inline before the run goes on (`false`, "sync mode").
     pub async_writes: bool,
-    /// Most commits waiting in the queue; a full queue makes the run wait (backpressure).
-    /// Default 1024; clamped to at least 1.
+    /// Most entries waiting in the queue; a full queue makes a run whose commit needs an entry
+    /// of its own wait (backpressure; a commit that merges into its run's queued entry takes
+    /// none). Default 1024; clamped to at least 1.
     pub queue_maxsize: usize,
     /// Bound of the terminal flush (AFK's `checkpoint_flush_timeout_s`, default 10 s): the
     /// run's result is returned once its terminal record is durable, or fails with `Timeout`.
