@@ -172,14 +172,8 @@ pub(crate) fn would_merge(st: &State, key: &RunKey, commit: &Commit, limits: Lim
         .find(|q| q.entry.key == *key)
         .is_some_and(|q| {
             let old = &q.entry.commit;
-            old.epoch == commit.epoch
-                && limits.admits(old)
-                && limits.admits(commit)
-                && limits
-                    .max_keys
-                    // `<`: one key more for the latest pointer.
-                    .is_none_or(|m| old.puts.len() + commit.puts.len() < m)
-                && old.byte_len() + commit.byte_len() <= MAX_MERGED_BYTES
+            // As if every key were new and the pointer moved: never a yes `merge` refuses.
+            mergeable(old, commit, limits) && keys_fit(old, commit.puts.len() + 1, limits)
         })
 }
 
@@ -407,6 +401,21 @@ impl Worker {
     }
 }
 
+/// Whether `new` may merge into `old` but for the key count ([`keys_fit`]): one claim, each
+/// within the store's limits on its own, the merged payload within [`MAX_MERGED_BYTES`].
+fn mergeable(old: &Commit, new: &Commit, limits: Limits) -> bool {
+    old.epoch == new.epoch
+        && limits.admits(old)
+        && limits.admits(new)
+        && old.byte_len() + new.byte_len() <= MAX_MERGED_BYTES
+}
+
+/// Whether `old` gaining `more` keys (new puts, the latest pointer) stays within the store's
+/// key limit.
+fn keys_fit(old: &Commit, more: usize, limits: Limits) -> bool {
+    limits.max_keys.is_none_or(|m| old.puts.len() + more <= m)
+}
+
 /// Below this many puts a merged commit finds keys by scanning; above, through an index.
 const SCAN_MAX: usize = 16;
 
@@ -417,7 +426,7 @@ const SCAN_MAX: usize = 16;
 /// [`MAX_MERGED_BYTES`].
 fn merge(older: &mut Queued, newer: Entry, limits: Limits) -> Option<Entry> {
     let (old, new) = (&older.entry.commit, &newer.commit);
-    if old.epoch != new.epoch || !limits.admits(old) || !limits.admits(new) {
+    if !mergeable(old, new, limits) {
         return Some(newer);
     }
     if older.index.is_none() && old.puts.len() + new.puts.len() > SCAN_MAX {
@@ -445,11 +454,7 @@ fn merge(older: &mut Queued, newer: Entry, limits: Limits) -> Option<Entry> {
             || older.entry.latest_put.is_some()
             || newer.latest_put.is_some(),
     );
-    if limits
-        .max_keys
-        .is_some_and(|m| old.puts.len() + added + latest > m)
-        || old.byte_len() + new.byte_len() > MAX_MERGED_BYTES
-    {
+    if !keys_fit(old, added + latest, limits) {
         return Some(newer);
     }
     let Entry {
