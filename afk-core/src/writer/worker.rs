@@ -188,19 +188,37 @@ pub(crate) fn take_next(st: &mut State, key: &RunKey) -> Option<Entry> {
 }
 
 /// Record the end of a write of run claim `key` made outside the background task (see
-/// `Writer::barrier`): the same bookkeeping as [`Worker::finish`] for one commit, then a
-/// wake-up for the task if the run has more queued (it skipped them while the run was busy).
+/// `Writer::barrier`): the same bookkeeping as the task's ([`record`]), then a wake-up for the
+/// task if the run has more queued (it skipped them while the run was busy).
 pub(crate) fn record_one(shared: &Shared, key: &RunKey, seq: u64, result: Result<()>) {
     let more = {
-        let mut guard = shared.lock();
-        let st = &mut *guard;
-        st.busy.remove(key);
-        st.stats.batches += 1;
-        st.stats.max_batch_len = st.stats.max_batch_len.max(1);
+        let mut st = shared.lock();
+        record(&mut st, 1, std::iter::once((key.clone(), seq, result)));
+        st.queue.iter().any(|q| q.entry.key == *key)
+    };
+    shared.notify();
+    if more {
+        shared.wake.notify_one();
+    }
+}
+
+/// The bookkeeping of one store call's end (under the lock), whoever made it: each run claim
+/// is no longer busy; a written commit makes its sequence number durable; a failed one fails
+/// its claim, whose queued entries are dropped with it.
+fn record(
+    st: &mut State,
+    commits: usize,
+    done: impl IntoIterator<Item = (RunKey, u64, Result<()>)>,
+) {
+    st.stats.batches += 1;
+    st.stats.max_batch_len = st.stats.max_batch_len.max(commits as u64);
+    let mut failed_runs: HashSet<RunKey> = HashSet::new();
+    for (key, seq, result) in done {
+        st.busy.remove(&key);
         match result {
             Ok(()) => {
                 st.stats.written += 1;
-                let run = st.runs.entry(key.clone()).or_default();
+                let run = st.runs.entry(key).or_default();
                 run.durable = run.durable.max(seq);
             }
             Err(e) => {
@@ -208,17 +226,15 @@ pub(crate) fn record_one(shared: &Shared, key: &RunKey, seq: u64, result: Result
                     thread = %key.0, run = %key.1, epoch = %key.2, error = %e,
                     "checkpoint write failed; failing the run"
                 );
-                st.fail_run(key, e);
-                let before = st.queue.len();
-                st.queue.retain(|q| q.entry.key != *key);
-                st.stats.failed += (before - st.queue.len()) as u64;
+                st.fail_run(&key, e);
+                failed_runs.insert(key);
             }
         }
-        st.queue.iter().any(|q| q.entry.key == *key)
-    };
-    shared.notify();
-    if more {
-        shared.wake.notify_one();
+    }
+    if !failed_runs.is_empty() {
+        let before = st.queue.len();
+        st.queue.retain(|q| !failed_runs.contains(&q.entry.key));
+        st.stats.failed += (before - st.queue.len()) as u64;
     }
 }
 
@@ -361,42 +377,17 @@ impl Worker {
     }
 
     fn finish(&mut self, (picked, results): Done) {
+        let commits = picked.len();
         let mut results = results.into_iter();
-        let mut failed_runs: HashSet<RunKey> = HashSet::new();
-        {
-            let mut guard = self.shared.lock();
-            let st = &mut *guard;
-            st.stats.batches += 1;
-            st.stats.max_batch_len = st.stats.max_batch_len.max(picked.len() as u64);
-            for (key, seq) in picked {
-                st.busy.remove(&key);
-                let result = results.next().unwrap_or_else(|| {
-                    Err(Error::unexpected(
-                        "store answered fewer results than commits in the batch",
-                    ))
-                });
-                match result {
-                    Ok(()) => {
-                        st.stats.written += 1;
-                        let run = st.runs.entry(key).or_default();
-                        run.durable = run.durable.max(seq);
-                    }
-                    Err(e) => {
-                        tracing::warn!(
-                            thread = %key.0, run = %key.1, epoch = %key.2, error = %e,
-                            "checkpoint write failed; failing the run"
-                        );
-                        st.fail_run(&key, e);
-                        failed_runs.insert(key);
-                    }
-                }
-            }
-            if !failed_runs.is_empty() {
-                let before = st.queue.len();
-                st.queue.retain(|q| !failed_runs.contains(&q.entry.key));
-                st.stats.failed += (before - st.queue.len()) as u64;
-            }
-        }
+        let done = picked.into_iter().map(|(key, seq)| {
+            let result = results.next().unwrap_or_else(|| {
+                Err(Error::unexpected(
+                    "store answered fewer results than commits in the batch",
+                ))
+            });
+            (key, seq, result)
+        });
+        record(&mut self.shared.lock(), commits, done);
         self.shared.notify();
     }
 }
