@@ -60,6 +60,30 @@ async fn a_commit_nobody_waits_for_is_written_once_it_is_hold_old() {
     assert_eq!(applied(&fs, &r)[0].len(), 2);
 }
 
+/// A commit due after the background task's timer fires does not wake the task (its timer
+/// finds it); it is still written once it is `hold` old, not later, and not earlier.
+#[tokio::test(start_paused = true)]
+async fn a_commit_the_timer_will_find_is_written_on_time_without_a_wake_up() {
+    let (fs, w) = writer(holding(Duration::from_millis(5)));
+    let t = tid("t1");
+    let (a, b) = (rid("a"), rid("b"));
+    let (ea, eb) = (claimed(&fs, &t, &a).await, claimed(&fs, &t, &b).await);
+    w.submit(record(&t, &a, ea, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    // Due at 8 ms; the timer is set for a's 5 ms, so b's commit wakes nobody.
+    w.submit(record(&t, &b, eb, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(3)).await; // 6 ms
+    assert_eq!(applied(&fs, &a).len(), 1);
+    assert!(applied(&fs, &b).is_empty(), "b is not 5 ms old yet");
+    tokio::time::sleep(Duration::from_millis(3)).await; // 9 ms
+    assert_eq!(applied(&fs, &b).len(), 1, "the timer found b's commit");
+    assert_eq!(w.stats().inline, 0, "written by the background task");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_waiting_ticket_or_a_flush_writes_held_commits_at_once() {
     let (fs, w) = writer(holding(Duration::from_secs(3600)));
