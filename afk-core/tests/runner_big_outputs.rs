@@ -1,7 +1,9 @@
 //! Tool outputs larger than the store can keep (its `max_value_size`): the call is recorded as
 //! failed with an error that says so, the run goes on, and a resume replays that failure
 //! instead of running the tool again. Before, the result row's commit was refused, the run
-//! failed, and every resume ran the tool again and failed the same way.
+//! failed, and every resume ran the tool again and failed the same way. Likewise a model answer
+//! too large to record is a failed model call (fallback models, then the LLM policy), not a
+//! refused commit that every resume would ask the model for again.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -201,4 +203,90 @@ async fn an_error_message_the_store_cannot_keep_is_cut_to_fit() {
         &err[err.len() - 200..]
     );
     assert!(err.len() < MAX, "{}", err.len());
+}
+
+/// A model answer the store cannot keep (the run's snapshot holds it twice, over the store's
+/// value limit) fails the run for good, as a failed model call does under the default LLM
+/// policy: a terminal record says why, and a resume answers from it without asking the model
+/// again. Before, the snapshot's commit was refused, and every resume asked the model again
+/// and failed the same way.
+#[tokio::test]
+async fn a_model_answer_the_store_cannot_keep_fails_the_run_for_good() {
+    for async_writes in [true, false] {
+        let llm = ScriptedLlm::new(vec![resp(
+            json!({"text": "z".repeat(40_000), "tool_calls": []}),
+        )]);
+        let agent = Agent::new("a", "", "m", llm.clone());
+        let store = Arc::new(capped());
+        let t = ThreadId::new("t_answer").unwrap();
+        let run = RunId::new("r").unwrap();
+        let err = runner(store.clone(), async_writes)
+            .run_with_id(&agent, &t, run.clone(), "go")
+            .result()
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Llm, "{err}");
+        assert!(err.message().contains(&MAX.to_string()), "{err}");
+        assert_eq!(llm.calls(), 1);
+        let latest = store.inner.get(&t, "checkpoint:r:latest").await.unwrap();
+        let latest: Value = serde_json::from_slice(&latest.unwrap()).unwrap();
+        assert_eq!(latest["phase"], "run_terminal", "{latest}");
+        assert_eq!(latest["payload"]["state"], "failed");
+        let again = runner(store.clone(), async_writes)
+            .resume(&agent, &t, &run)
+            .result()
+            .await;
+        // The terminal record answers: the run failed, and says why.
+        let again = completed(again, "resume of the failed run");
+        assert_eq!(again.state, afk_core::schema::RunStatus::Failed);
+        assert!(
+            again.final_text.contains("the model's answer is"),
+            "{}",
+            again.final_text
+        );
+        assert_eq!(llm.calls(), 1, "the resume did not ask the model again");
+    }
+}
+
+/// A model that answers the primary model at length and the fallback briefly.
+#[derive(Debug, Default)]
+struct Verbose {
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl afk_core::runner::LlmClient for Verbose {
+    fn provider(&self) -> String {
+        "verbose".to_owned()
+    }
+    async fn complete(
+        &self,
+        req: afk_core::runner::LlmRequest,
+    ) -> Result<afk_core::schema::LlmResponse> {
+        self.calls.lock().unwrap().push(req.model.clone());
+        let text = if req.model == "long" {
+            "z".repeat(40_000)
+        } else {
+            "short".to_owned()
+        };
+        Ok(resp(json!({"text": text, "tool_calls": []})))
+    }
+}
+
+/// An answer too large to record is a failed model call: the fallback model is asked next,
+/// and its answer completes the run.
+#[tokio::test]
+async fn a_model_answer_too_large_to_record_falls_back_to_the_next_model() {
+    let llm = Arc::new(Verbose::default());
+    let mut agent = Agent::new("a", "", "long", llm.clone());
+    agent.fallback_models = vec!["brief".to_owned()];
+    let store = Arc::new(capped());
+    let t = ThreadId::new("t_fallback").unwrap();
+    let out = runner(store, true)
+        .run_with_id(&agent, &t, RunId::new("r").unwrap(), "go")
+        .result()
+        .await;
+    let res = completed(out, "fallback");
+    assert_eq!(res.final_text, "short");
+    assert_eq!(*llm.calls.lock().unwrap(), ["long", "brief"]);
 }

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::agent::{Agent, FailurePolicy};
 use super::llm::LlmRequest;
+use super::output_limit;
 use super::persist::Checkpointer;
 use super::state::RunState;
 use super::tool::{ToolRef, ToolSpec};
@@ -356,6 +357,8 @@ impl RunTask {
             .await?;
         let key = format!("{}:step:{step}", self.ckpt.run);
         let specs = self.tool_specs();
+        let max_value = self.ckpt.store().capabilities().max_value_size;
+        self.st.answer_size = None;
         let mut last_err = None;
         let mut got = None;
         for model in self.agent.model_candidates() {
@@ -376,7 +379,27 @@ impl RunTask {
                 _ = control.wait_for(|s| *s != Signal::Run) => { self.check_signal()?; continue; }
             };
             match res {
-                Ok(r) => {
+                Ok(mut r) => {
+                    // As recorded: with AFK's request id, and the run's continuity tokens
+                    // where the provider gave none.
+                    r.request_id = Some(key.clone());
+                    if r.session_token.as_deref().is_none_or(str::is_empty) {
+                        r.session_token = self.st.snap.session_token.clone();
+                    }
+                    if r.checkpoint_token.as_deref().is_none_or(str::is_empty) {
+                        r.checkpoint_token = self.st.snap.checkpoint_token.clone();
+                    }
+                    // An answer the store cannot record fails like a failed call: the next
+                    // candidate is asked, then the LLM policy applies.
+                    if let Some(max) = max_value {
+                        let size = output_limit::answer_size(&r);
+                        if let Some(msg) = output_limit::answer_error(size, max) {
+                            tracing::warn!(model = %model, "{msg}");
+                            last_err = Some(Error::new(ErrorKind::Llm, msg));
+                            continue;
+                        }
+                        self.st.answer_size = Some(size);
+                    }
                     got = Some((model, r));
                     break;
                 }
@@ -386,7 +409,7 @@ impl RunTask {
                 }
             }
         }
-        let Some((model, mut resp)) = got else {
+        let Some((model, resp)) = got else {
             let e = last_err.unwrap_or_else(|| Error::new(ErrorKind::Llm, "no model candidate"));
             let msg = format!("LLM call failed: {}", e.message());
             return match self.agent.policies.llm {
@@ -398,13 +421,6 @@ impl RunTask {
                 }
             };
         };
-        resp.request_id = Some(key);
-        if resp.session_token.as_deref().is_none_or(str::is_empty) {
-            resp.session_token = self.st.snap.session_token.clone();
-        }
-        if resp.checkpoint_token.as_deref().is_none_or(str::is_empty) {
-            resp.checkpoint_token = self.st.snap.checkpoint_token.clone();
-        }
         self.st.snap.llm_calls += 1;
         self.st.snap.usage.add(&resp.usage);
         if let Some(c) = resp.extra.get("cost_usd").and_then(Value::as_f64) {

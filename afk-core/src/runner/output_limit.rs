@@ -35,6 +35,33 @@ const ENTRY_SLACK: usize = 16 * 1024;
 /// Room kept per call for its record's fields besides the output.
 const CALL_SLACK: usize = 2 * 1024;
 
+/// Copies of a model answer one record may hold: the snapshot holds it twice
+/// (`pending_llm_response`, `final_response`), a final answer's terminal record three times
+/// (its text, its response, its message).
+const ANSWER_COPIES: usize = 3;
+
+/// The size of a model answer as recorded (its compact JSON).
+pub(crate) fn answer_size(resp: &LlmResponse) -> usize {
+    serde_json::to_vec(resp).map_or(usize::MAX, |v| v.len())
+}
+
+/// Why a model answer of `size` bytes cannot be recorded in a store keeping values of at
+/// most `max` bytes, if it cannot. Such an answer is a failed model call: recording it would
+/// be refused, the run would fail, and every resume would ask the model again and fail the
+/// same way.
+pub(crate) fn answer_error(size: usize, max: usize) -> Option<String> {
+    (size
+        .saturating_mul(ANSWER_COPIES)
+        .saturating_add(ENTRY_SLACK)
+        > max)
+        .then(|| {
+            format!(
+                "the model's answer is {size} bytes as recorded; one record of the run holds it up \
+             to {ANSWER_COPIES} times, and the run's store keeps values of at most {max} bytes"
+            )
+        })
+}
+
 /// The text of a call's tool message: the model reads the output and the error in it.
 pub(crate) fn tool_text(tool_name: &str, success: bool, output: &Value, error: &Value) -> String {
     format!(
@@ -58,10 +85,15 @@ pub(crate) struct OutputLimit {
 
 impl OutputLimit {
     /// The limit for the calls of `resp` on a store holding values of at most `max` bytes;
-    /// `None` when the store has no limit.
-    pub(crate) fn for_step(max: Option<usize>, resp: &LlmResponse) -> Option<Self> {
+    /// `None` when the store has no limit. `answer`: the answer's size if already measured
+    /// ([`answer_size`]).
+    pub(crate) fn for_step(
+        max: Option<usize>,
+        resp: &LlmResponse,
+        answer: Option<usize>,
+    ) -> Option<Self> {
         let max = max?;
-        let answer = serde_json::to_vec(resp).map_or(max, |v| v.len());
+        let answer = answer.unwrap_or_else(|| answer_size(resp));
         let calls = resp.tool_calls.len().max(1);
         Some(OutputLimit {
             share: max.saturating_sub(answer + ENTRY_SLACK) / calls,
@@ -168,7 +200,7 @@ mod tests {
 
     #[test]
     fn no_limit_without_a_store_limit() {
-        assert!(OutputLimit::for_step(None, &resp(1)).is_none());
+        assert!(OutputLimit::for_step(None, &resp(1), None).is_none());
     }
 
     /// The share is what the answer and the slack leave, split between the calls; an output
@@ -178,7 +210,7 @@ mod tests {
     fn outputs_over_their_share_are_refused() {
         let max = 256 * 1024;
         for calls in [1, 2, 5] {
-            let limit = OutputLimit::for_step(Some(max), &resp(calls)).unwrap();
+            let limit = OutputLimit::for_step(Some(max), &resp(calls), None).unwrap();
             assert!(limit.share < max / calls && limit.share > max / calls - 20 * 1024);
             let fits = |n: usize| {
                 let out = json!({"blob": "x".repeat(n)});
@@ -204,7 +236,7 @@ mod tests {
     /// short one is kept as it is.
     #[test]
     fn long_errors_are_cut_to_fit() {
-        let limit = OutputLimit::for_step(Some(200 * 1024), &resp(2)).unwrap();
+        let limit = OutputLimit::for_step(Some(200 * 1024), &resp(2), None).unwrap();
         assert_eq!(limit.fit_error("t", "bad".into(), 1), "bad");
         let long = "é\"".repeat(limit.share);
         let cut = limit.fit_error("t", long.clone(), 1);
@@ -224,7 +256,7 @@ mod tests {
     /// tool's share can be too large for a delegation's.
     #[test]
     fn a_delegation_counts_its_subagent_record() {
-        let limit = OutputLimit::for_step(Some(300 * 1024), &resp(1)).unwrap();
+        let limit = OutputLimit::for_step(Some(300 * 1024), &resp(1), None).unwrap();
         let out = json!({"final_text": "x".repeat(limit.share * 2 / 5)});
         assert!(limit.check("t", &out, 1).is_none());
         assert!(limit.check("t", &out, 2).is_some());
@@ -237,10 +269,22 @@ mod tests {
     /// not by its own length.
     #[test]
     fn escaping_counts() {
-        let limit = OutputLimit::for_step(Some(400 * 1024), &resp(1)).unwrap();
+        let limit = OutputLimit::for_step(Some(400 * 1024), &resp(1), None).unwrap();
         let quotes = json!("\"".repeat(limit.share / 4));
         assert!(limit.check("t", &quotes, 1).is_some());
         let plain = json!("x".repeat(limit.share / 4));
         assert!(limit.check("t", &plain, 1).is_none());
+    }
+
+    #[test]
+    fn an_answer_fits_when_three_copies_and_the_slack_do() {
+        let max = 3 * 10_000 + ENTRY_SLACK;
+        assert!(answer_error(10_000, max).is_none());
+        let err = answer_error(10_001, max).unwrap();
+        assert!(
+            err.contains("10001 bytes") && err.contains(&max.to_string()),
+            "{err}"
+        );
+        assert!(answer_error(usize::MAX, max).is_some(), "no overflow");
     }
 }

@@ -223,7 +223,11 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
     task.ckpt.barrier().await?;
 
     // 4. Execute concurrently; commit each result row as soon as that call finishes.
-    let limit = OutputLimit::for_step(task.ckpt.store().capabilities().max_value_size, resp);
+    let limit = OutputLimit::for_step(
+        task.ckpt.store().capabilities().max_value_size,
+        resp,
+        task.st.answer_size.take(),
+    );
     let results =
         match execute(task, calls, (&ids, &eids), &plans, (&hashes, &marks), limit).await? {
             Executed::Done(results) => results,

@@ -124,8 +124,9 @@ pub struct Capabilities {
     pub name: &'static str,
     /// Largest value a single put may carry, in bytes, if the backend has a limit. The runner
     /// keeps its records under it: a tool output over its step's share is recorded as a failed
-    /// call ("its output was dropped"), and a longer error message is cut, rather than a commit
-    /// the store must refuse (which would leave the run unable to go on).
+    /// call ("its output was dropped"), a longer error message is cut, and a model answer too
+    /// large to record fails as a model call does, rather than a commit the store must refuse
+    /// (which would leave the run unable to go on).
     pub max_value_size: Option<usize>,
     /// Most keys one commit may carry, if the backend has a limit.
     pub max_commit_keys: Option<usize>,
