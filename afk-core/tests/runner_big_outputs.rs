@@ -290,3 +290,108 @@ async fn a_model_answer_too_large_to_record_falls_back_to_the_next_model() {
     assert_eq!(res.final_text, "short");
     assert_eq!(*llm.calls.lock().unwrap(), ["long", "brief"]);
 }
+
+/// Five steps whose `big` outputs (15 KB each) are each kept, but together are more than the
+/// run's terminal record can hold on the capped store; then the answer.
+fn many_outputs(counter: &InvocationCounter) -> Agent {
+    let mut script: Vec<_> = (0..5)
+        .map(|i| {
+            resp(json!({"text": format!("step {i}"), "tool_calls": [
+                {"id": format!("b{i}"), "tool_name": "big", "arguments": {"i": i}}]}))
+        })
+        .collect();
+    script.push(resp(json!({"text": "done", "tool_calls": []})));
+    let blob = |args: &Value| Ok(json!({"page": format!("{}{}", args["i"], "x".repeat(15_000))}));
+    Agent::new("a", "", "m", ScriptedLlm::new(script)).with_tool(ScriptedTool::new(
+        "big",
+        EffectPolicy::Idempotent,
+        counter.clone(),
+        blob,
+    ))
+}
+
+/// Outputs that each fit but together overflow the terminal record: the largest are left out
+/// of the run's result (marked with their size; the transcript keeps them) until the record
+/// fits, and the run completes. Before, the terminal commit was refused at the run's end and
+/// every resume asked the model again and failed the same way. A crash after any commit,
+/// then a resume, gives the same result, and a resume of the finished run answers it again.
+#[tokio::test]
+async fn outputs_that_overflow_the_terminal_record_are_left_to_the_transcript() {
+    let t = ThreadId::new("t_many").unwrap();
+    let run = RunId::new("r").unwrap();
+    let store = Arc::new(capped());
+    let counter = InvocationCounter::new();
+    let out = runner(store.clone(), true)
+        .run_with_id(&many_outputs(&counter), &t, run.clone(), "go")
+        .result()
+        .await;
+    let reference = completed(out, "uncrashed");
+    let ex = &reference.tool_executions;
+    assert_eq!(ex.len(), 5);
+    let left_out: Vec<&str> = ex
+        .iter()
+        .filter(|e| e.extra.contains_key("output_in_transcript"))
+        .map(|e| e.tool_call_id.as_deref().unwrap_or_default())
+        .collect();
+    assert!(!left_out.is_empty() && left_out.len() < 5, "{left_out:?}");
+    for e in ex {
+        assert!(e.success, "{e:?}");
+        match e.extra.get("output_in_transcript") {
+            Some(bytes) => {
+                assert_eq!(e.output, Value::Null);
+                assert!(bytes.as_u64().unwrap() > 15_000, "{bytes}");
+            }
+            None => assert!(e.output["page"].as_str().unwrap().len() > 15_000),
+        }
+    }
+    // The transcript log still holds every output.
+    let page = store
+        .inner
+        .list(&t, "messages:r:", None, 100)
+        .await
+        .unwrap();
+    let mut pages = 0;
+    for key in &page.keys {
+        let v = store.inner.get(&t, key).await.unwrap().unwrap();
+        pages += String::from_utf8_lossy(&v)
+            .matches(&"x".repeat(15_000))
+            .count();
+    }
+    assert!(pages >= 5, "{pages} outputs in the log");
+    let again = runner(store.clone(), true)
+        .resume(&many_outputs(&counter), &t, &run)
+        .result()
+        .await;
+    assert_eq!(essence(&completed(again, "resume")), essence(&reference));
+
+    let mut crashes = 0;
+    for n in 0..60 {
+        let inner = Arc::new(capped());
+        let fault = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
+        fault.crash_after_commits(n, CrashMode::Down);
+        let first = runner(fault.clone(), false)
+            .run_with_id(&many_outputs(&counter), &t, run.clone(), "go")
+            .result()
+            .await;
+        if first.is_ok() {
+            break;
+        }
+        if inner
+            .inner
+            .get(&t, "checkpoint:r:latest")
+            .await
+            .unwrap()
+            .is_none()
+        {
+            continue;
+        }
+        let out = runner(inner.clone(), false)
+            .resume(&many_outputs(&counter), &t, &run)
+            .result()
+            .await;
+        let res = completed(out, &format!("crash at {n}"));
+        assert_eq!(essence(&res), essence(&reference), "crash at {n}");
+        crashes += 1;
+    }
+    assert!(crashes > 10, "only {crashes} crash points");
+}

@@ -18,7 +18,7 @@ use super::tools::{self, BatchOutcome};
 use super::{Decision, Outcome, RunEvent, Shared, Signal};
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
-    LlmResponse, Message, MessageContent, Phase, PhasePayload, PostLlmPayload,
+    AgentResult, LlmResponse, Message, MessageContent, Phase, PhasePayload, PostLlmPayload,
     PostToolBatchPayload, PreLlmPayload, PreToolBatchPayload, Role, RunStartedPayload, RunStatus,
     RunTerminalPayload, StepStartedPayload, TranscriptRef,
 };
@@ -451,12 +451,20 @@ impl RunTask {
         Ok(Some(resp))
     }
 
+    /// Leave out of `result` what its terminal record cannot hold on this store (see
+    /// [`output_limit::fit_result`]); the record also carries the final text once more.
+    fn fit_result(&self, result: &mut AgentResult) {
+        let max = self.ckpt.store().capabilities().max_value_size;
+        output_limit::fit_result(result, self.st.snap.final_text.len().saturating_mul(2), max);
+    }
+
     /// Write the terminal record, make everything durable and return the result.
     pub(super) async fn finish(&mut self) -> Result<Outcome> {
         let elapsed = self.active_ms() as f64 / 1000.0;
-        let result = self
+        let mut result = self
             .st
             .to_result(&self.run_str(), &self.thread_str(), elapsed);
+        self.fit_result(&mut result);
         let payload = RunTerminalPayload {
             state: self.st.snap.state.clone(),
             final_text: Some(self.st.snap.final_text.clone()),
@@ -523,9 +531,10 @@ impl RunTask {
         self.st.snap.state = terminal_state.clone();
         self.st.snap.final_text = e.message().to_owned();
         let elapsed = self.active_ms() as f64 / 1000.0;
-        let result = self
+        let mut result = self
             .st
             .to_result(&self.run_str(), &self.thread_str(), elapsed);
+        self.fit_result(&mut result);
         let payload = RunTerminalPayload {
             state: terminal_state,
             message: Some(e.message().to_owned()),

@@ -16,13 +16,18 @@
 //! applies), and its result row carries [`OUTPUT_DROPPED`], so a resume does not run the tool
 //! again (it did run: an at-most-once tool must not repeat) but replays the failure.
 //!
+//! Two records hold what a run accumulates rather than one step's: a model answer is held up
+//! to three times in one record ([`answer_error`]: too large, it is a failed model call), and
+//! the terminal record's result lists every tool execution of the run ([`fit_result`]: the
+//! largest outputs are left to the transcript log until it fits).
+//!
 //! [`Capabilities::max_value_size`]: crate::store::Capabilities::max_value_size
 
 use serde_json::Value;
 
 use super::exec::UNTRUSTED_NOTE;
 use crate::hash::canonical_json;
-use crate::schema::LlmResponse;
+use crate::schema::{AgentResult, LlmResponse};
 
 /// Effect-row field of a call whose output was dropped: the output's size in bytes (the error
 /// is in the row's `error` field, as for a settled failure).
@@ -70,6 +75,52 @@ pub(crate) fn tool_text(tool_name: &str, success: bool, output: &Value, error: &
         canonical_json(output),
         canonical_json(error),
     )
+}
+
+/// Field of a tool execution in a terminal record's result whose output or error was left out
+/// so that the record fits the store: the size in bytes of what was left out (it is in the
+/// step's transcript entry).
+pub(crate) const IN_TRANSCRIPT: &str = "output_in_transcript";
+
+/// Make a run's result fit in its terminal record on a store keeping values of at most `max`
+/// bytes, `other` bytes of the record being outside the result. The result holds every tool
+/// execution of the run: each output is within its step's share, but their sum grows with the
+/// run, and a refused terminal commit would leave the run failing at its end on every resume.
+/// The largest outputs and errors are left out first ([`IN_TRANSCRIPT`] says how large each
+/// was), until the rest fits. Deterministic: a resumed run that finishes leaves out the same.
+pub(crate) fn fit_result(result: &mut AgentResult, other: usize, max: Option<usize>) {
+    let Some(max) = max else { return };
+    let budget = max.saturating_sub(other.saturating_add(ENTRY_SLACK));
+    let mut total = serde_json::to_vec(result).map_or(usize::MAX, |v| v.len());
+    if total <= budget {
+        return;
+    }
+    // (bytes, execution): its output and error, largest first, earliest first among equals.
+    let mut parts: Vec<(usize, usize)> = result
+        .tool_executions
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let output = serde_json::to_vec(&e.output).map_or(usize::MAX, |v| v.len());
+            let error = e
+                .error
+                .as_ref()
+                .map_or(0, |s| serde_json::to_vec(s).map_or(usize::MAX, |v| v.len()));
+            (output.saturating_add(error), i)
+        })
+        .collect();
+    parts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (bytes, i) in parts {
+        if total <= budget {
+            break;
+        }
+        let e = &mut result.tool_executions[i];
+        e.output = Value::Null;
+        e.error = e.error.as_ref().map(|_| "(in the transcript)".to_owned());
+        e.extra.insert(IN_TRANSCRIPT.to_owned(), Value::from(bytes));
+        // What is left in its place: `null`, the note, the marker (at most ~80 bytes).
+        total = total.saturating_sub(bytes).saturating_add(80);
+    }
 }
 
 /// The share of a store's value limit each call of one step may fill with its output.
@@ -286,5 +337,35 @@ mod tests {
             "{err}"
         );
         assert!(answer_error(usize::MAX, max).is_some(), "no overflow");
+    }
+
+    #[test]
+    fn a_result_too_large_leaves_out_its_largest_outputs_first() {
+        let exec = |id: &str, n: usize| {
+            serde_json::from_value::<crate::schema::ToolExecution>(json!({
+                "tool_name": "t", "tool_call_id": id, "success": true,
+                "output": {"page": "x".repeat(n)}}))
+            .unwrap()
+        };
+        let mut r = AgentResult {
+            tool_executions: vec![exec("a", 10_000), exec("b", 30_000), exec("c", 20_000)],
+            ..Default::default()
+        };
+        let untouched = r.clone();
+        fit_result(&mut r, 0, None);
+        assert_eq!(r, untouched, "no limit, nothing left out");
+        fit_result(&mut r, 0, Some(200_000));
+        assert_eq!(r, untouched, "it fits");
+        // 60 KB of outputs, 40 KB of room: the 30 KB one goes, then the 20 KB one fits.
+        fit_result(&mut r, 0, Some(40_000 + ENTRY_SLACK));
+        let out: Vec<bool> = r
+            .tool_executions
+            .iter()
+            .map(|e| e.extra.contains_key(IN_TRANSCRIPT))
+            .collect();
+        assert_eq!(out, [false, true, false]);
+        assert_eq!(r.tool_executions[1].output, Value::Null);
+        assert_eq!(r.tool_executions[1].extra[IN_TRANSCRIPT], 30_011);
+        assert!(serde_json::to_vec(&r).unwrap().len() <= 40_000);
     }
 }
