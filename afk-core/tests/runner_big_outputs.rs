@@ -56,6 +56,30 @@ fn agent(counter: &InvocationCounter) -> Agent {
         .with_tool(ScriptedTool::add(counter.clone()))
 }
 
+/// Run `agent` on a capped store that goes down after its `n`-th commit: `None` when the run
+/// finished first (`n` is past its last commit), else the store it left and whether the run
+/// got as far as its latest pointer.
+async fn crash_after(
+    n: u64,
+    agent: &Agent,
+    t: &ThreadId,
+    run: &RunId,
+) -> Option<(Arc<LimitedStore>, bool)> {
+    let inner = Arc::new(capped());
+    let fault = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
+    fault.crash_after_commits(n, CrashMode::Down);
+    let first = runner(fault.clone(), false)
+        .run_with_id(agent, t, run.clone(), "go")
+        .result()
+        .await;
+    if first.is_ok() {
+        return None;
+    }
+    let latest = format!("checkpoint:{run}:latest");
+    let started = inner.inner.get(t, &latest).await.unwrap().is_some();
+    Some((inner, started))
+}
+
 fn completed(out: Result<Outcome>, what: &str) -> AgentResult {
     match out {
         Ok(Outcome::Completed(r)) => *r,
@@ -120,23 +144,10 @@ async fn a_dropped_output_is_replayed_as_the_same_failure_after_a_crash() {
     let (mut replayed, mut uncertain) = (0, 0);
     for n in 0..40 {
         let counter = InvocationCounter::new();
-        let inner = Arc::new(capped());
-        let fault = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
-        fault.crash_after_commits(n, CrashMode::Down);
-        let first = runner(fault.clone(), false)
-            .run_with_id(&agent(&counter), &t, run.clone(), "go")
-            .result()
-            .await;
-        if first.is_ok() {
+        let Some((inner, started)) = crash_after(n, &agent(&counter), &t, &run).await else {
             break;
-        }
-        if inner
-            .inner
-            .get(&t, "checkpoint:r:latest")
-            .await
-            .unwrap()
-            .is_none()
-        {
+        };
+        if !started {
             continue;
         }
         let charge_done = inner
@@ -366,23 +377,10 @@ async fn outputs_that_overflow_the_terminal_record_are_left_to_the_transcript() 
 
     let mut crashes = 0;
     for n in 0..60 {
-        let inner = Arc::new(capped());
-        let fault = Arc::new(FaultStore::from_arc(inner.clone() as Arc<dyn Store>));
-        fault.crash_after_commits(n, CrashMode::Down);
-        let first = runner(fault.clone(), false)
-            .run_with_id(&many_outputs(&counter), &t, run.clone(), "go")
-            .result()
-            .await;
-        if first.is_ok() {
+        let Some((inner, started)) = crash_after(n, &many_outputs(&counter), &t, &run).await else {
             break;
-        }
-        if inner
-            .inner
-            .get(&t, "checkpoint:r:latest")
-            .await
-            .unwrap()
-            .is_none()
-        {
+        };
+        if !started {
             continue;
         }
         let out = runner(inner.clone(), false)

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::tests::{applied, claimed, latest, record, rid, tid, writer};
+use super::tests::{applied, claimed, latest, record, rid, tid, two_runs, writer};
 use super::*;
 
 fn holding(hold: Duration) -> CheckpointConfig {
@@ -65,9 +65,7 @@ async fn a_commit_nobody_waits_for_is_written_once_it_is_hold_old() {
 #[tokio::test(start_paused = true)]
 async fn a_commit_the_timer_will_find_is_written_on_time_without_a_wake_up() {
     let (fs, w) = writer(holding(Duration::from_millis(5)));
-    let t = tid("t1");
-    let (a, b) = (rid("a"), rid("b"));
-    let (ea, eb) = (claimed(&fs, &t, &a).await, claimed(&fs, &t, &b).await);
+    let (t, (a, ea), (b, eb)) = two_runs(&fs).await;
     w.submit(record(&t, &a, ea, 0, "pre_llm"), false)
         .await
         .unwrap();
@@ -111,9 +109,7 @@ async fn a_waiting_ticket_or_a_flush_writes_held_commits_at_once() {
 #[tokio::test(start_paused = true)]
 async fn a_held_run_does_not_hold_another_runs_barrier() {
     let (fs, w) = writer(holding(Duration::from_secs(3600)));
-    let t = tid("t1");
-    let (a, b) = (rid("a"), rid("b"));
-    let (ea, eb) = (claimed(&fs, &t, &a).await, claimed(&fs, &t, &b).await);
+    let (t, (a, ea), (b, eb)) = two_runs(&fs).await;
     w.submit(record(&t, &a, ea, 0, "pre_llm"), false)
         .await
         .unwrap();

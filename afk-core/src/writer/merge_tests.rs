@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::tests::{applied, claimed, latest, record, rid, tid, writer};
+use super::tests::{applied, claimed, latest, record, rid, tid, two_runs, writer};
 use super::*;
 use crate::store::{Capabilities, FaultStore, ListPage, MemoryStore};
 
@@ -103,9 +103,7 @@ async fn a_run_keeps_one_commit_in_flight_and_merges_what_queues_behind_it() {
 async fn runs_do_not_wait_for_each_others_store_calls() {
     let (fs, w) = writer(CheckpointConfig::default());
     fs.set_latency(Duration::from_millis(100));
-    let t = tid("t1");
-    let (a, b) = (rid("a"), rid("b"));
-    let (ea, eb) = (claimed(&fs, &t, &a).await, claimed(&fs, &t, &b).await);
+    let (t, (a, ea), (b, eb)) = two_runs(&fs).await;
     w.submit(record(&t, &a, ea, 0, "pre_llm"), false)
         .await
         .unwrap();

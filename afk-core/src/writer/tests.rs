@@ -44,6 +44,14 @@ pub(super) async fn claimed(fs: &Faulty, thread: &ThreadId, run: &RunId) -> Epoc
 }
 
 /// Keys of the commits the inner store applied for `run`, in apply order.
+/// Runs `a` and `b` of thread `t1`, claimed on `fs`.
+pub(super) async fn two_runs(fs: &Faulty) -> (ThreadId, (RunId, Epoch), (RunId, Epoch)) {
+    let t = tid("t1");
+    let (a, b) = (rid("a"), rid("b"));
+    let (ea, eb) = (claimed(fs, &t, &a).await, claimed(fs, &t, &b).await);
+    (t, (a, ea), (b, eb))
+}
+
 pub(super) fn applied(fs: &Faulty, run: &RunId) -> Vec<Vec<String>> {
     fs.log()
         .into_iter()
