@@ -395,17 +395,19 @@ async fn a_panicking_store_stops_the_writer_without_hanging() {
     assert!(w.shutdown(Duration::from_secs(1)).await.is_err());
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_full_queue_applies_backpressure_and_a_dropped_submit_loses_nothing() {
-    let config = CheckpointConfig {
+/// A queue with one place.
+fn one_place() -> CheckpointConfig {
+    CheckpointConfig {
         queue_maxsize: 1,
         ..Default::default()
-    };
-    let (fs, w) = writer(config);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_applies_backpressure_and_a_dropped_submit_loses_nothing() {
+    let (fs, w) = writer(one_place());
     fs.set_latency(Duration::from_secs(1));
-    let (t, r, r2) = (tid("t1"), rid("r1"), rid("r2"));
-    let e = claimed(&fs, &t, &r).await;
-    let e2 = claimed(&fs, &t, &r2).await;
+    let (t, (r, e), (r2, e2)) = two_runs(&fs).await;
     w.submit(record(&t, &r, e, 0, "pre_llm"), false)
         .await
         .unwrap();
@@ -513,15 +515,9 @@ fn a_write_cut_off_with_its_runtime_fails_its_claim() {
 /// A submit waiting for room goes on once the task hands the queued entry to the store.
 #[tokio::test(start_paused = true)]
 async fn a_submit_waiting_for_room_goes_on_when_the_queue_drains() {
-    let config = CheckpointConfig {
-        queue_maxsize: 1,
-        ..Default::default()
-    };
-    let (fs, w) = writer(config);
+    let (fs, w) = writer(one_place());
     fs.set_latency(Duration::from_millis(100));
-    let (t, r, r2) = (tid("t1"), rid("r1"), rid("r2"));
-    let e = claimed(&fs, &t, &r).await;
-    let e2 = claimed(&fs, &t, &r2).await;
+    let (t, (r, e), (r2, e2)) = two_runs(&fs).await;
     w.submit(record(&t, &r, e, 0, "pre_llm"), false)
         .await
         .unwrap();
