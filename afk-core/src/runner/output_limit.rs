@@ -77,17 +77,18 @@ pub(crate) fn tool_text(tool_name: &str, success: bool, output: &Value, error: &
     )
 }
 
-/// Field of a tool execution in a terminal record's result whose output or error was left out
-/// so that the record fits the store: the size in bytes of what was left out (it is in the
-/// step's transcript entry).
+/// Field of a tool or subagent execution in a terminal record's result whose output or error
+/// was left out so that the record fits the store: the size in bytes of what was left out (it
+/// is in the step's transcript entry).
 pub(crate) const IN_TRANSCRIPT: &str = "output_in_transcript";
 
 /// Make a run's result fit in its terminal record on a store keeping values of at most `max`
 /// bytes, `other` bytes of the record being outside the result. The result holds every tool
 /// execution of the run: each output is within its step's share, but their sum grows with the
 /// run, and a refused terminal commit would leave the run failing at its end on every resume.
-/// The largest outputs and errors are left out first ([`IN_TRANSCRIPT`] says how large each
-/// was), until the rest fits. Deterministic: a resumed run that finishes leaves out the same.
+/// The largest outputs and errors (of tool calls, and of delegations: their final texts) are
+/// left out first ([`IN_TRANSCRIPT`] says how large each was), until the rest fits.
+/// Deterministic: a resumed run that finishes leaves out the same.
 pub(crate) fn fit_result(result: &mut AgentResult, other: usize, max: Option<usize>) {
     let Some(max) = max else { return };
     let budget = max.saturating_sub(other.saturating_add(ENTRY_SLACK));
@@ -95,32 +96,52 @@ pub(crate) fn fit_result(result: &mut AgentResult, other: usize, max: Option<usi
     if total <= budget {
         return;
     }
-    // (bytes, execution): its output and error, largest first, earliest first among equals.
-    let mut parts: Vec<(usize, usize)> = result
-        .tool_executions
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let output = serde_json::to_vec(&e.output).map_or(usize::MAX, |v| v.len());
-            let error = e
-                .error
+    // (bytes, is a subagent execution, index): an execution's output (a delegation's final
+    // text) and error; the largest first, tool executions then subagent ones among equals.
+    let tools = result.tool_executions.iter().enumerate().map(|(i, e)| {
+        (
+            len_of(&e.output).saturating_add(e.error.as_ref().map_or(0, len_of)),
+            false,
+            i,
+        )
+    });
+    let subagents = result.subagent_executions.iter().enumerate().map(|(i, e)| {
+        (
+            e.output_text
                 .as_ref()
-                .map_or(0, |s| serde_json::to_vec(s).map_or(usize::MAX, |v| v.len()));
-            (output.saturating_add(error), i)
-        })
-        .collect();
-    parts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    for (bytes, i) in parts {
+                .map_or(0, len_of)
+                .saturating_add(e.error.as_ref().map_or(0, len_of)),
+            true,
+            i,
+        )
+    });
+    let mut parts: Vec<(usize, bool, usize)> = tools.chain(subagents).collect();
+    parts.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+    for (bytes, subagent, i) in parts {
         if total <= budget {
             break;
         }
-        let e = &mut result.tool_executions[i];
-        e.output = Value::Null;
-        e.error = e.error.as_ref().map(|_| "(in the transcript)".to_owned());
-        e.extra.insert(IN_TRANSCRIPT.to_owned(), Value::from(bytes));
+        let (error, extra) = if subagent {
+            let e = &mut result.subagent_executions[i];
+            e.output_text = None;
+            (&mut e.error, &mut e.extra)
+        } else {
+            let e = &mut result.tool_executions[i];
+            e.output = Value::Null;
+            (&mut e.error, &mut e.extra)
+        };
+        if error.is_some() {
+            *error = Some("(in the transcript)".to_owned());
+        }
+        extra.insert(IN_TRANSCRIPT.to_owned(), Value::from(bytes));
         // What is left in its place: `null`, the note, the marker (at most ~80 bytes).
         total = total.saturating_sub(bytes).saturating_add(80);
     }
+}
+
+/// The size of `v` as compact JSON.
+fn len_of<T: serde::Serialize + ?Sized>(v: &T) -> usize {
+    serde_json::to_vec(v).map_or(usize::MAX, |v| v.len())
 }
 
 /// The share of a store's value limit each call of one step may fill with its output.
@@ -366,6 +387,28 @@ mod tests {
         assert_eq!(out, [false, true, false]);
         assert_eq!(r.tool_executions[1].output, Value::Null);
         assert_eq!(r.tool_executions[1].extra[IN_TRANSCRIPT], 30_011);
+        assert!(serde_json::to_vec(&r).unwrap().len() <= 40_000);
+    }
+
+    #[test]
+    fn a_delegations_final_text_is_left_out_like_an_output() {
+        let sub = serde_json::from_value::<crate::schema::SubagentExecution>(json!({
+            "subagent_name": "child", "success": true, "output_text": "y".repeat(30_000)}))
+        .unwrap();
+        let tool = serde_json::from_value::<crate::schema::ToolExecution>(json!({
+            "tool_name": "t", "tool_call_id": "a", "success": true,
+            "output": {"page": "x".repeat(20_000)}}))
+        .unwrap();
+        let mut r = AgentResult {
+            tool_executions: vec![tool],
+            subagent_executions: vec![sub],
+            ..Default::default()
+        };
+        fit_result(&mut r, 0, Some(40_000 + ENTRY_SLACK));
+        let s = &r.subagent_executions[0];
+        assert_eq!(s.output_text, None);
+        assert_eq!(s.extra[IN_TRANSCRIPT], 30_002);
+        assert!(!r.tool_executions[0].extra.contains_key(IN_TRANSCRIPT));
         assert!(serde_json::to_vec(&r).unwrap().len() <= 40_000);
     }
 }
