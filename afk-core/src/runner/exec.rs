@@ -269,8 +269,9 @@ impl RunTask {
             None
         };
         *reuse_pending = false;
-        let resp = match pending {
-            Some(p) => p,
+        // The answer's recorded size, when the model turn measured it (a limited store).
+        let (resp, answer_size) = match pending {
+            Some(p) => (p, None),
             None => match self.llm_turn().await? {
                 Some(r) => r,
                 None => return self.finish().await.map(Some), // degraded by the LLM policy
@@ -301,7 +302,7 @@ impl RunTask {
             .checkpoint(step, PhasePayload::PreToolBatch(pre))
             .await?;
         self.check_signal()?;
-        let outcome = tools::run_batch(self, &resp).await?;
+        let outcome = tools::run_batch(self, &resp, answer_size).await?;
         let (total, failures, degrade) = match outcome {
             BatchOutcome::Paused(request) => {
                 self.emit(RunEvent::Paused { step });
@@ -336,7 +337,8 @@ impl RunTask {
 
     /// Call the model (primary, then fallbacks). `Ok(None)`: every candidate failed and the
     /// LLM policy degraded the run.
-    async fn llm_turn(&mut self) -> Result<Option<Arc<LlmResponse>>> {
+    /// Returns the answer and, on a store with a value limit, its size as recorded.
+    async fn llm_turn(&mut self) -> Result<Option<(Arc<LlmResponse>, Option<usize>)>> {
         let step = self.st.snap.step;
         let provider = self.agent.llm.provider();
         // Counted before the call and recorded in `pre_llm`, so a call whose answer a crash
@@ -358,7 +360,7 @@ impl RunTask {
         let key = format!("{}:step:{step}", self.ckpt.run);
         let specs = self.tool_specs();
         let max_value = self.ckpt.store().capabilities().max_value_size;
-        self.st.answer_size = None;
+        let mut answer_size = None;
         let mut last_err = None;
         let mut got = None;
         for model in self.agent.model_candidates() {
@@ -398,7 +400,7 @@ impl RunTask {
                             last_err = Some(Error::new(ErrorKind::Llm, msg));
                             continue;
                         }
-                        self.st.answer_size = Some(size);
+                        answer_size = Some(size);
                     }
                     got = Some((model, r));
                     break;
@@ -448,7 +450,7 @@ impl RunTask {
         self.st.step_open = false;
         self.snapshot().await?;
         self.check_cost()?;
-        Ok(Some(resp))
+        Ok(Some((resp, answer_size)))
     }
 
     /// Leave out of `result` what its terminal record cannot hold on this store (see

@@ -49,9 +49,6 @@ pub(crate) struct RunState {
     pub step_open: bool,
     /// Active milliseconds accumulated by earlier processes (resumes) of this run.
     pub active_ms_before: u64,
-    /// The size of this step's model answer as recorded, when the model turn measured it
-    /// against the store's value limit (the tool batch's output limit reuses it).
-    pub answer_size: Option<usize>,
 }
 
 impl RunState {
@@ -149,7 +146,6 @@ impl RunState {
             llm_requests,
             step_open,
             active_ms_before: active,
-            answer_size: None,
         }
     }
 

@@ -117,8 +117,13 @@ pub(crate) fn effect_ids(ids: &[String]) -> Vec<String> {
     out
 }
 
-/// Run the tool calls of `resp` for the current step.
-pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<BatchOutcome> {
+/// Run the tool calls of `resp` for the current step. `answer_size`: the answer's recorded
+/// size, if the model turn measured it.
+pub(crate) async fn run_batch(
+    task: &mut RunTask,
+    resp: &LlmResponse,
+    answer_size: Option<usize>,
+) -> Result<BatchOutcome> {
     let step = task.st.snap.step;
     let calls = &resp.tool_calls;
     let ids = call_ids(step, calls);
@@ -226,7 +231,7 @@ pub(crate) async fn run_batch(task: &mut RunTask, resp: &LlmResponse) -> Result<
     let limit = OutputLimit::for_step(
         task.ckpt.store().capabilities().max_value_size,
         resp,
-        task.st.answer_size.take(),
+        answer_size,
     );
     let results =
         match execute(task, calls, (&ids, &eids), &plans, (&hashes, &marks), limit).await? {
