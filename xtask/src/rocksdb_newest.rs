@@ -205,6 +205,14 @@ tempfile = "3"
 tokio = {{ version = "1", features = ["rt-multi-thread", "macros", "test-util"] }}
 
 [workspace]
+
+# As the workspace's own profile: line tables for our code, no debug info for dependencies.
+# RocksDB's C++ built with `-g` makes every test binary that links it a few hundred MB.
+[profile.dev]
+debug = "line-tables-only"
+
+[profile.dev.package."*"]
+debug = false
 "#,
         core = toml_str(&repo.join("afk-core")),
         store = toml_str(&store),
