@@ -65,7 +65,18 @@ pub fn output_hash(output: &Value) -> String {
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    digest_hex(Sha256::digest(bytes).into())
+}
+
+/// Lowercase hex of a SHA-256 digest, written through a stack buffer: `hex::encode` builds
+/// its `String` a `char` at a time, which cost as much as hashing a step's records.
+pub(crate) fn digest_hex(digest: [u8; 32]) -> String {
+    let mut buf = [0u8; 64];
+    // 64 bytes hold 32 bytes' hex exactly, and hex digits are ASCII: neither can fail.
+    match hex::encode_to_slice(digest, &mut buf) {
+        Ok(()) => String::from_utf8_lossy(&buf).into_owned(),
+        Err(_) => hex::encode(digest),
+    }
 }
 
 fn write_value(out: &mut String, value: &Value) {

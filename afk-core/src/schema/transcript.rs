@@ -184,7 +184,7 @@ fn digest_of(prev: &str, messages: &[Message], records: Option<&RecordsView<'_>>
     if let Some(r) = records.filter(|r| !r.is_empty()) {
         h.update(crate::hash::canonical_of(r).as_bytes());
     }
-    hex::encode(h.finalize())
+    crate::hash::digest_hex(h.finalize().into())
 }
 
 /// Fold [`entry_digest`] over consecutive entries' messages; `""` for none.
