@@ -19,7 +19,7 @@ mod stream;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-pub(crate) use stream::canonical_of;
+pub(crate) use stream::with_canonical;
 
 /// The canonical JSON text of `value`, as AFK's `json.dumps(…, sort_keys=True,
 /// ensure_ascii=True)` writes it.
@@ -45,22 +45,24 @@ pub(crate) fn input_hash_of_args(tool_name: &str, args: &Map<String, Value>) -> 
 }
 
 fn input_hash_with(tool_name: &str, write_args: impl FnOnce(&mut String)) -> String {
-    let mut out = String::with_capacity(256);
-    out.push_str("{\"args\": ");
-    write_args(&mut out);
-    out.push_str(", \"tool_name\": ");
-    write_str(&mut out, tool_name);
-    out.push('}');
-    sha256_hex(out.as_bytes())
+    stream::with_text_buffer(|out| {
+        out.push_str("{\"args\": ");
+        write_args(out);
+        out.push_str(", \"tool_name\": ");
+        write_str(out, tool_name);
+        out.push('}');
+        sha256_hex(out.as_bytes())
+    })
 }
 
 /// The effect row's `output_hash`: `json_hash({"output": output})`.
 pub fn output_hash(output: &Value) -> String {
-    let mut out = String::with_capacity(256);
-    out.push_str("{\"output\": ");
-    write_value(&mut out, output);
-    out.push('}');
-    sha256_hex(out.as_bytes())
+    stream::with_text_buffer(|out| {
+        out.push_str("{\"output\": ");
+        write_value(out, output);
+        out.push('}');
+        sha256_hex(out.as_bytes())
+    })
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
@@ -92,7 +94,11 @@ fn write_value(out: &mut String, value: &Value) {
             } else if let Some(i) = n.as_i64() {
                 let _ = write!(out, "{i}");
             } else if let Some(f) = n.as_f64() {
-                out.push_str(&python_float_repr(f));
+                if f.is_finite() {
+                    write_python_float(out, f);
+                } else {
+                    out.push_str(&python_float_repr(f));
+                }
             }
         }
         Value::String(s) => write_str(out, s),
@@ -179,19 +185,38 @@ pub fn python_float_repr(f: f64) -> String {
     if f.is_infinite() {
         return if f > 0.0 { "Infinity" } else { "-Infinity" }.to_owned();
     }
-    // Rust's `{:e}` gives the shortest round-trip digits: "1.2345e-7", "1e16", "-0e0".
-    let sci = format!("{f:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let mut out = String::new();
+    write_python_float(&mut out, f);
+    out
+}
+
+/// [`python_float_repr`] of a finite `f`, appended to `out` without allocating (a step's
+/// records hold several floats, each of which took four strings).
+pub(crate) fn write_python_float(out: &mut String, f: f64) {
+    use std::fmt::Write as _;
+    // Rust's `{:e}` gives the shortest round-trip digits: "1.2345e-7", "1e16", "-0e0". The
+    // longest is 24 bytes ("-2.2250738585072014e-308").
+    let mut sci = StackText::<32>::new();
+    if write!(sci, "{f:e}").is_err() {
+        // Cannot happen for an f64 (see above); the standard text is still a number.
+        let _ = write!(out, "{f:?}");
+        return;
+    }
+    let sci = sci.as_str();
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
     let (neg, mantissa) = match mantissa.strip_prefix('-') {
         Some(m) => (true, m),
         None => (false, mantissa),
     };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let mut digits = StackText::<32>::new();
+    for c in mantissa.chars().filter(|c| *c != '.') {
+        let _ = digits.write_char(c);
+    }
+    let digits = digits.as_str();
     // value = 0.d1d2…dn × 10^decpt
     let decpt = exp + 1;
     let n = digits.len() as i32;
-    let mut out = String::new();
     if neg {
         out.push('-');
     }
@@ -199,13 +224,13 @@ pub fn python_float_repr(f: f64) -> String {
         if decpt <= 0 {
             out.push_str("0.");
             out.extend(std::iter::repeat_n('0', (-decpt) as usize));
-            out.push_str(&digits);
+            out.push_str(digits);
         } else if decpt < n {
             out.push_str(&digits[..decpt as usize]);
             out.push('.');
             out.push_str(&digits[decpt as usize..]);
         } else {
-            out.push_str(&digits);
+            out.push_str(digits);
             out.extend(std::iter::repeat_n('0', (decpt - n) as usize));
             out.push_str(".0");
         }
@@ -218,9 +243,38 @@ pub fn python_float_repr(f: f64) -> String {
         let e = decpt - 1;
         out.push('e');
         out.push(if e < 0 { '-' } else { '+' });
-        out.push_str(&format!("{:02}", e.abs()));
+        let _ = write!(out, "{:02}", e.abs());
     }
-    out
+}
+
+/// A short text written on the stack (`N` bytes at most; a longer write fails).
+struct StackText<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> StackText<N> {
+    fn new() -> Self {
+        StackText {
+            buf: [0; N],
+            len: 0,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only whole `str`s are written into it (see `write_str`).
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
+    }
+}
+
+impl<const N: usize> std::fmt::Write for StackText<N> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let slot = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        slot.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Canonical JSON straight from a `Serialize` value: the text [`canonical_json`] gives for
+//! Canonical JSON straight from a `Serialize` value: the text
+//! [`canonical_json`](super::canonical_json) gives for
 //! `serde_json::to_value(value)`, without building the `Value` (every string and map of it
 //! copied, then dropped) first. The transcript log's digest covers every message and record a
 //! run writes, so this is on the write path of every step.
@@ -11,35 +12,107 @@
 //! twice keeps its last value (a `Map` insert). Tested against the `Value` route on arbitrary
 //! JSON and on every message of the AFK corpus.
 
+use std::cell::Cell;
 use std::fmt::Display;
 
 use serde::Serialize;
 use serde::ser::{self, Impossible};
 
-use super::{canonical_json, python_float_repr, write_str};
+use super::{write_python_float, write_str};
 
-/// The canonical JSON text of `value` (see the module docs), appended to `out`.
-pub(crate) fn write_canonical<T: Serialize + ?Sized>(
-    out: &mut String,
-    value: &T,
-) -> Result<(), CanonError> {
-    value.serialize(&mut Canon {
-        out,
-        entries: Vec::new(),
-        keys: String::new(),
-        scratch: String::new(),
-        order: Vec::new(),
-    })
+/// Buffers a canonical text is written with, kept per thread between uses: the digest of
+/// every transcript entry and the hashes of every effect row are written with them, and a
+/// fresh set per value was a tenth of a step's allocations. Taken out of the thread's slot
+/// for a use and put back after it, so a use inside another (a `Serialize` impl that hashes)
+/// finds the slot empty and works with fresh buffers; buffers that grew past
+/// [`KEEP_CAPACITY`] (a huge tool output) are dropped rather than kept.
+#[derive(Default)]
+struct Buffers {
+    out: String,
+    entries: Vec<Entry>,
+    keys: String,
+    scratch: String,
+    order: Vec<usize>,
 }
 
-/// The canonical JSON text of `value`; `"null"` if it cannot be represented as JSON (what
-/// hashing `serde_json::to_value(value).unwrap_or_default()` gave).
-pub(crate) fn canonical_of<T: Serialize + ?Sized>(value: &T) -> String {
-    let mut out = String::with_capacity(512);
-    match write_canonical(&mut out, value) {
-        Ok(()) => out,
-        Err(_) => canonical_json(&serde_json::Value::Null),
+impl Buffers {
+    const fn new() -> Self {
+        Buffers {
+            out: String::new(),
+            entries: Vec::new(),
+            keys: String::new(),
+            scratch: String::new(),
+            order: Vec::new(),
+        }
     }
+
+    /// Emptied for the next use, or dropped if one of them is too large to keep.
+    fn reusable(mut self) -> Self {
+        let kept = [
+            self.out.capacity(),
+            self.keys.capacity(),
+            self.scratch.capacity(),
+        ]
+        .into_iter()
+        .all(|c| c <= KEEP_CAPACITY)
+            && self.entries.capacity() <= KEEP_CAPACITY / 64
+            && self.order.capacity() <= KEEP_CAPACITY / 64;
+        if !kept {
+            return Buffers::new();
+        }
+        self.out.clear();
+        self.entries.clear();
+        self.keys.clear();
+        self.scratch.clear();
+        self.order.clear();
+        self
+    }
+}
+
+/// The largest buffer kept for the next use (bytes of text, or entries times 64).
+const KEEP_CAPACITY: usize = 64 * 1024;
+
+thread_local! {
+    static BUFFERS: Cell<Buffers> = const { Cell::new(Buffers::new()) };
+}
+
+/// Run `f` with this thread's reusable text buffer, emptied (see [`Buffers`]).
+pub(crate) fn with_text_buffer<R>(f: impl FnOnce(&mut String) -> R) -> R {
+    let mut bufs = BUFFERS.with(Cell::take);
+    let r = f(&mut bufs.out);
+    BUFFERS.with(|slot| slot.set(bufs.reusable()));
+    r
+}
+
+/// `f` of the canonical JSON text of `value` (see the module docs); of `"null"` if it cannot be
+/// represented as JSON (what hashing `serde_json::to_value(value).unwrap_or_default()` gave).
+/// Written in this thread's reusable buffers (see [`Buffers`]).
+pub(crate) fn with_canonical<T: Serialize + ?Sized, R>(value: &T, f: impl FnOnce(&str) -> R) -> R {
+    let mut bufs = BUFFERS.with(Cell::take);
+    let written = {
+        let mut canon = Canon {
+            out: &mut bufs.out,
+            entries: std::mem::take(&mut bufs.entries),
+            keys: std::mem::take(&mut bufs.keys),
+            scratch: std::mem::take(&mut bufs.scratch),
+            order: std::mem::take(&mut bufs.order),
+        };
+        let written = value.serialize(&mut canon).is_ok();
+        bufs.entries = canon.entries;
+        bufs.keys = canon.keys;
+        bufs.scratch = canon.scratch;
+        bufs.order = canon.order;
+        written
+    };
+    let r = if written { f(&bufs.out) } else { f("null") };
+    BUFFERS.with(|slot| slot.set(bufs.reusable()));
+    r
+}
+
+/// The canonical JSON text of `value` as an owned string (see [`with_canonical`]).
+#[cfg(test)]
+pub(crate) fn canonical_of<T: Serialize + ?Sized>(value: &T) -> String {
+    with_canonical(value, str::to_owned)
 }
 
 /// A value with no JSON form (a non-string map key, an integer beyond 64 bits).
@@ -97,7 +170,7 @@ fn key_text<'k>(keys: &'k str, key: &Key) -> &'k str {
 impl Canon<'_> {
     fn float(&mut self, f: f64) {
         if f.is_finite() {
-            self.out.push_str(&python_float_repr(f));
+            write_python_float(self.out, f);
         } else {
             self.out.push_str("null");
         }
@@ -635,6 +708,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::hash::canonical_json;
     use crate::schema::{Message, ToolExecution};
 
     /// What the digest used before: the canonical text of the `Value`.
@@ -748,6 +822,43 @@ mod tests {
         assert_eq!(got, via_value(&v));
         assert!(got.contains("\"b\": \"later\""), "{got}");
         assert!(got.contains("\"nan\": null"), "{got}");
+    }
+
+    /// A value whose `Serialize` writes a canonical text of its own (the thread's buffers
+    /// are in use by the outer one): both texts are right, and the buffers serve the next use.
+    #[test]
+    fn a_canonical_text_written_inside_another_is_right() {
+        struct Nested(Value);
+        impl Serialize for Nested {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let inner = with_canonical(&self.0, str::to_owned);
+                assert_eq!(inner, canonical_json(&self.0));
+                let mut m = BTreeMap::new();
+                m.insert("z", Value::String(inner));
+                m.insert("a", self.0.clone());
+                m.serialize(s)
+            }
+        }
+        let v = json!({"b": [1, 0.5, "é"], "a": {"y": null, "x": true}});
+        let outer = canonical_of(&Nested(v.clone()));
+        let want = canonical_json(&json!({"z": canonical_json(&v), "a": v}));
+        assert_eq!(outer, want);
+        assert_eq!(canonical_of(&v), canonical_json(&v));
+    }
+
+    /// A text larger than the buffers keep is written whole, and the next one is right.
+    #[test]
+    fn a_huge_text_is_written_whole_and_not_kept() {
+        let big = json!({"s": "x".repeat(3 * KEEP_CAPACITY), "n": 1.5});
+        assert_eq!(canonical_of(&big), canonical_json(&big));
+        let kept = BUFFERS.with(Cell::take);
+        assert!(
+            kept.out.capacity() <= KEEP_CAPACITY,
+            "{}",
+            kept.out.capacity()
+        );
+        let small = json!({"b": 2, "a": 1});
+        assert_eq!(canonical_of(&small), r#"{"a": 1, "b": 2}"#);
     }
 
     #[test]

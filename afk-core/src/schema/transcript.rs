@@ -176,15 +176,29 @@ pub fn records_digest(prev: &str, messages: &[Message], records: &StepRecords) -
 }
 
 fn digest_of(prev: &str, messages: &[Message], records: Option<&RecordsView<'_>>) -> String {
+    digest_and_len(prev, messages, records).0
+}
+
+/// [`digest_of`], and the length of the canonical text it hashed (about the length of the
+/// entry's compact JSON, which holds the same values).
+fn digest_and_len(
+    prev: &str,
+    messages: &[Message],
+    records: Option<&RecordsView<'_>>,
+) -> (String, usize) {
     let mut h = Sha256::new();
     h.update(prev.as_bytes());
     // The canonical JSON of `serde_json::to_value(x)`, written without the `Value` (messages
     // and records have string keys only, so this cannot fail).
-    h.update(crate::hash::canonical_of(messages).as_bytes());
+    let hashed = |h: &mut Sha256, text: &str| {
+        h.update(text.as_bytes());
+        text.len()
+    };
+    let mut len = crate::hash::with_canonical(messages, |text| hashed(&mut h, text));
     if let Some(r) = records.filter(|r| !r.is_empty()) {
-        h.update(crate::hash::canonical_of(r).as_bytes());
+        len += crate::hash::with_canonical(r, |text| hashed(&mut h, text));
     }
-    crate::hash::digest_hex(h.finalize().into())
+    (crate::hash::digest_hex(h.finalize().into()), len)
 }
 
 /// Fold [`entry_digest`] over consecutive entries' messages; `""` for none.
@@ -223,7 +237,7 @@ pub(crate) fn encode_entry(
         skill_reads: &[],
         skill_command_executions: &[],
     };
-    let digest = digest_of(prev_digest, messages, Some(&records));
+    let (digest, text_len) = digest_and_len(prev_digest, messages, Some(&records));
     let out = EntryOut {
         index,
         step,
@@ -231,7 +245,10 @@ pub(crate) fn encode_entry(
         records,
         digest: &digest,
     };
-    let bytes = serde_json::to_vec(&out)
+    // The entry's JSON is about as long as the text its digest hashed, plus its own fields:
+    // one buffer, not one grown several times.
+    let mut bytes = Vec::with_capacity(text_len + 192);
+    serde_json::to_writer(&mut bytes, &out)
         .map_err(|e| Error::unexpected(format!("cannot encode transcript entry: {e}")))?;
     Ok((bytes, digest))
 }
