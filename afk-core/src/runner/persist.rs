@@ -49,6 +49,8 @@ pub(crate) struct Checkpointer {
     /// Bytes to reserve for the next record of each phase (by `Phase as usize`): the size of
     /// the last one, so encoding does not grow its buffer several times per record.
     size_hints: [usize; PHASE_COUNT],
+    /// Bytes to reserve for the next effect row, from the size of the last one.
+    effect_hint: usize,
 }
 
 /// The number of [`Phase`] variants.
@@ -90,6 +92,7 @@ impl Checkpointer {
             fresh_after: None,
             commits: 0,
             size_hints: [256; PHASE_COUNT],
+            effect_hint: 384,
         }
     }
 
@@ -318,8 +321,11 @@ impl Checkpointer {
     /// Commit an effect row (no pointer move).
     pub(super) async fn effect(&mut self, step: u64, call_id: &str, row: &EffectRow) -> Result<()> {
         let key = keys::effect_key(&self.run, step, call_id)?;
-        let bytes = serde_json::to_vec(row)
+        let mut bytes = Vec::with_capacity(self.effect_hint);
+        serde_json::to_writer(&mut bytes, row)
             .map_err(|e| crate::Error::unexpected(format!("cannot encode effect row: {e}")))?;
+        // Room for the next row (a result row is larger than its intent) to fit at once.
+        self.effect_hint = bytes.len() + bytes.len() / 2;
         self.commit(vec![(key, bytes)], None, false).await
     }
 
