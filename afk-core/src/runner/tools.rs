@@ -400,8 +400,6 @@ async fn execute(
     limit: Option<OutputLimit>,
 ) -> Result<Executed> {
     let step = task.st.snap.step;
-    let sem = Arc::new(Semaphore::new(task.agent.limits.tool_parallelism.max(1)));
-    let mut futs = FuturesUnordered::new();
     let sub_targets: Vec<(String, String)> = calls
         .iter()
         .enumerate()
@@ -413,6 +411,11 @@ async fn execute(
     if !sub_targets.is_empty() {
         subagent::pre_batch(task, sub_targets.clone()).await?;
     }
+    let mut calls_to_run: Vec<(
+        usize,
+        futures::future::BoxFuture<'static, Call>,
+        tracing::Span,
+    )> = Vec::with_capacity(calls.len());
     for (i, call) in calls.iter().enumerate() {
         if !matches!(plans[i], Plan::Execute) {
             continue;
@@ -430,7 +433,6 @@ async fn execute(
         };
         let args = Value::Object(call.arguments.clone());
         let name = call.tool_name.clone();
-        let sem = sem.clone();
         let span = tracing::info_span!("tool_call", tool = %name, call_id = %ids[i], step);
         let tool_name = call.tool_name.clone();
         let fut: futures::future::BoxFuture<'static, Call> = if let Some(tool) = task.tool(&name) {
@@ -457,13 +459,27 @@ async fn execute(
                 Call::Done(call_result(Ok(out), &tool_name, t0))
             })
         };
-        futs.push(
-            async move {
-                let _permit = sem.acquire_owned().await;
-                (i, fut.await)
-            }
-            .instrument(span),
-        );
+        calls_to_run.push((i, fut, span));
+    }
+    // One call (most batches) is awaited as it is; several run concurrently, at most
+    // `tool_parallelism` at a time.
+    let mut only = None;
+    let mut futs = None;
+    if calls_to_run.len() == 1 {
+        only = calls_to_run.pop();
+    } else {
+        let sem = Arc::new(Semaphore::new(task.agent.limits.tool_parallelism.max(1)));
+        let all = futs.insert(FuturesUnordered::new());
+        for (i, fut, span) in calls_to_run {
+            let sem = sem.clone();
+            all.push(
+                async move {
+                    let _permit = sem.acquire_owned().await;
+                    (i, fut.await)
+                }
+                .instrument(span),
+            );
+        }
     }
     let mut results = BTreeMap::new();
     let mut paused = None;
@@ -472,7 +488,13 @@ async fn execute(
     let mut sub_failed = 0;
     // Every call runs to its end (and its result row is committed) even when a delegation
     // stopped or paused: nothing is left cut mid-effect.
-    while let Some((i, call)) = futs.next().await {
+    loop {
+        let next = match (only.take(), futs.as_mut()) {
+            (Some((i, fut, span)), _) => Some((i, fut.instrument(span).await)),
+            (None, Some(all)) => all.next().await,
+            (None, None) => None,
+        };
+        let Some((i, call)) = next else { break };
         let mut extra = marks[i].clone();
         let res = match call {
             Call::Done(res) => {
