@@ -294,12 +294,15 @@ impl Agent {
 
     /// Model candidates in order, deduplicated.
     pub fn model_candidates(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for m in std::iter::once(&self.model).chain(&self.fallback_models) {
-            if !out.contains(m) {
-                out.push(m.clone());
-            }
-        }
-        out
+        self.candidates().cloned().collect()
+    }
+
+    /// [`Agent::model_candidates`], borrowed.
+    pub(crate) fn candidates(&self) -> impl Iterator<Item = &String> {
+        let all = || std::iter::once(&self.model).chain(&self.fallback_models);
+        all()
+            .enumerate()
+            .filter(move |&(i, m)| !all().take(i).any(|earlier| earlier == m))
+            .map(|(_, m)| m)
     }
 }

@@ -363,7 +363,7 @@ impl RunTask {
         let mut answer_size = None;
         let mut last_err = None;
         let mut got = None;
-        for model in self.agent.model_candidates() {
+        for model in self.agent.candidates() {
             let req = LlmRequest {
                 model: model.clone(),
                 messages: Arc::clone(&self.st.messages),
@@ -402,7 +402,7 @@ impl RunTask {
                         }
                         answer_size = Some(size);
                     }
-                    got = Some((model, r));
+                    got = Some((model.clone(), r));
                     break;
                 }
                 Err(e) => {
@@ -430,8 +430,13 @@ impl RunTask {
         }
         self.st.snap.session_token = resp.session_token.clone();
         self.st.snap.checkpoint_token = resp.checkpoint_token.clone();
-        self.st.snap.normalized_model = Some(model.clone());
-        self.st.snap.provider_adapter = Some(provider.clone());
+        // Set once: the same model and provider answer step after step.
+        if self.st.snap.normalized_model.as_ref() != Some(&model) {
+            self.st.snap.normalized_model = Some(model.clone());
+        }
+        if self.st.snap.provider_adapter.as_ref() != Some(&provider) {
+            self.st.snap.provider_adapter = Some(provider.clone());
+        }
         let post = PostLlmPayload {
             model,
             provider,
@@ -463,9 +468,11 @@ impl RunTask {
     /// Write the terminal record, make everything durable and return the result.
     pub(super) async fn finish(&mut self) -> Result<Outcome> {
         let elapsed = self.active_ms() as f64 / 1000.0;
-        let mut result = self
-            .st
-            .to_result(&self.run_str(), &self.thread_str(), elapsed);
+        // The run ends here: its records move into the result rather than being copied, and
+        // go back to the run state if the terminal record is not written (for the failure
+        // record `on_error` writes; outputs the fitting below left out stay left out there).
+        let (run, thread) = (self.run_str(), self.thread_str());
+        let mut result = self.st.take_result(&run, &thread, elapsed);
         self.fit_result(&mut result);
         let payload = RunTerminalPayload {
             state: self.st.snap.state.clone(),
@@ -480,10 +487,22 @@ impl RunTask {
         };
         // Written from the payload, then the result taken back out of it (not copied).
         let record = PhasePayload::RunTerminal(Box::new(payload));
-        self.ckpt
+        let written = match self
+            .ckpt
             .checkpoint_with(self.st.snap.step, &record, true)
-            .await?;
-        self.ckpt.flush().await?;
+            .await
+        {
+            Ok(()) => self.ckpt.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            if let PhasePayload::RunTerminal(p) = record
+                && let Some(result) = p.terminal_result
+            {
+                self.st.restore_records(result);
+            }
+            return Err(e);
+        }
         self.emit(RunEvent::Finished {
             state: self.st.snap.state.clone(),
         });

@@ -149,6 +149,29 @@ impl RunState {
         }
     }
 
+    /// [`RunState::to_result`] with the run's tool and subagent execution records moved into
+    /// the result instead of copied: for the terminal record of a run that ends. Give them
+    /// back with [`RunState::restore_records`] if that record is not written.
+    pub(super) fn take_result(
+        &mut self,
+        run_id: &str,
+        thread_id: &str,
+        elapsed_s: f64,
+    ) -> AgentResult {
+        let tools = std::mem::take(&mut self.tool_executions);
+        let subagents = std::mem::take(&mut self.subagent_executions);
+        let mut result = self.to_result(run_id, thread_id, elapsed_s);
+        result.tool_executions = tools;
+        result.subagent_executions = subagents;
+        result
+    }
+
+    /// Put back the records [`RunState::take_result`] moved into `result`.
+    pub(super) fn restore_records(&mut self, result: AgentResult) {
+        self.tool_executions = result.tool_executions;
+        self.subagent_executions = result.subagent_executions;
+    }
+
     /// The `AgentResult` of this state, as stored in `run_terminal.terminal_result`.
     pub(super) fn to_result(&self, run_id: &str, thread_id: &str, elapsed_s: f64) -> AgentResult {
         let s = &self.snap;
