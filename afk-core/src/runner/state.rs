@@ -224,3 +224,35 @@ fn set_extra(extra: &mut Extra, key: &str, value: Value) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The terminal result takes the run's records (no copy) and is otherwise the one
+    /// `to_result` builds; given back, the run state holds them as before.
+    #[test]
+    fn a_taken_result_holds_the_records_and_gives_them_back() {
+        let mut st = RunState::default();
+        st.snap.final_text = "done".into();
+        st.tool_executions = vec![ToolExecution {
+            tool_name: "add".into(),
+            tool_call_id: Some("c1".into()),
+            success: true,
+            output: json!({"result": 3}),
+            ..Default::default()
+        }];
+        st.subagent_executions = vec![SubagentExecution {
+            subagent_name: "helper".into(),
+            ..Default::default()
+        }];
+        let copied = st.to_result("r", "t", 1.5);
+        let taken = st.take_result("r", "t", 1.5);
+        assert_eq!(taken, copied);
+        assert!(st.tool_executions.is_empty() && st.subagent_executions.is_empty());
+        st.restore_records(taken);
+        assert_eq!(st.to_result("r", "t", 1.5), copied);
+    }
+}
