@@ -61,8 +61,13 @@ pub(crate) struct RunTask {
 }
 
 impl RunTask {
-    pub(super) fn emit(&self, ev: RunEvent) {
-        let _ = self.events.send(ev);
+    /// Send the event `ev` makes to the run's event stream, if anyone still listens (most
+    /// runs are only awaited: see [`super::RunHandle::result`]), so an event nobody receives
+    /// is not even built.
+    pub(super) fn emit(&self, ev: impl FnOnce() -> RunEvent) {
+        if self.events.receiver_count() > 0 {
+            let _ = self.events.send(ev());
+        }
     }
 
     /// Active milliseconds of the run so far (earlier processes plus this one).
@@ -217,7 +222,7 @@ impl RunTask {
                 .first_commit(PhasePayload::RunStarted(started), entry, bytes)
                 .await?;
         }
-        self.emit(RunEvent::RunStarted {
+        self.emit(|| RunEvent::RunStarted {
             run_id: self.run_str(),
             resumed,
         });
@@ -249,7 +254,7 @@ impl RunTask {
 
     async fn one_step(&mut self, reuse_pending: &mut bool) -> Result<Option<Outcome>> {
         let step = self.st.snap.step;
-        self.emit(RunEvent::StepStarted { step });
+        self.emit(|| RunEvent::StepStarted { step });
         let started = StepStartedPayload {
             state: self.st.snap.state.clone(),
             message_count: self.st.messages.len() as u64,
@@ -282,7 +287,7 @@ impl RunTask {
                 .push_message(text_message(Role::Assistant, resp.text.clone(), None));
         }
         self.st.snap.final_response = Some(Arc::clone(&resp));
-        self.emit(RunEvent::LlmCompleted {
+        self.emit(|| RunEvent::LlmCompleted {
             step,
             tool_calls: resp.tool_calls.len(),
         });
@@ -305,7 +310,7 @@ impl RunTask {
         let outcome = tools::run_batch(self, &resp, answer_size).await?;
         let (total, failures, degrade) = match outcome {
             BatchOutcome::Paused(request) => {
-                self.emit(RunEvent::Paused { step });
+                self.emit(|| RunEvent::Paused { step });
                 return Ok(Some(Outcome::Paused { request }));
             }
             BatchOutcome::Done {
@@ -503,7 +508,7 @@ impl RunTask {
             }
             return Err(e);
         }
-        self.emit(RunEvent::Finished {
+        self.emit(|| RunEvent::Finished {
             state: self.st.snap.state.clone(),
         });
         match record {
@@ -529,7 +534,7 @@ impl RunTask {
             // A child run stopped without a final outcome: resumable once its cause is dealt
             // with, even a `Corrupt` child (see `subagent.rs`).
             _ if self.stopped_by_child => {
-                self.emit(RunEvent::Failed {
+                self.emit(|| RunEvent::Failed {
                     kind: e.kind(),
                     message: e.message().to_owned(),
                 });
@@ -542,7 +547,7 @@ impl RunTask {
                 RunStatus::Failed
             }
             _ => {
-                self.emit(RunEvent::Failed {
+                self.emit(|| RunEvent::Failed {
                     kind: e.kind(),
                     message: e.message().to_owned(),
                 });
@@ -572,7 +577,7 @@ impl RunTask {
         } else if let Err(we) = self.ckpt.flush().await {
             tracing::warn!(error = %we, "could not flush the terminal failure");
         }
-        self.emit(RunEvent::Failed {
+        self.emit(|| RunEvent::Failed {
             kind: e.kind(),
             message: e.message().to_owned(),
         });

@@ -657,6 +657,9 @@ impl RunHandle {
 
     /// Wait for the run to end or pause.
     pub async fn result(mut self) -> Result<Outcome> {
+        // No one can take the event stream from here on: with its last receiver gone, the
+        // run's events cost it nothing more than a look at the receiver count.
+        self.events = None;
         if let Some(e) = self.early.take() {
             return Err(e);
         }

@@ -288,7 +288,7 @@ pub(crate) async fn run_batch(
             }
         }
         push_records(task, call, &ids[i], &res);
-        task.emit(super::RunEvent::ToolCompleted {
+        task.emit(|| super::RunEvent::ToolCompleted {
             step,
             tool_call_id: ids[i].clone(),
             success: res.success,
