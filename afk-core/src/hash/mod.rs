@@ -309,6 +309,19 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any finite float (subnormals and the extremes included, whose `{:e}` text is the
+        /// longest) reads back as itself and has Python's shape: a `.` or an exponent.
+        #[test]
+        fn any_float_round_trips_in_python_form(bits in proptest::prelude::any::<u64>()) {
+            let f = f64::from_bits(bits);
+            proptest::prop_assume!(f.is_finite());
+            let text = python_float_repr(f);
+            proptest::prop_assert_eq!(text.parse::<f64>().ok(), Some(f), "{}", text);
+            proptest::prop_assert!(text.contains('.') || text.contains('e'), "{}", text);
+        }
+    }
+
     #[test]
     fn afk_reference_vectors() {
         // The table in reference §5.5, verified against AFK's real json_hash.

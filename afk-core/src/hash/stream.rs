@@ -76,11 +76,22 @@ thread_local! {
     static BUFFERS: Cell<Buffers> = const { Cell::new(Buffers::new()) };
 }
 
+/// This thread's buffers, or fresh ones while its thread-locals are being torn down.
+fn take_buffers() -> Buffers {
+    BUFFERS.try_with(Cell::take).unwrap_or_default()
+}
+
+/// Give the buffers back to this thread for its next use (dropped if it is shutting down).
+fn put_back(bufs: Buffers) {
+    let bufs = bufs.reusable();
+    let _ = BUFFERS.try_with(|slot| slot.set(bufs));
+}
+
 /// Run `f` with this thread's reusable text buffer, emptied (see [`Buffers`]).
 pub(crate) fn with_text_buffer<R>(f: impl FnOnce(&mut String) -> R) -> R {
-    let mut bufs = BUFFERS.with(Cell::take);
+    let mut bufs = take_buffers();
     let r = f(&mut bufs.out);
-    BUFFERS.with(|slot| slot.set(bufs.reusable()));
+    put_back(bufs);
     r
 }
 
@@ -88,7 +99,7 @@ pub(crate) fn with_text_buffer<R>(f: impl FnOnce(&mut String) -> R) -> R {
 /// represented as JSON (what hashing `serde_json::to_value(value).unwrap_or_default()` gave).
 /// Written in this thread's reusable buffers (see [`Buffers`]).
 pub(crate) fn with_canonical<T: Serialize + ?Sized, R>(value: &T, f: impl FnOnce(&str) -> R) -> R {
-    let mut bufs = BUFFERS.with(Cell::take);
+    let mut bufs = take_buffers();
     let written = {
         let mut canon = Canon {
             out: &mut bufs.out,
@@ -105,7 +116,7 @@ pub(crate) fn with_canonical<T: Serialize + ?Sized, R>(value: &T, f: impl FnOnce
         written
     };
     let r = if written { f(&bufs.out) } else { f("null") };
-    BUFFERS.with(|slot| slot.set(bufs.reusable()));
+    put_back(bufs);
     r
 }
 
