@@ -169,6 +169,14 @@ impl<S: Store> Store for BrokenStore<S> {
         afk_core::store::claim_if_new_each(self, thread, run).await
     }
 
+    /// Through this store's own (broken) `commit`.
+    async fn commit_owned(
+        &self,
+        commit: Commit,
+    ) -> std::result::Result<(), afk_core::store::CommitRejected> {
+        afk_core::store::commit_by_ref(self, commit).await
+    }
+
     async fn commit(&self, commit: &Commit) -> Result<()> {
         match self.breakage {
             Breakage::PointerWithoutRecord => {

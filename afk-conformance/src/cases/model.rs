@@ -168,6 +168,9 @@ struct Reached {
     claimed_if_new: u32,
     /// Commits that moved a pointer.
     pointers: u32,
+    /// `commit_owned` calls the store applied, and those it refused (handing the commit back).
+    owned_applied: u32,
+    owned_refused: u32,
 }
 
 async fn replay(store: &dyn Store, ops: &[Op]) -> Result<Reached, String> {
@@ -237,6 +240,33 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> Result<Reached, String> {
                 if want.is_ok() && mc.latest.is_some() {
                     reached.pointers += 1;
                 }
+            }
+            Op::CommitOwned(spec) => {
+                let stale = model.is_stale(spec);
+                let (c, mc) = (
+                    sut.build(&threads, &runs, spec),
+                    model.build(&threads, &runs, spec),
+                );
+                let got = match sut.store.commit_owned(c.clone()).await {
+                    Ok(()) => {
+                        reached.owned_applied += 1;
+                        Ok(())
+                    }
+                    Err(rejected) if *rejected.commit == c => {
+                        reached.owned_refused += 1;
+                        Err(rejected.error)
+                    }
+                    Err(rejected) => {
+                        return Err(fail!(
+                            "op {i}: commit_owned {c:?} refused ({}) handed back another \
+                             commit: {:?}",
+                            rejected.error,
+                            rejected.commit
+                        ));
+                    }
+                };
+                let want = model.store.commit(&mc).await;
+                compare_commit(i, &c, &got, &want, stale)?;
             }
             Op::Batch(specs) => {
                 let mut stale = Vec::new();
@@ -429,7 +459,7 @@ mod tests {
     /// (a refusal needs a claim, a commit of the pointer under it, then `claim_if_new` of the
     /// same run), so the model compares both.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sequences_reach_both_answers_of_claim_if_new() {
+    async fn sequences_reach_both_answers_of_claim_if_new_and_commit_owned() {
         let mut runner = test_runner(20261201, 32, None);
         let mut total = Reached::default();
         for _ in 0..32 {
@@ -438,8 +468,12 @@ mod tests {
             total.refused_if_new += r.refused_if_new;
             total.claimed_if_new += r.claimed_if_new;
             total.pointers += r.pointers;
+            total.owned_applied += r.owned_applied;
+            total.owned_refused += r.owned_refused;
         }
         assert!(total.refused_if_new >= 3, "{total:?}");
         assert!(total.claimed_if_new >= 3, "{total:?}");
+        assert!(total.owned_applied >= 3, "{total:?}");
+        assert!(total.owned_refused >= 3, "{total:?}");
     }
 }

@@ -202,6 +202,12 @@ mod tests {
         async fn commit(&self, c: &Commit) -> Result<()> {
             self.0.commit(c).await
         }
+        async fn commit_owned(
+            &self,
+            c: Commit,
+        ) -> std::result::Result<(), afk_core::store::CommitRejected> {
+            self.0.commit_owned(c).await
+        }
         async fn list_threads(&self, cursor: Option<&str>, limit: usize) -> Result<ThreadPage> {
             match self.1 {
                 Fault::Lies => Err(afk_core::Error::unsupported("no")),

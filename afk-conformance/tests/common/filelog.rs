@@ -184,6 +184,14 @@ impl Store for FileLog {
         afk_core::store::claim_if_new_each(self, thread, run).await
     }
 
+    /// Through this store's own `commit` (which logs it).
+    async fn commit_owned(
+        &self,
+        commit: Commit,
+    ) -> std::result::Result<(), afk_core::store::CommitRejected> {
+        afk_core::store::commit_by_ref(self, commit).await
+    }
+
     async fn commit(&self, c: &Commit) -> Result<()> {
         let mut log = self.log.lock().await;
         self.mem.commit(c).await?;

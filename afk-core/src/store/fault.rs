@@ -27,7 +27,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
-use crate::store::{Capabilities, Commit, Epoch, ListPage, Store};
+use crate::store::{Capabilities, Commit, CommitRejected, Epoch, ListPage, Store, commit_by_ref};
 
 /// The operations of [`Store`], for counting calls and aiming faults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -396,6 +396,11 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
 
     async fn commit(&self, commit: &Commit) -> Result<()> {
         self.commit_one(commit).await
+    }
+
+    /// Through [`FaultStore::commit`]'s faults, by reference.
+    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
+        commit_by_ref(self, commit).await
     }
 
     /// Applies the commits one by one through [`FaultStore::commit`]'s faults, after the

@@ -1,5 +1,5 @@
 //! The wrappers of this crate forward what they must: `get_many`, `commit_batch`,
-//! `list_threads` and `claim_if_new` reach the inner store's own method instead of the trait's
+//! `list_threads`, `claim_if_new` and `commit_owned` reach the inner store's own method instead of the trait's
 //! default.
 
 use std::sync::{Arc, Mutex};
@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::{
-    Capabilities, Commit, Epoch, FaultStore, ListPage, MemoryStore, RandomSource, RetryPolicy,
-    RetryStore, Store, StoreExt, ThreadPage,
+    Capabilities, Commit, CommitRejected, Epoch, FaultStore, ListPage, MemoryStore, RandomSource,
+    RetryPolicy, RetryStore, Store, StoreExt, ThreadPage,
 };
 use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
@@ -68,6 +68,10 @@ impl Store for Recorder {
         self.saw("commit");
         self.inner.commit(c).await
     }
+    async fn commit_owned(&self, c: Commit) -> std::result::Result<(), CommitRejected> {
+        self.saw("commit_owned");
+        self.inner.commit_owned(c).await
+    }
     async fn list_threads(&self, c: Option<&str>, l: usize) -> Result<ThreadPage> {
         self.saw("list_threads");
         self.inner.list_threads(c, l).await
@@ -108,7 +112,21 @@ async fn through(wrapper: &dyn Store, inner: &Recorder) -> Vec<&'static str> {
     fill(wrapper).await;
     let fresh = RunId::new("run_c").unwrap();
     let epoch = wrapper.claim_if_new(&t("t_a"), &fresh).await.unwrap();
-    assert!(epoch.is_some(), "a run with no pointer is claimed");
+    let Some(epoch) = epoch else {
+        panic!("a run with no pointer is claimed")
+    };
+    let owned = Commit {
+        thread: t("t_a"),
+        run: fresh.clone(),
+        epoch,
+        puts: vec![(format!("messages:{fresh}:1"), b"o".to_vec())],
+        latest: Some(b"p".to_vec()),
+    };
+    wrapper.commit_owned(owned).await.unwrap();
+    assert_eq!(
+        wrapper.get(&t("t_a"), "messages:run_c:1").await.unwrap(),
+        Some(b"o".to_vec())
+    );
     let keys = vec!["messages:run_a:1".to_owned(), "messages:run_a:2".to_owned()];
     let values = wrapper.get_many(&t("t_a"), &keys).await.unwrap();
     assert_eq!(values, [Some(b"m".to_vec()), None]);
@@ -119,7 +137,7 @@ async fn through(wrapper: &dyn Store, inner: &Recorder) -> Vec<&'static str> {
 }
 
 #[tokio::test]
-async fn retry_store_forwards_get_many_commit_batch_list_threads_and_claim_if_new() {
+async fn retry_store_forwards_get_many_commit_batch_commit_owned_list_threads_and_claim_if_new() {
     let inner = Arc::new(Recorder::default());
     let store = RetryStore::from_arc(
         inner.clone(),
@@ -134,6 +152,8 @@ async fn retry_store_forwards_get_many_commit_batch_list_threads_and_claim_if_ne
             "claim",
             "commit_batch",
             "claim_if_new",
+            "commit_owned",
+            "get",
             "get_many",
             "list_threads"
         ]
@@ -145,8 +165,8 @@ async fn fault_store_forwards_get_many_and_list_threads() {
     let inner = Arc::new(Recorder::default());
     let store = FaultStore::from_arc(inner.clone());
     let calls = through(&store, &inner).await;
-    // `commit_batch` and `claim_if_new` go through the fault store's own per-call faults by
-    // design.
+    // `commit_batch`, `claim_if_new` and `commit_owned` go through the fault store's own
+    // per-call faults by design.
     assert_eq!(
         calls,
         [
@@ -156,6 +176,8 @@ async fn fault_store_forwards_get_many_and_list_threads() {
             "commit",
             "get",
             "claim",
+            "commit",
+            "get",
             "get_many",
             "list_threads"
         ]

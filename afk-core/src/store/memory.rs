@@ -17,8 +17,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 
 use super::{
-    Capabilities, Commit, Epoch, ListPage, Store, latest_key, run_key, validate_commit,
-    validate_list,
+    Capabilities, Commit, CommitRejected, Epoch, ListPage, Store, latest_key, run_key,
+    validate_commit, validate_list,
 };
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId, validate_key};
@@ -269,21 +269,8 @@ impl Store for MemoryStore {
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {
-        validate_commit(commit)?;
         let mut threads = self.lock();
-        let current = current_epoch(threads.get(&commit.thread), &commit.run)?;
-        if current == Epoch(0) {
-            return Err(Error::fenced(format!(
-                "run {} of thread {} was never claimed; claim it before committing",
-                commit.run, commit.thread
-            )));
-        }
-        if commit.epoch != current {
-            return Err(Error::fenced(format!(
-                "run {} of thread {} is claimed at epoch {current}; this commit carries epoch {}",
-                commit.run, commit.thread, commit.epoch
-            )));
-        }
+        admit(&threads, commit)?;
         let map = threads.entry(commit.thread.clone()).or_default();
         for (key, value) in &commit.puts {
             map.insert(key.clone(), value.clone());
@@ -300,6 +287,50 @@ impl Store for MemoryStore {
         }
         Ok(())
     }
+
+    /// [`Store::commit`] that moves the commit's keys and values into the map (the runner's
+    /// writer hands its commits over this way: no copy of a step's records).
+    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
+        let mut threads = self.lock();
+        if let Err(error) = admit(&threads, &commit) {
+            return Err(CommitRejected {
+                error,
+                commit: Box::new(commit),
+            });
+        }
+        let Commit {
+            thread,
+            run,
+            puts,
+            latest,
+            ..
+        } = commit;
+        let map = threads.entry(thread).or_default();
+        map.extend(puts);
+        if let Some(latest) = latest {
+            map.insert(latest_key(&run), latest);
+        }
+        Ok(())
+    }
+}
+
+/// Whether `commit` may be applied: valid, and under the run's current epoch.
+fn admit(threads: &HashMap<ThreadId, Keys>, commit: &Commit) -> Result<()> {
+    validate_commit(commit)?;
+    let current = current_epoch(threads.get(&commit.thread), &commit.run)?;
+    if current == Epoch(0) {
+        return Err(Error::fenced(format!(
+            "run {} of thread {} was never claimed; claim it before committing",
+            commit.run, commit.thread
+        )));
+    }
+    if commit.epoch != current {
+        return Err(Error::fenced(format!(
+            "run {} of thread {} is claimed at epoch {current}; this commit carries epoch {}",
+            commit.run, commit.thread, commit.epoch
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
 
 mod ext;
@@ -211,6 +211,7 @@ pub const MAX_LIST_LIMIT: usize = 1000;
 /// | pointer moves with its records, for live readers | `atomicity::pointer_moves_with_its_record`, `torn::concurrent_reader_sees_no_torn_commit` |
 /// | commits survive a killed writer whole, acknowledged ones all | `crash::killed_writer_leaves_whole_commits` (durable stores) |
 /// | `commit_batch`: one result per commit, in order | `basic::commit_batch_applies_each_in_order` |
+/// | `commit_owned`: `commit`'s outcome, and a refused commit handed back unchanged | `model::model_based` |
 /// | fencing: increasing epochs; stale, future and unclaimed epochs `Fenced` | `fencing::*`, `concurrency::racing_resumers_one_finishes` |
 /// | a read after a claim sees every commit made before the claim | `concurrency::racing_starters_run_it_once` |
 /// | `claim_if_new`: claims only a run with no pointer, and a refusal fences nothing | `fencing::claim_if_new_claims_only_runs_without_a_pointer`, `model::model_based` |
@@ -310,6 +311,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// [`Capabilities::max_commit_keys`]; `Unavailable`. On every error nothing is written.
     async fn commit(&self, commit: &Commit) -> Result<()>;
 
+    /// [`Store::commit`] of a commit the caller is done with, taken by value, so a store that
+    /// keeps the bytes it is given (the in-memory store) can move them in instead of copying
+    /// them. The same contract as `commit`; on an error nothing is written and the commit
+    /// comes back unchanged in the [`CommitRejected`], so the caller can retry it. The
+    /// runner's checkpoint writer commits through this. The default is `commit` by reference
+    /// ([`commit_by_ref`]); override it only to save that copy.
+    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
+        commit_by_ref(self, commit).await
+    }
+
     /// List the threads of the store: every thread that holds at least one key (a claimed run's
     /// fence counts) is in exactly one page of a complete listing, in an order of the store's
     /// choosing. At most `limit` per page (clamped to `1..=`[`MAX_LIST_LIMIT`]); pass the
@@ -361,7 +372,7 @@ pub async fn claim_if_new_each<S: Store + ?Sized>(
 /// put `#[deny(clippy::missing_trait_methods)]` on the `impl`. Each method either forwards to
 /// the inner store's same method or, where the wrapper changes what a single call does (a
 /// limit, a fault, a gate), goes through the wrapper's own single-key method with
-/// [`get_each`], [`commit_each`] or [`claim_if_new_each`].
+/// [`get_each`], [`commit_each`], [`commit_by_ref`] or [`claim_if_new_each`].
 pub async fn get_each<S: Store + ?Sized>(
     store: &S,
     thread: &ThreadId,
@@ -383,6 +394,37 @@ pub async fn commit_each<S: Store + ?Sized>(store: &S, commits: &[Commit]) -> Ve
         out.push(store.commit(c).await);
     }
     out
+}
+
+/// A [`Store::commit_owned`] that wrote nothing: the error [`Store::commit`] would have
+/// returned, and the commit as it was handed in.
+#[derive(Debug)]
+pub struct CommitRejected {
+    /// Why nothing was written.
+    pub error: Error,
+    /// The commit, unchanged (boxed: the error path is the rare one).
+    pub commit: Box<Commit>,
+}
+
+impl From<CommitRejected> for Error {
+    fn from(rejected: CommitRejected) -> Self {
+        rejected.error
+    }
+}
+
+/// [`Store::commit_owned`] as [`Store::commit`] by reference: the trait's default, for a
+/// wrapper whose `commit` does something an owned commit must not skip (see [`get_each`]).
+pub async fn commit_by_ref<S: Store + ?Sized>(
+    store: &S,
+    commit: Commit,
+) -> std::result::Result<(), CommitRejected> {
+    match store.commit(&commit).await {
+        Ok(()) => Ok(()),
+        Err(error) => Err(CommitRejected {
+            error,
+            commit: Box::new(commit),
+        }),
+    }
 }
 
 /// The key families of a run: its keys are `<family>:<run>:…` for each of these, plus the

@@ -35,7 +35,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
-use crate::store::{Capabilities, Commit, Epoch, ListPage, Store};
+use crate::store::{Capabilities, Commit, CommitRejected, Epoch, ListPage, Store};
 
 /// An injected source of uniform random numbers in `[0, 1)`, used for backoff jitter.
 pub struct RandomSource(Box<dyn FnMut() -> f64 + Send>);
@@ -181,20 +181,44 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
+    let attempt = |()| {
+        let call = op();
+        async move { call.await.map_err(|e| (e, ())) }
+    };
+    retry_passing(policy, rng, retries, (), attempt)
+        .await
+        .map_err(|(e, ())| e)
+}
+
+/// [`with_retry`] of an `op` that takes `arg` and, when it fails, hands it back for the next
+/// attempt (a commit given by value). The last failure comes with `arg`.
+pub(crate) async fn retry_passing<A, T, F, Fut>(
+    policy: &RetryPolicy,
+    rng: &Mutex<RandomSource>,
+    retries: &AtomicU64,
+    arg: A,
+    mut op: F,
+) -> std::result::Result<T, (Error, A)>
+where
+    F: FnMut(A) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, (Error, A)>>,
+{
     let start = tokio::time::Instant::now();
     let mut attempt = 1u32;
+    let mut arg = arg;
     loop {
-        match op().await {
+        match op(arg).await {
             Ok(v) => return Ok(v),
-            Err(e) if !e.is_retryable() => return Err(e),
-            Err(e) => {
+            Err((e, back)) if !e.is_retryable() => return Err((e, back)),
+            Err((e, back)) => {
                 let Some(delay) = next_delay(policy, rng, attempt, start) else {
-                    return Err(e);
+                    return Err((e, back));
                 };
                 tracing::debug!(attempt, ?delay, error = %e, "retrying store call");
                 retries.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(delay).await;
                 attempt += 1;
+                arg = back;
             }
         }
     }
@@ -351,6 +375,23 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
             self.inner.commit(commit)
         })
         .await
+    }
+
+    /// Each attempt hands the commit to the inner store's `commit_owned`; a retryable refusal
+    /// gives it back for the next attempt.
+    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
+        let attempt = |c: Commit| async move {
+            self.inner
+                .commit_owned(c)
+                .await
+                .map_err(|r| (r.error, *r.commit))
+        };
+        retry_passing(&self.policy, &self.rng, &self.retries, commit, attempt)
+            .await
+            .map_err(|(error, commit)| CommitRejected {
+                error,
+                commit: Box::new(commit),
+            })
     }
 
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {

@@ -163,3 +163,52 @@ async fn commit_batch_retries_only_failed_commits_without_a_later_one_of_their_r
     assert!(results[2].is_ok());
     assert_eq!(fs.calls(Op::Commit), 4);
 }
+
+/// `commit_owned` retries like `commit`: the inner store hands the refused commit back, the
+/// next attempt carries it, and it is applied once; a refusal that is not retryable (or the
+/// last attempt's) comes back with the commit unchanged.
+#[tokio::test(start_paused = true)]
+async fn commit_owned_retries_with_the_commit_handed_back() {
+    let (fs, store) = wrap(policy(), RandomSource::seeded(1));
+    let (t, r) = ids();
+    let epoch = store.claim(&t, &r).await.unwrap();
+    let commit = |epoch, value: &[u8]| Commit {
+        thread: t.clone(),
+        run: r.clone(),
+        epoch,
+        puts: vec![("messages:r:1".to_owned(), value.to_vec())],
+        latest: Some(value.to_vec()),
+    };
+    fs.fail_nth(Some(Op::Commit), 1, ErrorKind::Unavailable);
+    fs.fail_nth(Some(Op::Commit), 2, ErrorKind::Timeout);
+    store.commit_owned(commit(epoch, b"one")).await.unwrap();
+    assert_eq!(fs.calls(Op::Commit), 3);
+    assert_eq!(
+        store.get(&t, "messages:r:1").await.unwrap(),
+        Some(b"one".to_vec())
+    );
+    assert_eq!(
+        store.get(&t, "checkpoint:r:latest").await.unwrap(),
+        Some(b"one".to_vec())
+    );
+
+    // A stale epoch: `Fenced`, not retried, the commit back as it was, nothing written.
+    let stale = commit(Epoch(epoch.0 - 1), b"two");
+    let rejected = store.commit_owned(stale.clone()).await.unwrap_err();
+    assert_eq!(rejected.error.kind(), ErrorKind::Fenced);
+    assert_eq!(*rejected.commit, stale);
+    assert_eq!(fs.calls(Op::Commit), 4);
+    // Every attempt refused: the last error, with the commit.
+    for n in 5..=8 {
+        fs.fail_nth(Some(Op::Commit), n, ErrorKind::Unavailable);
+    }
+    let last = commit(epoch, b"three");
+    let rejected = store.commit_owned(last.clone()).await.unwrap_err();
+    assert_eq!(rejected.error.kind(), ErrorKind::Unavailable);
+    assert_eq!(*rejected.commit, last);
+    assert_eq!(fs.calls(Op::Commit), 8);
+    assert_eq!(
+        store.get(&t, "messages:r:1").await.unwrap(),
+        Some(b"one".to_vec())
+    );
+}

@@ -151,6 +151,13 @@ impl Store for Limited {
     ) -> Result<crate::store::ThreadPage> {
         self.inner.list_threads(cursor, limit).await
     }
+    /// Through this store's own limits.
+    async fn commit_owned(
+        &self,
+        commit: Commit,
+    ) -> std::result::Result<(), crate::store::CommitRejected> {
+        crate::store::commit_by_ref(self, commit).await
+    }
     /// Each commit through the limits of [`Limited::commit`].
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
         crate::store::commit_each(self, commits).await

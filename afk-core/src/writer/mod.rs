@@ -285,7 +285,13 @@ impl Writer {
         if let Some(e) = self.inner.shared.lock().refuse(&key) {
             return Err(e);
         }
-        let result = self.inner.retrying.commit(&commit).await;
+        // Handed over: the store may keep the bytes instead of copying them.
+        let result = self
+            .inner
+            .retrying
+            .commit_owned(commit)
+            .await
+            .map_err(Error::from);
         let mut st = self.inner.shared.lock();
         st.stats.submitted += 1;
         st.stats.batches += 1;
@@ -544,7 +550,10 @@ impl InlineCall {
             shared: inner.shared.clone(),
             key,
             seq,
-            call: Some(Box::pin(async move { store.commit(&commit).await })),
+            // Handed over: the store may keep the bytes instead of copying them.
+            call: Some(Box::pin(async move {
+                store.commit_owned(commit).await.map_err(Error::from)
+            })),
         }
     }
 

@@ -195,6 +195,13 @@ impl Store for GatedStore {
     async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
         afk_core::store::claim_if_new_each(self, thread, run).await
     }
+    /// Through this store's own gated `commit`.
+    async fn commit_owned(
+        &self,
+        commit: Commit,
+    ) -> std::result::Result<(), afk_core::store::CommitRejected> {
+        afk_core::store::commit_by_ref(self, commit).await
+    }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {
         // The newest record: a merged commit of the write-behind writer ends with it.

@@ -76,6 +76,13 @@ impl Store for LimitedStore {
     async fn claim_if_new(&self, t: &ThreadId, r: &RunId) -> Result<Option<Epoch>> {
         self.inner.claim_if_new(t, r).await
     }
+    /// Through this store's own limits.
+    async fn commit_owned(
+        &self,
+        commit: Commit,
+    ) -> std::result::Result<(), afk_core::store::CommitRejected> {
+        afk_core::store::commit_by_ref(self, commit).await
+    }
     async fn commit(&self, c: &Commit) -> Result<()> {
         let keys = c.puts.len() + usize::from(c.latest.is_some());
         if self.max_keys.is_some_and(|m| keys > m) {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use afk::{
     Result, RunId, ThreadId,
-    store::{Commit, Epoch, ListPage, Store},
+    store::{Commit, CommitRejected, Epoch, ListPage, Store},
 };
 use async_trait::async_trait;
 
@@ -113,27 +113,59 @@ impl CountingStore {
     }
 
     fn record(&self, commit: &Commit) {
+        let kept = self.keeping().then(|| commit.clone());
+        self.add(Tally::of(commit), kept);
+    }
+
+    fn keeping(&self) -> bool {
+        self.counts().kept.is_some()
+    }
+
+    /// Count an applied commit (`tally` of it, and the commit itself when keeping them).
+    fn add(&self, tally: Tally, kept: Option<Commit>) {
         let mut c = self.counts();
-        let len = commit.byte_len() as u64;
         c.commits += 1;
-        c.bytes += len;
-        if let Some(s) = step_of(commit) {
+        c.bytes += tally.len;
+        if let Some(s) = tally.step {
             c.step = s;
         }
         let i = usize::try_from(c.step).unwrap_or(usize::MAX);
         if c.per_step.len() <= i {
             c.per_step.resize(i + 1, 0);
         }
-        c.per_step[i] += len;
+        c.per_step[i] += tally.len;
         let step = c.step;
-        for (k, v) in &commit.puts {
-            *c.per_kind.entry((step, kind_of(k))).or_insert(0) += (k.len() + v.len()) as u64;
+        for (kind, bytes) in tally.kinds {
+            *c.per_kind.entry((step, kind)).or_insert(0) += bytes;
         }
+        if let (Some(all), Some(commit)) = (c.kept.as_mut(), kept) {
+            all.push(commit);
+        }
+    }
+}
+
+/// What a commit adds to the counts, taken before it is handed over.
+struct Tally {
+    len: u64,
+    step: Option<u64>,
+    /// Bytes by kind of key, the latest pointer as `latest`.
+    kinds: Vec<(String, u64)>,
+}
+
+impl Tally {
+    fn of(commit: &Commit) -> Self {
+        let mut kinds: Vec<(String, u64)> = commit
+            .puts
+            .iter()
+            .map(|(k, v)| (kind_of(k), (k.len() + v.len()) as u64))
+            .collect();
         if let Some(l) = &commit.latest {
-            *c.per_kind.entry((step, "latest".into())).or_insert(0) += l.len() as u64;
+            kinds.push(("latest".into(), l.len() as u64));
         }
-        if let Some(kept) = c.kept.as_mut() {
-            kept.push(commit.clone());
+        Tally {
+            len: commit.byte_len() as u64,
+            step: step_of(commit),
+            kinds,
         }
     }
 }
@@ -199,6 +231,17 @@ impl Store for CountingStore {
         self.call();
         self.inner.commit(commit).await?;
         self.record(commit);
+        Ok(())
+    }
+
+    /// Counted as `commit` is; handed to the inner store's `commit_owned` (copied first only
+    /// when keeping commits).
+    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
+        self.call();
+        let tally = Tally::of(&commit);
+        let kept = self.keeping().then(|| commit.clone());
+        self.inner.commit_owned(commit).await?;
+        self.add(tally, kept);
         Ok(())
     }
 

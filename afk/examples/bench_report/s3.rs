@@ -113,6 +113,10 @@ impl Store for Probe {
     async fn commit(&self, c: &Commit) -> Result<()> {
         self.commit_counted(c).await
     }
+    /// Counted by [`Probe::commit`] too.
+    async fn commit_owned(&self, c: Commit) -> std::result::Result<(), afk::store::CommitRejected> {
+        afk::store::commit_by_ref(self, c).await
+    }
     async fn list_threads(&self, c: Option<&str>, l: usize) -> Result<afk::store::ThreadPage> {
         self.inner.list_threads(c, l).await
     }

@@ -112,6 +112,9 @@ pub(super) enum Op {
         slot: usize,
     },
     Commit(CommitSpec),
+    /// The same commit through `commit_owned`: `commit`'s outcome, and a refused commit handed
+    /// back unchanged.
+    CommitOwned(CommitSpec),
     Batch(Vec<CommitSpec>),
     Get {
         thread: usize,
@@ -250,7 +253,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (thread(), run(), 0..SLOTS).prop_map(|(thread, run, slot)| Op::Claim { thread, run, slot }),
         3 => (thread(), run(), 0..SLOTS).prop_map(|(thread, run, slot)| Op::ClaimIfNew { thread, run, slot }),
-        8 => commit_spec().prop_map(Op::Commit),
+        6 => commit_spec().prop_map(Op::Commit),
+        3 => commit_spec().prop_map(Op::CommitOwned),
         1 => prop::collection::vec(commit_spec(), 1..4).prop_map(Op::Batch),
         4 => (thread(), any_key()).prop_map(|(thread, key)| Op::Get { thread, key }),
         2 => (thread(), prefix(), prop::sample::select(vec![1usize, 2, 3, 1000]))
