@@ -306,8 +306,14 @@ impl Store for MemoryStore {
             ..
         } = commit;
         let map = threads.entry(thread).or_default();
-        map.extend(puts);
-        if let Some(latest) = latest {
+        // Kept for good: without the room a writer reserved for them (a shrink in place).
+        map.extend(puts.into_iter().map(|(mut key, mut value)| {
+            key.shrink_to_fit();
+            value.shrink_to_fit();
+            (key, value)
+        }));
+        if let Some(mut latest) = latest {
+            latest.shrink_to_fit();
             map.insert(latest_key(&run), latest);
         }
         Ok(())
