@@ -492,14 +492,12 @@ impl RunTask {
         };
         // Written from the payload, then the result taken back out of it (not copied).
         let record = PhasePayload::RunTerminal(Box::new(payload));
-        let written = match self
-            .ckpt
-            .checkpoint_with(self.st.snap.step, &record, true)
-            .await
-        {
-            Ok(()) => self.ckpt.flush().await,
-            Err(e) => Err(e),
-        };
+        let step = self.st.snap.step;
+        let written = async {
+            self.ckpt.checkpoint_with(step, &record, true).await?;
+            self.ckpt.flush().await
+        }
+        .await;
         if let Err(e) = written {
             if let PhasePayload::RunTerminal(p) = record
                 && let Some(result) = p.terminal_result

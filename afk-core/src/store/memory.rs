@@ -268,24 +268,9 @@ impl Store for MemoryStore {
         claim_locked(&mut threads, thread, run).map(Some)
     }
 
+    /// One apply path: a copy of the commit, handed over as [`Store::commit_owned`] takes it.
     async fn commit(&self, commit: &Commit) -> Result<()> {
-        let mut threads = self.lock();
-        admit(&threads, commit)?;
-        let map = threads.entry(commit.thread.clone()).or_default();
-        for (key, value) in &commit.puts {
-            map.insert(key.clone(), value.clone());
-        }
-        if let Some(latest) = &commit.latest {
-            // The pointer is rewritten by most commits: reuse its buffer.
-            let key = latest_key(&commit.run);
-            match map.get_mut(&key) {
-                Some(value) => value.clone_from(latest),
-                None => {
-                    map.insert(key, latest.clone());
-                }
-            }
-        }
-        Ok(())
+        self.commit_owned(commit.clone()).await.map_err(Error::from)
     }
 
     /// [`Store::commit`] that moves the commit's keys and values into the map (the runner's
