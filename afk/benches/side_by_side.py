@@ -24,7 +24,11 @@ case on a current-thread tokio runtime (PROBE_CT=1: one thread, as AFK's asyncio
 default column is tokio's multi-thread runtime, what `#[tokio::main]` gives), in its own column,
 and OURS_SPAWN=1 to run ours once more per case with the runs awaited from a task of the
 multi-thread runtime (PROBE_SPAWN=1: as a server awaits runs from its request tasks, and as
-AFK's driver awaits them inside its event loop) instead of from `block_on` on the main thread.
+AFK's driver awaits them inside its event loop) instead of from `block_on` on the main thread,
+and OURS_FORGET=1 to run ours once more per memory case on one thread with a store that keeps
+no record (PROBE_FORGET=1, PROBE_CT=1: fences and latest pointers only): not a store anyone can
+use, a split of ours' time into the core's work and what keeping ~4 KB of new records per step
+costs the in-memory store; its ratio is a diagnosis, not a result.
 """
 import json, os, statistics, subprocess, sys, time
 
@@ -63,7 +67,10 @@ def afk(backend, n, mode):
     return d["steps_per_s"] if "steps_per_s" in d and backend == "memory" else n * runs / d["seconds"]
 
 
-def ours(backend, n, mode, preload=None, ct=False, spawn=False):
+FORGET = os.environ.get("OURS_FORGET") == "1"
+
+
+def ours(backend, n, mode, preload=None, ct=False, spawn=False, forget=False):
     # SAME_RUNS=1: as many runs as AFK's process makes (the same store growth on both sides).
     runs = RUNS[(backend, n)][0 if os.environ.get("SAME_RUNS") == "1" else 1]
     env = dict(os.environ, PROBE_RAW="1")
@@ -73,6 +80,8 @@ def ours(backend, n, mode, preload=None, ct=False, spawn=False):
         env["PROBE_CT"] = "1"
     if spawn:
         env["PROBE_SPAWN"] = "1"
+    if forget:
+        env["PROBE_FORGET"] = "1"
     out = subprocess.run([PROBE, "run", str(n), mode, str(runs), backend], env=env,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])["steps_per_s"]
@@ -90,6 +99,8 @@ for rep in range(REPS):
                     sides.append(("ours_ct", lambda b, n, m: ours(b, n, m, ct=True)))
                 if SPAWN:
                     sides.append(("ours_spawn", lambda b, n, m: ours(b, n, m, spawn=True)))
+                if FORGET and backend == "memory":
+                    sides.append(("ours_forget", lambda b, n, m: ours(b, n, m, ct=True, forget=True)))
                 if rep % 2:
                     sides.reverse()
                 for name, f in sides:
@@ -104,7 +115,8 @@ for rep in range(REPS):
 # Extra columns: (side, heading), each followed by its ratio to AFK.
 EXTRA = ([("ours_preload", "ours with the preloaded allocator, steps/s")] if PRELOAD else []) + \
     ([("ours_ct", "ours on one thread (current-thread runtime), steps/s")] if CT else []) + \
-    ([("ours_spawn", "ours, runs awaited from a task, steps/s")] if SPAWN else [])
+    ([("ours_spawn", "ours, runs awaited from a task, steps/s")] if SPAWN else []) + \
+    ([("ours_forget", "diagnosis: ours on one thread, store keeping no record, steps/s")] if FORGET else [])
 heads = "".join(f" {h} | ÷ AFK |" for _, h in EXTRA)
 print("\n| store | steps/run | mode | AFK Python steps/s (median; each rep) | ours steps/s (median; each rep) | ours ÷ AFK |" + heads + " load (1-min) during |")
 print("|---|---:|---|---:|---:|---:|" + "---:|---:|" * len(EXTRA) + "---:|")
@@ -115,7 +127,10 @@ for (backend, n, mode), sides in results.items():
     fmt = lambda xs: f"{statistics.median(xs):,.1f} ({', '.join(f'{x:,.1f}' for x in xs)})"
     cols = ""
     for side, _ in EXTRA:
-        p = [r["steps_per_s"] for r in sides[side]]
+        p = [r["steps_per_s"] for r in sides.get(side, [])]
+        if not p:  # a column this backend does not have (ours_forget on Redis)
+            cols += " – | – |"
+            continue
         cols += f" {fmt(p)} | {statistics.median(p) / statistics.median(a):.1f}× |"
     print(f"| {backend} | {n} | {mode} | {fmt(a)} | {fmt(o)} | "
           f"{statistics.median(o) / statistics.median(a):.1f}× |{cols} {min(loads):.1f}–{max(loads):.1f} |")

@@ -5,7 +5,9 @@
 //! trips per step counted at the store (`PROBE_RAW=1`: no counting wrapper, for profiles;
 //! `PROBE_CT=1`: a current-thread runtime, so a profile sees one thread; `PROBE_CONC=K`: K runs
 //! in flight at once instead of one after another; `PROBE_SPAWN=1`: the driver awaits the runs
-//! from a task of the runtime instead of from `block_on` on the main thread).
+//! from a task of the runtime instead of from `block_on` on the main thread; `PROBE_FORGET=1`:
+//! the memory store keeps no record, only fences and latest pointers, to measure what keeping
+//! them costs, see `benches/support/forgetful.rs`).
 //! Redis needs `AFK_TEST_REDIS_URL` and `--features redis`.
 //!
 //! `valgrind --tool=callgrind perf_probe run 10 async 101` minus the same with RUNS 1 gives the
@@ -52,6 +54,9 @@ fn main() {
     };
     let main = async move {
         let store: Arc<dyn Store> = match backend.as_str() {
+            "memory" if std::env::var_os("PROBE_FORGET").is_some_and(|v| v == "1") => Arc::new(
+                support::forgetful::ForgetfulStore::new(Arc::new(MemoryStore::new())),
+            ),
             "memory" => Arc::new(MemoryStore::new()),
             #[cfg(feature = "redis")]
             "redis" => {

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench setup: a failure should stop the bench
 
 pub mod counting;
+pub mod forgetful;
 pub mod servers;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,119 @@
+//! A store wrapper for one measurement only: what a step costs when the store does not keep
+//! the run's records. Each commit is validated whole and its fence checked by the inner store
+//! as always, and the latest pointer is written; its other keys are dropped instead of kept.
+//!
+//! Not a store anyone can use (a resume finds nothing to resume from). It exists so that
+//! `perf_probe` (`PROBE_FORGET=1`) can split a step's time into what the core does and what
+//! keeping ~4 KB of new records per step costs the in-memory store: the same binary, the same
+//! minutes, one wrapper apart. See BENCHMARKS.md, "What keeping the records costs".
+
+use std::sync::Arc;
+
+use afk::{
+    Result, RunId, ThreadId,
+    store::{Capabilities, Commit, CommitRejected, Epoch, ListPage, Store, validate_commit},
+};
+use async_trait::async_trait;
+
+/// Forwards everything to `inner`, except that commits lose their record keys (see the module
+/// documentation).
+#[derive(Debug)]
+pub struct ForgetfulStore {
+    inner: Arc<dyn Store>,
+}
+
+impl ForgetfulStore {
+    /// Wrap `inner`.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        ForgetfulStore { inner }
+    }
+}
+
+/// `commit` validated whole, then without its record keys (the fence and the pointer stay).
+fn forget(mut commit: Commit) -> Result<Commit> {
+    validate_commit(&commit)?;
+    commit.puts = Vec::new();
+    Ok(commit)
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl Store for ForgetfulStore {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.get(thread, key).await
+    }
+
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.inner.get_many(thread, keys).await
+    }
+
+    async fn list(
+        &self,
+        thread: &ThreadId,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        self.inner.list(thread, prefix, cursor, limit).await
+    }
+
+    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
+        self.inner.delete(thread, keys).await
+    }
+
+    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
+        self.inner.delete_run(thread, run).await
+    }
+
+    async fn list_threads(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk::store::ThreadPage> {
+        self.inner.list_threads(cursor, limit).await
+    }
+
+    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        self.inner.claim(thread, run).await
+    }
+
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        self.inner.claim_if_new(thread, run).await
+    }
+
+    async fn commit(&self, commit: &Commit) -> Result<()> {
+        self.inner.commit_owned(forget(commit.clone())?).await?;
+        Ok(())
+    }
+
+    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
+        if let Err(error) = validate_commit(&commit) {
+            return Err(CommitRejected {
+                error,
+                commit: Box::new(commit),
+            });
+        }
+        let mut commit = commit;
+        let puts = std::mem::take(&mut commit.puts);
+        // A refused commit comes back whole, as the trait asks.
+        self.inner
+            .commit_owned(commit)
+            .await
+            .map_err(|mut refused| {
+                refused.commit.puts = puts;
+                refused
+            })
+    }
+
+    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        let mut out = Vec::with_capacity(commits.len());
+        for c in commits {
+            out.push(self.commit(c).await);
+        }
+        out
+    }
+}
