@@ -1,10 +1,11 @@
 //! A commit: size and fence checks, the objects and head slots it writes, and the one head
 //! swap that makes them visible.
 //!
-//! One commit reads the head (one GET), then writes its record objects (its small values packed
-//! into one object, see [`stage`]) and, when it flushes the head's recent keys, its index
-//! segment, all at once (`If-None-Match: *`), then swaps the head (`If-Match`, reusing the ETag
-//! just read): three round trips in a row.
+//! One commit takes the run's head from the store's [`HeadCache`](crate::swap::HeadCache) (the
+//! head its previous commit swapped in) or reads it (one GET), then writes its record objects
+//! (its small values packed into one object, see [`stage`]) and, when it flushes the head's
+//! recent keys, its index segment, all at once (`If-None-Match: *`), then swaps the head
+//! (`If-Match` with that head's ETag): two round trips in a row, three when the head is read.
 
 use std::borrow::Cow;
 
@@ -180,10 +181,23 @@ impl S3Store {
         validate_commit(commit)?;
         check_sizes(commit)?;
         let (thread, run) = (&commit.thread, &commit.run);
-        let (head, etag) = self.read_head(thread, run).await?;
+        let empty = commit.puts.is_empty() && commit.latest.is_none();
+        // The cached head only where the swap checks it again: an empty commit swaps nothing,
+        // and a fence check that fails on a cached head is made again on the head as it is.
+        let cached = match self.heads.take(thread, run) {
+            Some((head, etag)) if !empty && check_epoch(commit, &head).is_ok() => {
+                Some((head, etag))
+            }
+            _ => None,
+        };
+        let from_cache = cached.is_some();
+        let (head, etag) = match cached {
+            Some((head, etag)) => (Some(head), Some(etag)),
+            None => self.read_head(thread, run).await?,
+        };
         let read = head.clone().unwrap_or_else(Head::empty);
         check_epoch(commit, &read)?;
-        if commit.puts.is_empty() && commit.latest.is_none() {
+        if empty {
             return Ok(());
         }
         let nonce = new_nonce();
@@ -219,19 +233,26 @@ impl S3Store {
         let latest = latest_key(run);
         let mut superseded: Vec<String> = Vec::new();
         let swapped = self
-            .swap_head(thread, run, &nonce, Some((head, etag)), |current| {
-                superseded.clear();
-                let current = current.cloned().unwrap_or_else(Head::empty);
-                check_epoch(commit, &current)?;
-                Ok(Some(apply(
-                    &current,
-                    &read,
-                    &slots,
-                    flush.as_ref(),
-                    &latest,
-                    &mut superseded,
-                )))
-            })
+            .swap_head(
+                thread,
+                run,
+                &nonce,
+                Some((head, etag)),
+                from_cache,
+                |current| {
+                    superseded.clear();
+                    let current = current.cloned().unwrap_or_else(Head::empty);
+                    check_epoch(commit, &current)?;
+                    Ok(Some(apply(
+                        &current,
+                        &read,
+                        &slots,
+                        flush.as_ref(),
+                        &latest,
+                        &mut superseded,
+                    )))
+                },
+            )
             .await;
         match swapped {
             Ok(new) => {

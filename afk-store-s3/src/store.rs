@@ -15,6 +15,7 @@ use crate::head::{Head, Layout, Slot, garbage, new_nonce};
 use crate::index::SegmentCache;
 use crate::open;
 use crate::ops::{Cond, Ops, S3Traffic};
+use crate::swap::HeadCache;
 
 /// Requests in flight at once within one store call (object PUTs of a commit, head GETs of a
 /// listing).
@@ -36,6 +37,7 @@ pub struct S3Store {
     pub(crate) ops: Ops,
     pub(crate) layout: Layout,
     pub(crate) segments: SegmentCache,
+    pub(crate) heads: HeadCache,
     prefix: String,
     conditional: bool,
 }
@@ -62,7 +64,7 @@ impl S3Store {
         let nonce = new_nonce();
         let latest = latest_key(run);
         let wrote = self
-            .swap_head(thread, run, &nonce, None, |current| {
+            .swap_head(thread, run, &nonce, None, false, |current| {
                 if if_new && current.is_some_and(|h| h.keys.contains_key(&latest)) {
                     return Ok(None);
                 }
@@ -106,6 +108,8 @@ impl S3Store {
             ops,
             layout,
             segments: SegmentCache::default(),
+            // Only where If-Match catches a stale entry (see `HeadCache`).
+            heads: HeadCache::new(conditional),
             prefix: config.prefix,
             conditional,
         })
@@ -249,7 +253,7 @@ impl S3Store {
         let mut removed: Vec<String> = Vec::new();
         let nonce = new_nonce();
         let wrote = self
-            .swap_head(thread, run, &nonce, None, |current| {
+            .swap_head(thread, run, &nonce, None, false, |current| {
                 removed.clear();
                 let Some(current) = current else {
                     return Ok(None);
@@ -455,6 +459,7 @@ impl Store for S3Store {
     async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
         let count = self.logical_keys(thread, run).await?.len() as u64;
         // The head first: from then on the run is gone for readers; then every object left.
+        self.heads.forget(thread, run);
         self.ops.delete_one(&self.layout.head(thread, run)).await?;
         let objects = self
             .ops

@@ -6,7 +6,13 @@
 //! reads the head back and looks for the writer's nonce, so the outcome is known before
 //! returning: success if the write landed, else `Unavailable` (not retried here: the SDK has
 //! already made its attempts).
+//!
+//! Every head this store swaps in is remembered with the ETag the service answered
+//! ([`HeadCache`]), so the next commit of the run starts from it instead of a GET.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use afk_core::{Error, Result, RunId, ThreadId};
@@ -24,6 +30,87 @@ const READ_BACK_TRIES: u32 = 4;
 
 /// A head as read: `None` when the run has no head object; the ETag to replace it with.
 pub(crate) type Read = (Option<Head>, Option<String>);
+
+/// Most run heads a [`HeadCache`] holds; past that it starts over (each run's next commit then
+/// reads its head once).
+const HEADS_MAX: usize = 1024;
+
+/// The head this store last swapped in for each run, with the ETag the service answered for it.
+///
+/// A commit starts from its run's entry instead of reading the head: two requests in a row per
+/// commit (the record objects, the head swap) instead of three. An entry is never trusted for
+/// anything the swap does not check again: the swap replaces the head under `If-Match` with the
+/// entry's ETag, so a head that moved since (another writer's commit or claim) answers 412, and
+/// the swap reads the head and decides on it as it always did. A stale entry costs one lost race.
+/// Reads (`get`, `get_many`, `list`) never use it: another process may have written since.
+///
+/// Off in `single_writer` mode, where the service ignores `If-Match` and so cannot catch a stale
+/// entry; and turned off for good when a swap from an entry loses a race to a head that did not
+/// change (a service whose PUT answers an ETag that its `If-Match` does not accept), since every
+/// commit would then pay a lost race.
+#[derive(Debug)]
+pub(crate) struct HeadCache {
+    map: Mutex<HashMap<(ThreadId, RunId), (Head, String)>>,
+    on: AtomicBool,
+}
+
+impl HeadCache {
+    /// A cache that is used (`on`) or never holds anything.
+    pub(crate) fn new(on: bool) -> Self {
+        HeadCache {
+            map: Mutex::default(),
+            on: AtomicBool::new(on),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(ThreadId, RunId), (Head, String)>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The run's entry, taken out (the commit that uses it puts back what it swaps in).
+    pub(crate) fn take(&self, thread: &ThreadId, run: &RunId) -> Option<(Head, String)> {
+        if !self.on.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.lock().remove(&(thread.clone(), run.clone()))
+    }
+
+    /// Remember `head` as the run's current head, written with `etag`.
+    pub(crate) fn put(&self, thread: &ThreadId, run: &RunId, head: &Head, etag: Option<String>) {
+        let Some(etag) = etag.filter(|_| self.on.load(Ordering::Relaxed)) else {
+            return;
+        };
+        let mut map = self.lock();
+        if map.len() >= HEADS_MAX {
+            map.clear();
+        }
+        map.insert((thread.clone(), run.clone()), (head.clone(), etag));
+    }
+
+    /// Drop the run's entry, if any.
+    pub(crate) fn forget(&self, thread: &ThreadId, run: &RunId) {
+        if self.on.load(Ordering::Relaxed) {
+            self.lock().remove(&(thread.clone(), run.clone()));
+        }
+    }
+
+    /// Stop using entries: their ETags are not what this service's `If-Match` takes.
+    fn distrust(&self, bucket: &str) {
+        if self.on.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                bucket,
+                "the S3 service refused the ETag its own PUT answered for an unchanged run head; \
+                 commits read the head again before each swap from now on"
+            );
+            self.lock().clear();
+        }
+    }
+}
+
+/// Whether `head` is the very version `(seq, nonce)`.
+fn is_version(head: Option<&Head>, version: &(u64, String)) -> bool {
+    head.is_some_and(|h| h.seq == version.0 && h.nonce == version.1)
+}
 
 impl S3Store {
     /// Read a run's head.
@@ -78,29 +165,47 @@ impl S3Store {
     ///
     /// Returns the head this operation wrote, or `None` when `change` declined. `nonce` must be
     /// fresh for this operation; it identifies its write when reading back. `first` is a head
-    /// the caller has just read: the first attempt uses it instead of reading again (a stale
-    /// one only costs a lost race, 412, and a re-read).
+    /// the caller has just read, or took from the [`HeadCache`] (`cached`): the first attempt
+    /// uses it instead of reading again (a stale one only costs a lost race, 412, and a re-read).
+    /// The head written is remembered in the cache.
     pub(crate) async fn swap_head<F>(
         &self,
         thread: &ThreadId,
         run: &RunId,
         nonce: &str,
         first: Option<Read>,
+        cached: bool,
         mut change: F,
     ) -> Result<Option<Head>>
     where
         F: FnMut(Option<&Head>) -> Result<Option<Head>>,
     {
         let key = self.layout.head(thread, run);
+        // The version a cached head claims to be, until the first re-read checks it.
+        let mut cached_version = match (&first, cached) {
+            (Some((Some(h), _)), true) => Some((h.seq, h.nonce.clone())),
+            _ => None,
+        };
         let mut first = first;
         for attempt in 0..MAX_SWAPS {
             let (current, etag) = match first.take() {
                 Some(read) => read,
-                None => self.read_head(thread, run).await?,
+                None => {
+                    let read = self.read_head(thread, run).await?;
+                    if let Some(v) = cached_version.take()
+                        && is_version(read.0.as_ref(), &v)
+                    {
+                        // 412 for the very head the cache named: its ETag is not one this
+                        // service's If-Match takes.
+                        self.heads.distrust(&self.ops.bucket);
+                    }
+                    read
+                }
             };
             if let Some(h) = &current
                 && h.shows(nonce)
             {
+                self.heads.put(thread, run, h, etag);
                 return Ok(Some(h.clone()));
             }
             let Some(mut new) = change(current.as_ref())? else {
@@ -113,9 +218,13 @@ impl S3Store {
                 None => Cond::Create,
             };
             match self.ops.put(&key, new.encode(), cond).await {
-                Ok(_) => return Ok(Some(new)),
+                Ok(etag) => {
+                    self.heads.put(thread, run, &new, etag);
+                    return Ok(Some(new));
+                }
                 // Lost the race (or the head vanished under If-Match): re-read and recompute.
                 Err(Failure::Precondition | Failure::Missing) => {
+                    self.heads.forget(thread, run);
                     let jitter = rand::random::<u64>() % (5 + 5 * attempt as u64).min(50);
                     tokio::time::sleep(Duration::from_millis(jitter)).await;
                 }
@@ -123,6 +232,7 @@ impl S3Store {
                     error,
                     ambiguous: true,
                 }) => {
+                    self.heads.forget(thread, run);
                     tracing::debug!(%thread, %run, error = %error, "ambiguous head write; reading back");
                     let ((current, _), error) = self.read_back(thread, run, error).await?;
                     if let Some(h) = current
@@ -141,7 +251,10 @@ impl S3Store {
                 Err(Failure::Other {
                     error,
                     ambiguous: false,
-                }) => return Err(error),
+                }) => {
+                    self.heads.forget(thread, run);
+                    return Err(error);
+                }
             }
         }
         // The last attempt's 412 may have answered an SDK retry of a write that landed.

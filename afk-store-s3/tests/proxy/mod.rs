@@ -45,6 +45,10 @@ struct State {
     strip_conditions: bool,
     /// Requests that had a conditional header removed.
     stripped: usize,
+    /// Answer head PUTs with an ETag other than the server's (one its `If-Match` refuses).
+    mangle_head_etags: bool,
+    /// Head PUT answers whose ETag was changed.
+    mangled: usize,
     /// Faults applied, in order.
     applied: Vec<Fault>,
 }
@@ -121,6 +125,17 @@ impl Proxy {
         self.lock().strip_conditions = on;
     }
 
+    /// Change (or stop changing) the ETag of every head PUT's answer into one the server's
+    /// `If-Match` refuses: a service whose PUT answers an ETag that its conditions do not take.
+    pub fn mangle_head_etags(&self, on: bool) {
+        self.lock().mangle_head_etags = on;
+    }
+
+    /// Head PUT answers whose ETag was changed so far.
+    pub fn mangled(&self) -> usize {
+        self.lock().mangled
+    }
+
     /// Head PUTs seen so far (faulted or not).
     pub fn head_puts(&self) -> usize {
         self.lock().head_puts
@@ -195,8 +210,9 @@ async fn serve_one(
 
     let is_head_put =
         method == "PUT" && path.split('?').next().is_some_and(|p| p.ends_with("/head"));
-    let (fault, strip) = {
+    let (fault, strip, mangle) = {
         let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        let mangle = is_head_put && s.mangle_head_etags;
         let mut fault = None;
         if is_head_put {
             s.head_puts += 1;
@@ -210,7 +226,7 @@ async fn serve_one(
         if strip {
             s.stripped += 1;
         }
-        (fault, s.strip_conditions)
+        (fault, s.strip_conditions, mangle)
     };
     if fault == Some(Fault::DropBeforeForward) {
         return Ok(());
@@ -245,8 +261,13 @@ async fn serve_one(
         Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
         Some(Fault::DropBeforeForward) | None => {}
     }
+    let mut answer = close_answer(answer);
+    if mangle && let Some(changed) = mangle_etag(&answer) {
+        answer = changed;
+        state.lock().unwrap_or_else(|p| p.into_inner()).mangled += 1;
+    }
     let mut client = client;
-    bounded(client.write_all(&close_answer(answer))).await?;
+    bounded(client.write_all(&answer)).await?;
     bounded(client.shutdown()).await
 }
 
@@ -289,6 +310,30 @@ async fn read_body(
     body.resize(length, 0);
     bounded(client.read_exact(&mut body)).await?;
     Ok(body)
+}
+
+/// The answer with its `ETag` header changed (`"<etag>"` becomes `"<etag>-x"`), or `None` when
+/// it has none.
+fn mangle_etag(answer: &[u8]) -> Option<Vec<u8>> {
+    let end = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&answer[..end]);
+    let mut found = false;
+    let lines: Vec<String> = head
+        .split("\r\n")
+        .map(|line| match line.split_once(':') {
+            Some((name, value)) if name.eq_ignore_ascii_case("etag") => {
+                found = true;
+                let bare = value.trim().trim_matches('"');
+                format!("{name}: \"{bare}-x\"")
+            }
+            _ => line.to_owned(),
+        })
+        .collect();
+    found.then(|| {
+        let mut out = lines.join("\r\n").into_bytes();
+        out.extend_from_slice(&answer[end..]);
+        out
+    })
 }
 
 /// The server's answer with `Connection: close` (so the client does not reuse the connection).

@@ -85,7 +85,9 @@ pub fn section(rows: &[Row]) -> String {
         "One {STEPS}-step run of the scripted agent per store and mode, counted at the store \
          (a counting wrapper): commits applied and store calls of any kind (claim, reads, \
          commits, batches), per tool step. On Redis a call is one round trip. On S3 a call is \
-         several requests (a commit: head GET, record PUTs in parallel (a commit's small values share one pack object), head PUT); *S3 requests* \
+         several requests (a commit: record PUTs in parallel (a commit's small values share one \
+         pack object), then the head PUT, plus a head GET when the store does not hold the \
+         head it wrote last); *S3 requests* \
          counts them all. *async* merges a run's queued commits and holds them until the \
          run's barrier (before each side effect) or the terminal flush asks for them: one \
          commit per tool step, the design's floor; a step the process began reads no effect \
