@@ -269,3 +269,75 @@ impl S3Store {
         .with_retryable(true))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(i: usize) -> (ThreadId, RunId) {
+        (
+            ThreadId::new("t").unwrap(),
+            RunId::new(format!("r{i}")).unwrap(),
+        )
+    }
+
+    fn head(seq: u64) -> Head {
+        let mut h = Head::empty();
+        h.seq = seq;
+        h
+    }
+
+    #[test]
+    fn an_entry_is_taken_once_and_forgotten_on_request() {
+        let cache = HeadCache::new(true);
+        let (t, r) = ids(0);
+        cache.put(&t, &r, &head(3), Some("\"e3\"".into()));
+        let (h, etag) = cache.take(&t, &r).unwrap();
+        assert_eq!((h.seq, etag.as_str()), (3, "\"e3\""));
+        assert!(cache.take(&t, &r).is_none(), "taken out, not copied");
+        cache.put(&t, &r, &head(4), Some("\"e4\"".into()));
+        cache.forget(&t, &r);
+        assert!(cache.take(&t, &r).is_none());
+        // A PUT answered without an ETag leaves nothing to swap against.
+        cache.put(&t, &r, &head(5), None);
+        assert!(cache.take(&t, &r).is_none());
+    }
+
+    #[test]
+    fn it_starts_over_past_its_bound() {
+        let cache = HeadCache::new(true);
+        for i in 0..HEADS_MAX {
+            let (t, r) = ids(i);
+            cache.put(&t, &r, &head(1), Some(format!("e{i}")));
+        }
+        assert_eq!(cache.lock().len(), HEADS_MAX);
+        let (t, r) = ids(HEADS_MAX);
+        cache.put(&t, &r, &head(1), Some("last".into()));
+        assert_eq!(cache.lock().len(), 1, "cleared, then the newest entry");
+        assert!(cache.take(&t, &r).is_some());
+    }
+
+    #[test]
+    fn an_off_or_distrusted_cache_holds_nothing() {
+        let (t, r) = ids(0);
+        let off = HeadCache::new(false);
+        off.put(&t, &r, &head(1), Some("e".into()));
+        assert!(off.take(&t, &r).is_none());
+        let cache = HeadCache::new(true);
+        cache.put(&t, &r, &head(1), Some("e".into()));
+        cache.distrust("bucket");
+        assert!(cache.lock().is_empty(), "entries dropped");
+        cache.put(&t, &r, &head(2), Some("e2".into()));
+        assert!(cache.take(&t, &r).is_none(), "and none kept from then on");
+    }
+
+    #[test]
+    fn a_version_is_its_seq_and_nonce() {
+        let mut h = head(7);
+        h.nonce = "n".into();
+        assert!(is_version(Some(&h), &(7, "n".into())));
+        assert!(!is_version(Some(&h), &(7, "m".into())));
+        assert!(!is_version(Some(&h), &(6, "n".into())));
+        assert!(!is_version(None, &(7, "n".into())));
+    }
+}
