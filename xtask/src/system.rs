@@ -14,9 +14,19 @@ use anyhow::{Context, Result, bail};
 const RESERVED_PORTS: [u16; 5] = [6400, 7001, 7002, 7003, 9100];
 
 /// The repository root (the parent of the `xtask` crate).
+///
+/// `cargo xtask` (an alias of `cargo run`) gives the process `CARGO_MANIFEST_DIR`: the `xtask`
+/// crate of the checkout it runs in. That comes first. The value compiled in names the checkout
+/// that built the binary, which is another one when a shared target directory (CI's cache under
+/// `/var/cache/afk-rs`) holds a build that cargo still finds fresh for this checkout: sources
+/// with the same contents and older times. Then every step would run in that other checkout.
 pub fn repo_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
+    let manifest = env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest
+        .parent()
+        .map_or(manifest.clone(), Path::to_path_buf)
 }
 
 /// Where downloaded tools (the moto virtualenv) live across clones: `$AFK_CACHE_DIR`, else
