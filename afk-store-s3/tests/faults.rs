@@ -7,12 +7,14 @@
 mod common;
 mod proxy;
 
+use common::{ids, step};
+
 use std::future::Future;
 use std::time::Duration;
 
 use afk_core::{
     ErrorKind, RunId, ThreadId,
-    store::{Commit, Epoch, Store},
+    store::{Epoch, Store},
 };
 use afk_store_s3::{S3Config, S3Store};
 use aws_sdk_s3::Client;
@@ -46,33 +48,6 @@ async fn setup(tag: &str, attempts: u32) -> Option<(Proxy, S3Store, S3Config, Cl
     direct.endpoint = Some(endpoint);
     let raw = common::raw_client(&direct).await;
     Some((proxy, store, cfg, raw))
-}
-
-fn ids(run: &str) -> (ThreadId, RunId) {
-    (
-        ThreadId::new("t").expect("thread id"),
-        RunId::new(run).expect("run id"),
-    )
-}
-
-fn step(t: &ThreadId, r: &RunId, epoch: Epoch, i: u32) -> Commit {
-    Commit {
-        thread: t.clone(),
-        run: r.clone(),
-        epoch,
-        // Two values: one pack object, read back by range.
-        puts: vec![
-            (
-                format!("checkpoint:{r}:{i}:pre_llm"),
-                format!("value {i}").into_bytes(),
-            ),
-            (
-                format!("messages:{r}:{i:020}"),
-                format!("message {i}").into_bytes(),
-            ),
-        ],
-        latest: Some(format!("{{\"step\":{i}}}").into_bytes()),
-    }
 }
 
 /// A run claimed and committed once (head seq 2), through the proxy without faults.

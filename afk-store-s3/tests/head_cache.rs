@@ -7,38 +7,10 @@
 mod common;
 mod proxy;
 
-use afk_core::{
-    ErrorKind, RunId, ThreadId,
-    store::{Commit, Epoch, Store},
-};
+use common::{ids, step};
+
+use afk_core::{ErrorKind, store::Store};
 use afk_store_s3::S3Store;
-
-fn ids(run: &str) -> (ThreadId, RunId) {
-    (
-        ThreadId::new("t").expect("thread id"),
-        RunId::new(run).expect("run id"),
-    )
-}
-
-/// Step `i`'s commit: a record, a transcript entry and the pointer.
-fn step(t: &ThreadId, r: &RunId, epoch: Epoch, i: u32) -> Commit {
-    Commit {
-        thread: t.clone(),
-        run: r.clone(),
-        epoch,
-        puts: vec![
-            (
-                format!("checkpoint:{r}:{i}:pre_llm"),
-                format!("value {i}").into_bytes(),
-            ),
-            (
-                format!("messages:{r}:{i:020}"),
-                format!("message {i}").into_bytes(),
-            ),
-        ],
-        latest: Some(format!("{{\"step\":{i}}}").into_bytes()),
-    }
-}
 
 /// Steps `steps` of the run are all there, read by a store opened afresh (no cache), and the
 /// pointer names step `last`.

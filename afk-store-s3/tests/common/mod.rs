@@ -2,8 +2,41 @@
 //! buckets, a raw SDK client to look at the objects behind the store.
 #![allow(dead_code)]
 
+use afk_core::{
+    RunId, ThreadId,
+    store::{Commit, Epoch},
+};
 use afk_store_s3::{S3Config, S3Store};
 use aws_sdk_s3::Client;
+
+/// Thread `t` and run `run`.
+pub fn ids(run: &str) -> (ThreadId, RunId) {
+    (
+        ThreadId::new("t").expect("thread id"),
+        RunId::new(run).expect("run id"),
+    )
+}
+
+/// Step `i`'s commit: a record and a transcript entry (two values: one pack object, read back
+/// by range) and the pointer `{"step":i}`.
+pub fn step(t: &ThreadId, r: &RunId, epoch: Epoch, i: u32) -> Commit {
+    Commit {
+        thread: t.clone(),
+        run: r.clone(),
+        epoch,
+        puts: vec![
+            (
+                format!("checkpoint:{r}:{i}:pre_llm"),
+                format!("value {i}").into_bytes(),
+            ),
+            (
+                format!("messages:{r}:{i:020}"),
+                format!("message {i}").into_bytes(),
+            ),
+        ],
+        latest: Some(format!("{{\"step\":{i}}}").into_bytes()),
+    }
+}
 
 /// Endpoint, region, key id and secret of the test server, or `None` (test skipped) when
 /// `AFK_TEST_S3_ENDPOINT` is unset. Panics instead when `AFK_REQUIRE_INTEGRATION=1`.
