@@ -184,11 +184,12 @@ impl S3Store {
         let empty = commit.puts.is_empty() && commit.latest.is_none();
         // The cached head only where the swap checks it again: an empty commit swaps nothing,
         // and a fence check that fails on a cached head is made again on the head as it is.
-        let cached = match self.heads.take(thread, run) {
-            Some((head, etag)) if !empty && check_epoch(commit, &head).is_ok() => {
-                Some((head, etag))
-            }
-            _ => None,
+        let cached = if empty {
+            None
+        } else {
+            self.heads
+                .take(thread, run)
+                .filter(|(head, _)| check_epoch(commit, head).is_ok())
         };
         let from_cache = cached.is_some();
         let (head, etag) = match cached {

@@ -62,6 +62,38 @@ async fn a_run_s_commits_read_no_head() {
 }
 
 #[tokio::test]
+async fn an_empty_commit_checks_the_fence_on_the_head_as_it_is() {
+    let Some((a, cfg)) = common::store("hc-empty").await else {
+        return;
+    };
+    let b = S3Store::open(cfg.clone())
+        .await
+        .expect("open a second store");
+    let (t, r) = ids("run_z");
+    let first = a.claim(&t, &r).await.unwrap();
+    a.commit(&step(&t, &r, first, 0)).await.unwrap();
+    let empty = |epoch| afk_core::store::Commit {
+        thread: t.clone(),
+        run: r.clone(),
+        epoch,
+        puts: Vec::new(),
+        latest: None,
+    };
+    // It writes nothing, so no swap would catch a stale head: it reads the head.
+    let before = a.traffic();
+    a.commit(&empty(first)).await.unwrap();
+    assert_eq!(a.traffic().gets - before.gets, 1);
+    // And it leaves the remembered head in place for the next commit.
+    let before = a.traffic();
+    a.commit(&step(&t, &r, first, 1)).await.unwrap();
+    assert_eq!(a.traffic().gets - before.gets, 0);
+    // A claim through another store fences it, though the remembered head says otherwise.
+    b.claim(&t, &r).await.unwrap();
+    let err = a.commit(&empty(first)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+}
+
+#[tokio::test]
 async fn a_head_moved_by_another_store_costs_one_reread() {
     let Some((a, cfg)) = common::store("hc-moved").await else {
         return;
