@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use afk::{
     Result, RunId, ThreadId,
-    store::{Capabilities, Commit, CommitRejected, Epoch, ListPage, Store, validate_commit},
+    store::{
+        Capabilities, Commit, CommitRejected, Epoch, ListPage, Store, commit_each, validate_commit,
+    },
 };
 use async_trait::async_trait;
 
@@ -27,13 +29,6 @@ impl ForgetfulStore {
     pub fn new(inner: Arc<dyn Store>) -> Self {
         ForgetfulStore { inner }
     }
-}
-
-/// `commit` validated whole, then without its record keys (the fence and the pointer stay).
-fn forget(mut commit: Commit) -> Result<Commit> {
-    validate_commit(&commit)?;
-    commit.puts = Vec::new();
-    Ok(commit)
 }
 
 #[async_trait]
@@ -85,19 +80,18 @@ impl Store for ForgetfulStore {
         self.inner.claim_if_new(thread, run).await
     }
 
+    /// One path: a copy, through [`ForgetfulStore::commit_owned`].
     async fn commit(&self, commit: &Commit) -> Result<()> {
-        self.inner.commit_owned(forget(commit.clone())?).await?;
-        Ok(())
+        Ok(self.commit_owned(commit.clone()).await?)
     }
 
-    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
+    async fn commit_owned(&self, mut commit: Commit) -> std::result::Result<(), CommitRejected> {
         if let Err(error) = validate_commit(&commit) {
             return Err(CommitRejected {
                 error,
                 commit: Box::new(commit),
             });
         }
-        let mut commit = commit;
         let puts = std::mem::take(&mut commit.puts);
         // A refused commit comes back whole, as the trait asks.
         self.inner
@@ -110,10 +104,6 @@ impl Store for ForgetfulStore {
     }
 
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
-        let mut out = Vec::with_capacity(commits.len());
-        for c in commits {
-            out.push(self.commit(c).await);
-        }
-        out
+        commit_each(self, commits).await
     }
 }
