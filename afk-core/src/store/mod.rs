@@ -447,12 +447,15 @@ pub fn run_of_key(key: &str) -> Option<&str> {
 
 /// The logical key of a run's latest pointer.
 pub fn latest_key(run: &RunId) -> String {
-    format!("checkpoint:{run}:latest")
+    // Exact size, no formatting machinery: built for every commit (`format!` grew the string
+    // twice and was ~2% of a step on the in-memory store).
+    ["checkpoint:", run.as_str(), ":latest"].concat()
 }
 
 /// The logical key of a run's fence and metadata.
 pub fn run_key(run: &RunId) -> String {
-    format!("run:{run}")
+    // Exact size (see `latest_key`): every fence check builds it.
+    ["run:", run.as_str()].concat()
 }
 
 #[cfg(test)]
