@@ -80,12 +80,14 @@ impl RunTask {
                 .saturating_sub(self.segment_start_ms)
     }
 
+    // `to_owned` of the `str`, not `to_string` through `Display`: exact size, one allocation
+    // (a tool call's context takes both ids).
     pub(super) fn thread_str(&self) -> String {
-        self.ckpt.thread.to_string()
+        self.ckpt.thread.as_str().to_owned()
     }
 
     pub(super) fn run_str(&self) -> String {
-        self.ckpt.run.to_string()
+        self.ckpt.run.as_str().to_owned()
     }
 
     /// The tools offered to the model: the agent's tools and subagents, asked for their specs
@@ -362,7 +364,16 @@ impl RunTask {
         self.ckpt
             .checkpoint(step, PhasePayload::PreLlm(pre))
             .await?;
-        let key = format!("{}:step:{step}", self.ckpt.run);
+        let key = {
+            use std::fmt::Write as _;
+            // Built in place (one per model turn), as the record keys are.
+            let run = self.ckpt.run.as_str();
+            let mut key = String::with_capacity(run.len() + 26);
+            key.push_str(run);
+            key.push_str(":step:");
+            let _ = write!(key, "{step}");
+            key
+        };
         let specs = self.tool_specs();
         let max_value = self.ckpt.store().capabilities().max_value_size;
         let mut answer_size = None;
