@@ -447,8 +447,8 @@ pub fn run_of_key(key: &str) -> Option<&str> {
 
 /// The logical key of a run's latest pointer.
 pub fn latest_key(run: &RunId) -> String {
-    // Exact size, no formatting machinery: built for every commit (`format!` grew the string
-    // twice and was ~2% of a step on the in-memory store).
+    // Exact size, no formatting machinery: built for every commit. `format!` grew the string
+    // twice; this measured +7% steps/s on 10-step in-memory runs (BENCHMARKS.md, 2026-12-01).
     ["checkpoint:", run.as_str(), ":latest"].concat()
 }
 
