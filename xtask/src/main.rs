@@ -6,6 +6,7 @@ mod bench;
 mod chaos;
 mod ci;
 mod features;
+mod layers;
 mod msrv;
 mod rocksdb_newest;
 mod services;
@@ -43,6 +44,8 @@ enum Cli {
     RocksdbNewest,
     /// Check that no locked dependency needs a newer Rust than the declared `rust-version`.
     Msrv,
+    /// Write the runner's module graph (read from its `use` lines) into ARCHITECTURE.md.
+    Arch,
     /// Run the benchmarks that exist and write target/bench-report.md.
     Bench,
     /// Kill real runner processes (SIGKILL) at random moments, many times per run, against
@@ -104,6 +107,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cli::Ci => ci::run(),
         Cli::RocksdbNewest => rocksdb_newest::run(),
         Cli::Msrv => msrv::run(),
+        Cli::Arch => layers::write_architecture().map(|()| 0),
         Cli::Bench => bench::run(),
         Cli::Chaos {
             stores,
