@@ -20,6 +20,9 @@ use anyhow::{Context, Result, bail};
 /// Module name -> the sibling modules it uses (`mod` is the parent `mod.rs`).
 pub(crate) type Graph = BTreeMap<String, BTreeSet<String>>;
 
+/// Declared layers, bottom first: each a title and its modules.
+pub(crate) type Layers = Vec<(String, BTreeSet<String>)>;
+
 /// The use graph of the modules directly in `dir` (`mod.rs` and `<name>.rs`, or
 /// `<name>/mod.rs` whose submodules count as part of `<name>`).
 pub(crate) fn module_graph(dir: &Path) -> Result<Graph> {
@@ -45,7 +48,12 @@ pub(crate) fn module_graph(dir: &Path) -> Result<Graph> {
             let text = std::fs::read_to_string(path)?;
             // A submodule's `super::` is its own parent module, not a sibling of `name`.
             let nested = path.parent() != Some(dir);
-            deps.extend(uses(&strip_comments(&text), &names, nested));
+            let code = strip_comments(&without_test_modules(&text));
+            deps.extend(uses(&code, &names, nested));
+            deps.extend(crate_paths(&code, dir, &names));
+            if name == "mod" {
+                deps.extend(path_roots(&code, &names));
+            }
         }
         deps.remove(name);
         graph.insert(name.clone(), deps);
@@ -63,6 +71,27 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The text without its inline `#[cfg(test)] mod … { … }` modules (unit tests are not part of
+/// the layering; their `super::` is the module they test).
+fn without_test_modules(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < lines.len() {
+        let t = lines[i].trim_start();
+        let next = lines.get(i + 1).map_or("", |l| l.trim_start());
+        if t.starts_with("#[cfg(test)]") && next.starts_with("mod ") && next.ends_with('{') {
+            let indent = lines[i + 1].len() - next.len();
+            i = block_end(&lines, i + 1, indent) + 1;
+            continue;
+        }
+        out.push_str(lines[i]);
+        out.push('\n');
+        i += 1;
+    }
+    out
 }
 
 /// The text without `//` comments (doc comments included) and `/* */` blocks; string
@@ -109,6 +138,59 @@ fn uses(text: &str, siblings: &BTreeSet<String>, nested: bool) -> BTreeSet<Strin
                 .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
             out.insert(target(&item, siblings));
+        }
+    }
+    out
+}
+
+/// The siblings `text` names by their path from the crate root (`crate::runner::<sibling>`,
+/// for the modules of `afk-core/src/runner`; generally `crate::<dir under src>::<sibling>`).
+fn crate_paths(text: &str, dir: &Path, siblings: &BTreeSet<String>) -> BTreeSet<String> {
+    let parts: Vec<String> = dir
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let Some(src) = parts.iter().rposition(|p| p == "src") else {
+        return BTreeSet::new();
+    };
+    let prefix = format!("crate::{}::", parts[src + 1..].join("::"));
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(&prefix) {
+        rest = &rest[i + prefix.len()..];
+        let groups: Vec<String> = match rest.strip_prefix('{') {
+            Some(group) => top_level_items(&group[..matching_brace(group)]),
+            None => vec![
+                rest.chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect(),
+            ],
+        };
+        for item in groups {
+            let first = item.split("::").next().unwrap_or("");
+            if siblings.contains(first) {
+                out.insert(first.to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// The children the parent module (`mod.rs`) names as path roots (`use agent::Agent;`,
+/// `pub use journal::{…}`, `step::RunTask` in code).
+fn path_roots(text: &str, children: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for name in children {
+        let needle = format!("{name}::");
+        let mut rest = text;
+        while let Some(i) = rest.find(&needle) {
+            let before = rest[..i].chars().next_back();
+            let is_root = !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
+            if is_root && name != "mod" {
+                out.insert(name.clone());
+                break;
+            }
+            rest = &rest[i + needle.len()..];
         }
     }
     out
@@ -211,64 +293,118 @@ pub(crate) fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
     None
 }
 
-/// The layer of each module: 0 for modules that use no sibling, else one more than the
-/// highest layer among what it uses. `None` if the graph has a cycle.
-pub(crate) fn layers(graph: &Graph) -> Option<BTreeMap<String, usize>> {
-    if find_cycle(graph).is_some() {
-        return None;
-    }
-    fn layer(n: &str, g: &Graph, memo: &mut BTreeMap<String, usize>) -> usize {
-        if let Some(l) = memo.get(n) {
-            return *l;
+/// The layers a module directory declares in its `mod.rs` docs: under a `# Layers` heading,
+/// a numbered list whose items name their modules in backticks (`` `journal` ``), bottom
+/// layer first. Each layer's title is the item's first bold text (`**Vocabulary**`). The
+/// parent module itself belongs to the last layer.
+pub(crate) fn declared_layers(mod_rs: &str, modules: &BTreeSet<String>) -> Layers {
+    let mut layers: Vec<(String, BTreeSet<String>)> = Vec::new();
+    let mut inside = false;
+    for line in mod_rs.lines() {
+        let Some(doc) = line.trim_start().strip_prefix("//!") else {
+            if inside {
+                break;
+            }
+            continue;
+        };
+        let doc = doc.trim();
+        if doc.starts_with('#') {
+            inside = doc == "# Layers";
+            continue;
         }
-        let l = g
-            .get(n)
-            .into_iter()
-            .flatten()
-            .map(|d| layer(d, g, memo) + 1)
-            .max()
-            .unwrap_or(0);
-        memo.insert(n.to_owned(), l);
-        l
+        if !inside {
+            continue;
+        }
+        let numbered = doc
+            .split_once(". ")
+            .filter(|(n, _)| n.parse::<u32>().is_ok());
+        if let Some((_, rest)) = numbered {
+            let title = rest.split("**").nth(1).unwrap_or(rest).to_owned();
+            layers.push((title, BTreeSet::new()));
+        }
+        if let Some((_, names)) = layers.last_mut() {
+            for (i, part) in doc.split('`').enumerate() {
+                if i % 2 == 1 && modules.contains(part) {
+                    names.insert(part.to_owned());
+                }
+            }
+        }
     }
-    let mut memo = BTreeMap::new();
-    for n in graph.keys() {
-        layer(n, graph, &mut memo);
+    if let Some((_, names)) = layers.last_mut() {
+        names.insert("mod".to_owned());
     }
-    Some(memo)
+    layers
 }
 
-/// The graph as a Mermaid flowchart, one subgraph per layer (bottom layer last).
-pub(crate) fn mermaid(graph: &Graph, title: &str) -> Result<String> {
-    let Some(layers) = layers(graph) else {
-        bail!("the module graph has a cycle: {:?}", find_cycle(graph));
-    };
-    let top = layers.values().copied().max().unwrap_or(0);
+/// What is wrong with `graph` against its declared `layers`: modules in no layer or in two,
+/// and uses that go up a layer. Empty when the code keeps to its layers.
+pub(crate) fn layer_violations(
+    graph: &Graph,
+    layers: &[(String, BTreeSet<String>)],
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut layer_of = BTreeMap::new();
+    for (i, (_, names)) in layers.iter().enumerate() {
+        for n in names {
+            if let Some(j) = layer_of.insert(n.clone(), i) {
+                problems.push(format!(
+                    "`{n}` is declared in layers {} and {}",
+                    j + 1,
+                    i + 1
+                ));
+            }
+        }
+    }
+    for (n, deps) in graph {
+        let Some(&from) = layer_of.get(n) else {
+            problems.push(format!("`{n}` is in no declared layer"));
+            continue;
+        };
+        for d in deps {
+            if let Some(&to) = layer_of.get(d)
+                && to > from
+            {
+                problems.push(format!(
+                    "`{n}` (layer {}) uses `{d}` (layer {}), a layer above it",
+                    from + 1,
+                    to + 1
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The graph as a Mermaid flowchart, one subgraph per declared layer (top layer first). Uses
+/// of the bottom layer are left out (every layer uses it; drawn, they hide the rest).
+pub(crate) fn mermaid(graph: &Graph, layers: &[(String, BTreeSet<String>)]) -> Result<String> {
+    if let Some(cycle) = find_cycle(graph) {
+        bail!("the module graph has a cycle: {}", cycle.join(" -> "));
+    }
     let mut out = String::new();
     writeln!(out, "```mermaid")?;
     writeln!(out, "flowchart TB")?;
-    for l in (0..=top).rev() {
-        let names: Vec<&String> = layers
-            .iter()
-            .filter(|(_, v)| **v == l)
-            .map(|(k, _)| k)
-            .collect();
-        writeln!(out, "  subgraph L{l}[\"{title} layer {l}\"]")?;
+    for (i, (title, names)) in layers.iter().enumerate().rev() {
+        writeln!(out, "  subgraph L{}[\"{}. {title}\"]", i + 1, i + 1)?;
         for n in names {
-            let label = if n == "mod" { "mod (public API)" } else { n };
+            let label = if n == "mod" { "mod.rs" } else { n };
             writeln!(out, "    {n}[\"{label}\"]")?;
         }
         writeln!(out, "  end")?;
     }
+    let bottom = layers.first().map(|(_, names)| names);
     for (n, deps) in graph {
         for d in deps {
-            writeln!(out, "  {n} --> {d}")?;
+            if !bottom.is_some_and(|b| b.contains(d)) {
+                writeln!(out, "  {n} --> {d}")?;
+            }
         }
     }
     writeln!(out, "```")?;
     Ok(out)
 }
 
+#[cfg(test)]
 /// A library function and its length in lines (its `fn` line to its closing brace).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LongFn {
@@ -277,6 +413,7 @@ pub(crate) struct LongFn {
     pub(crate) lines: usize,
 }
 
+#[cfg(test)]
 /// Functions longer than `max` lines in the library sources of `root`: the `src/` tree of
 /// every crate at the top of the workspace that users get (not `xtask`, the development
 /// tool), leaving out `#[cfg(test)]` modules and test-only files (`tests.rs`, `*_tests.rs`,
@@ -319,6 +456,7 @@ pub(crate) fn long_functions(root: &Path, max: usize) -> Result<Vec<LongFn>> {
     Ok(out)
 }
 
+#[cfg(test)]
 /// Each function of a rustfmt-formatted text outside `#[cfg(test)]` modules: its name and
 /// length in lines.
 fn functions(text: &str) -> Vec<(String, usize)> {
@@ -353,6 +491,7 @@ fn functions(text: &str) -> Vec<(String, usize)> {
     out
 }
 
+#[cfg(test)]
 /// The name of the function a line declares, if it declares one with a body.
 fn fn_name(trimmed: &str) -> Option<String> {
     let mut rest = trimmed;
@@ -420,9 +559,25 @@ pub(crate) fn write_architecture() -> Result<()> {
 const START: &str = "<!-- module-graph:start -->";
 const END: &str = "<!-- module-graph:end -->";
 
+/// The runner's module graph and its declared layers.
+pub(crate) fn runner_layers(root: &Path) -> Result<(Graph, Layers)> {
+    let dir = root.join("afk-core/src/runner");
+    let graph = module_graph(&dir)?;
+    let modules: BTreeSet<String> = graph.keys().cloned().collect();
+    let layers = declared_layers(&std::fs::read_to_string(dir.join("mod.rs"))?, &modules);
+    Ok((graph, layers))
+}
+
 fn runner_graph_doc(root: &Path) -> Result<String> {
-    let graph = module_graph(&root.join("afk-core/src/runner"))?;
-    mermaid(&graph, "runner")
+    let (graph, layers) = runner_layers(root)?;
+    let problems = layer_violations(&graph, &layers);
+    if !problems.is_empty() {
+        bail!(
+            "the runner's modules break their layers:\n{}",
+            problems.join("\n")
+        );
+    }
+    mermaid(&graph, &layers)
 }
 
 /// `text` with what stands between the markers replaced by `graph`.
@@ -463,6 +618,21 @@ mod tests {
                 cycle.join(" -> ")
             );
         }
+    }
+
+    #[test]
+    fn the_runner_modules_keep_to_the_layers_their_docs_declare() {
+        let (graph, layers) = runner_layers(&root()).unwrap();
+        assert!(
+            layers.len() >= 4,
+            "layers declared in runner/mod.rs: {layers:?}"
+        );
+        let problems = layer_violations(&graph, &layers);
+        assert!(
+            problems.is_empty(),
+            "afk-core/src/runner against the layers its mod.rs declares:\n{}",
+            problems.join("\n")
+        );
     }
 
     #[test]
@@ -513,10 +683,25 @@ mod tests {
         assert_eq!(uses(text, &sib, false), names(&["a", "b", "c", "mod"]));
         let text = strip_comments("// use super::d::X;\n/// see [`super::d`]\nfn f() {}\n");
         assert!(uses(&text, &sib, false).is_empty());
+        let text = "fn f() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n";
+        assert!(uses(&without_test_modules(text), &sib, false).is_empty());
         // A submodule's `super::` is its own parent.
         assert_eq!(
             uses("use super::inner;\nuse super::super::a::X;", &sib, true),
             names(&["a"])
+        );
+    }
+
+    #[test]
+    fn the_parent_module_uses_the_children_it_names_and_crate_paths_count() {
+        let sib = names(&["agent", "step", "journal", "mod"]);
+        let text = "pub use agent::Agent;\nfn f() { step::go(); x.journal_len(); }\n";
+        assert_eq!(path_roots(text, &sib), names(&["agent", "step"]));
+        let dir = Path::new("/w/afk-core/src/runner");
+        let text = "use crate::runner::{journal::Plan, step};\nuse crate::runner::agent::A;\n";
+        assert_eq!(
+            crate_paths(text, dir, &sib),
+            names(&["agent", "journal", "step"])
         );
     }
 
@@ -532,8 +717,28 @@ mod tests {
         assert_eq!(cycle.len(), 4);
         g.insert("c".into(), BTreeSet::new());
         assert_eq!(find_cycle(&g), None);
-        let l = layers(&g).unwrap();
-        assert_eq!((l["c"], l["b"], l["a"], l["d"]), (0, 1, 2, 3));
+    }
+
+    #[test]
+    fn layers_are_read_from_the_docs_and_an_upward_use_is_named() {
+        let mods = names(&["a", "b", "c", "d", "mod"]);
+        let doc = "//! Intro `d`.\n//!\n//! # Layers\n//!\n//! 1. **Bottom**: `a` and\n//!    `b`.\n//! 2. **Top**: `c`.\n//!\n//! # Other\n//! `d`\n\nmod a;\n";
+        let layers = declared_layers(doc, &mods);
+        assert_eq!(layers.len(), 2);
+        assert_eq!(layers[0], ("Bottom".to_owned(), names(&["a", "b"])));
+        assert_eq!(layers[1], ("Top".to_owned(), names(&["c", "mod"])));
+        let mut g = Graph::new();
+        g.insert("a".into(), BTreeSet::new());
+        g.insert("b".into(), names(&["a"]));
+        g.insert("c".into(), names(&["a", "b"]));
+        g.insert("mod".into(), names(&["c"]));
+        assert!(layer_violations(&g, &layers).is_empty());
+        g.insert("a".into(), names(&["c"]));
+        g.insert("d".into(), BTreeSet::new());
+        let problems = layer_violations(&g, &layers);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("`a` (layer 1) uses `c` (layer 2)"));
+        assert!(problems[1].contains("`d` is in no declared layer"));
     }
 
     #[test]
