@@ -9,8 +9,8 @@ use super::llm::LlmClient;
 use super::tool::ToolRef;
 use crate::schema::ToolCall;
 
-/// What the runner does when a model call, a tool call or an approval fails
-/// (`reference/afk-python.md` §7.3: AFK's policy names map onto these three outcomes).
+/// What the runner does when a model call, a tool call or an approval fails (AFK's failure
+/// policy names map onto these three outcomes, as each variant says).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum FailurePolicy {
     /// Record the failure and go on (AFK `continue`, `continue_with_error`, `skip_action`).
@@ -113,7 +113,8 @@ pub struct Limits {
     pub max_llm_calls: u64,
     /// Most tool calls over the whole run.
     pub max_tool_calls: u64,
-    /// Most *active* milliseconds: time spent paused or crashed does not count (AFK defect #5).
+    /// Most *active* milliseconds: time spent paused or crashed does not count
+    /// (AFK counts wall time from the run's first start, pauses and outages included).
     pub max_wall_time_ms: Option<u64>,
     /// Most accumulated model cost in USD.
     pub max_cost_usd: Option<f64>,
@@ -204,8 +205,8 @@ pub struct Agent {
     pub instructions: String,
     /// Primary model name.
     pub model: String,
-    /// Models tried in order when the primary fails for a step (AFK
-    /// `fallback_model_chain`, §7.2); duplicates of earlier candidates are skipped.
+    /// Models tried in order when the primary fails for a step (AFK's
+    /// `fallback_model_chain`); duplicates of earlier candidates are skipped.
     pub fallback_models: Vec<String>,
     /// The model client.
     pub llm: Arc<dyn LlmClient>,

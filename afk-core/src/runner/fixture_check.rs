@@ -165,10 +165,28 @@ pub async fn check_fixture(
     } = resume_fixture(fixture, store, &thread, tools).await?;
 
     let mut problems = Vec::new();
+    check_outcome(&res, fixture, &rejected, &mut problems);
+    check_counts(expect, llm_calls, &ran, &mut problems);
+    Ok(FixtureVerdict {
+        name,
+        problems,
+        missing_tools,
+    })
+}
+
+/// Compare the resume's outcome with the fixture's `expect` block: the outcome, the result
+/// of a completed run, the kind and key of an error.
+fn check_outcome(
+    res: &Result<Outcome>,
+    fixture: &Value,
+    rejected: &[String],
+    problems: &mut Vec<String>,
+) {
+    let expect = fixture.get("expect").unwrap_or(&Value::Null);
     let want_outcome = expect.get("outcome").and_then(Value::as_str).unwrap_or("");
-    match (&res, want_outcome) {
+    match (res, want_outcome) {
         (Ok(Outcome::Completed(r)), "completed") => {
-            compare_result(r, expect, fixture.get("uninterrupted"), &mut problems);
+            compare_result(r, expect, fixture.get("uninterrupted"), problems);
         }
         (Err(e), "error") => {
             let error_type = expect.get("error_type").and_then(Value::as_str);
@@ -188,6 +206,16 @@ pub async fn check_fixture(
         (Ok(o), want) => problems.push(format!("outcome {o:?}, want {want}")),
         (Err(e), want) => problems.push(format!("error {e}, want {want}")),
     }
+}
+
+/// Compare what the resume ran (model calls, tool executions by name) with the fixture's
+/// `expect` block.
+fn check_counts(
+    expect: &Value,
+    llm_calls: u64,
+    ran: &BTreeMap<String, u64>,
+    problems: &mut Vec<String>,
+) {
     let want_llm = expect
         .get("llm_calls_during_resume")
         .and_then(Value::as_u64)
@@ -201,14 +229,9 @@ pub async fn check_fixture(
             want_tools.insert(k.clone(), v.as_u64().unwrap_or(0));
         }
     }
-    if ran != want_tools {
+    if *ran != want_tools {
         problems.push(format!("tool executions {ran:?} (want {want_tools:?})"));
     }
-    Ok(FixtureVerdict {
-        name,
-        problems,
-        missing_tools,
-    })
 }
 
 /// What resuming a fixture's run gave ([`resume_fixture`]): the outcome, and what the resume

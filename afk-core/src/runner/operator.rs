@@ -14,10 +14,12 @@
 
 use serde_json::Value;
 
+use super::api::Runner;
+use super::events::Decision;
+use super::journal::Settlement;
 use super::persist::Checkpointer;
 use super::resume::{self, Loaded, Restored};
-use super::settle::{self, Settlement};
-use super::{Decision, Runner};
+use super::settle;
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
 use crate::keys;
@@ -111,16 +113,7 @@ impl Runner {
         run: &RunId,
         epoch: Epoch,
     ) -> Result<Checkpointer> {
-        let sh = &self.shared;
-        Ok(Checkpointer::new(
-            sh.store.clone(),
-            sh.writer().await?,
-            sh.clock.clone(),
-            sh.config.checkpoint.flush_timeout,
-            thread.clone(),
-            run.clone(),
-            epoch,
-        ))
+        self.shared.checkpointer(thread, run, epoch).await
     }
 }
 

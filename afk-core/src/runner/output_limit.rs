@@ -13,7 +13,8 @@
 //! step's calls (every call of the batch then fits, whatever the others return, and the share
 //! depends on the batch alone). An output over its share is not kept: the call is recorded as
 //! failed, with an error that says so (the model reads it, and the tool-failure policy
-//! applies), and its result row carries [`OUTPUT_DROPPED`], so a resume does not run the tool
+//! applies), and its result row carries
+//! [`OUTPUT_DROPPED`](super::journal::OUTPUT_DROPPED), so a resume does not run the tool
 //! again (it did run: an at-most-once tool must not repeat) but replays the failure.
 //!
 //! Two records hold what a run accumulates rather than one step's: a model answer is held up
@@ -25,13 +26,8 @@
 
 use serde_json::Value;
 
-use super::exec::UNTRUSTED_NOTE;
-use crate::hash::canonical_json;
+use super::prompt::{UNTRUSTED_NOTE, tool_text};
 use crate::schema::{AgentResult, LlmResponse};
-
-/// Effect-row field of a call whose output was dropped: the output's size in bytes (the error
-/// is in the row's `error` field, as for a settled failure).
-pub(crate) const OUTPUT_DROPPED: &str = "output_dropped";
 
 /// Room kept in a step's entry for what is not the model answer or a call's output (field
 /// names, ids, the digest, the step's other records).
@@ -65,16 +61,6 @@ pub(crate) fn answer_error(size: usize, max: usize) -> Option<String> {
              to {ANSWER_COPIES} times, and the run's store keeps values of at most {max} bytes"
             )
         })
-}
-
-/// The text of a call's tool message: the model reads the output and the error in it.
-pub(crate) fn tool_text(tool_name: &str, success: bool, output: &Value, error: &Value) -> String {
-    format!(
-        "[untrusted_tool_output:{tool_name}]\n{UNTRUSTED_NOTE}\n{{\"success\": {success}, \
-         \"output\": {}, \"error\": {}}}",
-        canonical_json(output),
-        canonical_json(error),
-    )
 }
 
 /// Field of a tool or subagent execution in a terminal record's result whose output or error

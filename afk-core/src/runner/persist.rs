@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::clock::Clock;
+use super::state::RunState;
 use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
 use crate::keys;
@@ -224,6 +225,37 @@ impl Checkpointer {
         self.writer.submit_record(c).await?;
         self.commits += 1;
         Ok(())
+    }
+
+    /// Commit a runtime snapshot of `st` (transcript log first, then the record with the
+    /// pointer). The log entry carries the messages and records the step added; the snapshot
+    /// carries neither.
+    pub(super) async fn snapshot(&mut self, st: &mut RunState, active_ms: u64) -> Result<()> {
+        let step = st.snap.step;
+        let tref = self
+            .sync_transcript(
+                step,
+                &st.messages,
+                &st.tool_executions,
+                &st.subagent_executions,
+            )
+            .await?;
+        let bytes = self.snapshot_record(st, tref, active_ms)?;
+        self.put_snapshot(step, bytes).await
+    }
+
+    /// The bytes of the `runtime_state` record of `st` at its step, referencing the log
+    /// `tref`.
+    pub(super) fn snapshot_record(
+        &mut self,
+        st: &mut RunState,
+        tref: TranscriptRef,
+        active_ms: u64,
+    ) -> Result<Vec<u8>> {
+        let step = st.snap.step;
+        let thread = self.thread.clone();
+        let snap = st.snapshot(thread.as_str(), active_ms, tref);
+        self.encode(step, Phase::RuntimeState, snap)
     }
 
     /// Append the messages and records not yet in the log as one entry (if there are any) and

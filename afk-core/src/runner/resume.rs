@@ -1,19 +1,20 @@
-//! The resume rules, all in one place (DESIGN §5, `reference/afk-python.md` §5).
+//! The resume rules, all in one place.
 //!
 //! 1. The caller has claimed the run (a new fencing epoch): an older process still working on
 //!    it is fenced off from here on.
 //! 2. Read `checkpoint:<run>:latest`. Missing -> `NotFound`
 //!    ("No checkpoint found for run_id=… thread_id=…"). Normalize it; unusable -> `Corrupt`.
 //! 3. `run_terminal` with a `terminal_result` -> return that result: nothing executes, nothing
-//!    is written. This holds for failed and cancelled runs too (AFK §7.6).
+//!    is written. This holds for failed and cancelled runs too, as in AFK.
 //! 4. `paused` -> without a decision, return the stored request again (nothing written); with
 //!    a decision, commit a `resumed` record carrying it (decisions of the step accumulate in
 //!    `checkpoint:<run>:<step>:resumed`, so a crash after this point keeps them).
 //! 5. The snapshot: the latest record if it is a `runtime_state`; otherwise the
 //!    `checkpoint:<run>:<s>:runtime_state` with the highest `s`, found by *listing* the run's
 //!    checkpoint keys. AFK scans down from the latest pointer's step, which fails when AFK's
-//!    own resume moved the pointer back to `run_started` at step 0 (AFK defect #2, the
-//!    `a-double-crash-*` fixtures); the highest-step snapshot is the run's real progress,
+//!    own resume moved the pointer back to `run_started` at step 0 (AFK writes its resumed run's
+//!    `run_started` record at step 0 and moves the pointer there; see the `a-double-crash-*`
+//!    fixtures); the highest-step snapshot is the run's real progress,
 //!    because a step's snapshot is only ever rewritten by a later write of the same step.
 //!    No snapshot at all -> `Corrupt` ("No runtime_state checkpoint found for …"). That only
 //!    happens to AFK v1 records (AFK's fixtures expect it): the first commit of a v2 run
@@ -25,10 +26,11 @@
 //!    records; for v2 the append-only log `messages:<run>:<i>`, read with one `get_many` and
 //!    verified against the snapshot's length, counts and digest chain; records a v2 snapshot
 //!    written before they moved into the log still carries inline come first), counters, usage, cost, tokens, records, the replayed-effect
-//!    count (AFK defect #4) and the active time (AFK defect #5).
+//!    count (AFK does not restore it) and the active time (AFK counts wall time from the run's
+//!    first start, pauses and outages included).
 //! 7. A pending LLM response is reused for the same step without a model call (the loop does
-//!    this); an undecodable one was already rejected as `Corrupt` by normalization (AFK defect
-//!    #6: never call the model again for it). A v2 snapshot taken at the top of a step, before
+//!    this); an undecodable one was already rejected as `Corrupt` by normalization (never
+//!    call the model again for it, as AFK does). A v2 snapshot taken at the top of a step, before
 //!    its model answer was saved (`"step_open": true`), is redone as the *same* step: a crash
 //!    inside a model turn does not add a step, so `max_steps` counts logical steps and the
 //!    result after any number of crashes equals the uncrashed one (AFK v1 snapshots carry no
@@ -38,10 +40,10 @@
 //! 8. The latest pointer never moves backwards: the resumed run's `run_started` record is
 //!    written without moving it.
 //!
-//! Effect replay during the resumed step is in [`super::tools`]; settling an uncertain effect
-//! before the resume (`Runner::resume_settling`) is in [`super::settle`].
+//! Effect replay during the resumed step follows the rules of [`super::journal`]; settling an
+//! uncertain effect before the resume (`Runner::resume_settling`) is in [`super::settle`].
 //!
-//! # Rules and the tests that pin them (DESIGN §5, fixtures README §4–6)
+//! # Rules and the tests that pin them
 //!
 //! | Rule | Tests |
 //! |---|---|
@@ -64,7 +66,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use super::Decision;
+use super::delegation::CHILD_CALL_KEY;
+use super::events::{ChildDecisions, Decision};
 use super::persist::Checkpointer;
 use super::state::{LLM_REQUEST_KEY, RunState};
 use crate::error::{Error, Result};
@@ -98,15 +101,6 @@ pub(crate) struct Restored {
     pub child_decisions: ChildDecisions,
 }
 
-/// Decisions meant for a paused child run, by the parent's delegating call id: the child's
-/// paused call id and the decision.
-pub(crate) type ChildDecisions = BTreeMap<String, (String, Decision)>;
-
-/// Where a `paused` record's request comes from a child run (a subagent paused for
-/// approval): the payload names the child's paused call.
-pub(crate) const CHILD_CALL_KEY: &str = "child_tool_call_id";
-/// The child run id in such a request's payload.
-pub(crate) const CHILD_RUN_KEY: &str = "child_run_id";
 /// The `resumed` payload field holding decisions meant for child runs.
 const CHILD_DECISIONS_KEY: &str = "subagent_decisions";
 
@@ -119,6 +113,39 @@ struct Decisions {
     children: ChildDecisions,
 }
 
+/// A human decision the resume records before it restores the run.
+struct NewDecision {
+    /// The paused step.
+    step: u64,
+    /// The paused call.
+    call: String,
+    /// The child's paused call, if the pause is a child run's.
+    child_call: Option<String>,
+    decision: Decision,
+}
+
+impl NewDecision {
+    fn add_to(&self, all: &mut Decisions) {
+        let (call, decision) = (self.call.clone(), self.decision.clone());
+        match &self.child_call {
+            Some(c) => {
+                all.children.insert(call, (c.clone(), decision));
+            }
+            None => {
+                all.own.insert(call, decision);
+            }
+        }
+    }
+}
+
+/// What the latest record says before anything is restored.
+enum Latest {
+    /// The run ended or waits: the answer, nothing to restore.
+    Done(Loaded),
+    /// Restore the run (recording this decision first, if any).
+    Restore(Box<CheckpointRecord>, Option<NewDecision>),
+}
+
 /// Apply the resume rules for the run `ckpt` is claimed for.
 ///
 /// `only_for`: apply `decision` only if the paused record is about this call id (a parent
@@ -128,25 +155,68 @@ pub(crate) async fn load(
     decision: Option<Decision>,
     only_for: Option<&str>,
 ) -> Result<Loaded> {
-    let store = ckpt.store().clone();
-    let (thread, run) = (ckpt.thread.clone(), ckpt.run.clone());
-    let lk = latest_key(&run);
-    let Some(bytes) = store.get(&thread, &lk).await? else {
+    let (latest, new_decision) = match read_latest(ckpt, decision, only_for).await? {
+        Latest::Done(loaded) => return Ok(loaded),
+        Latest::Restore(latest, d) => (latest, d),
+    };
+    if let Some(d) = &new_decision {
+        record_decision(ckpt, d).await?;
+    }
+    let snap_rec = if latest.phase == Phase::RuntimeState {
+        *latest
+    } else {
+        match newest_snapshot(ckpt).await? {
+            Some(r) => r,
+            None => {
+                let (run, thread) = (&ckpt.run, &ckpt.thread);
+                return Err(Error::corrupt_record(
+                    latest_key(run),
+                    format!(
+                        "No runtime_state checkpoint found for run_id={run} thread_id={thread}"
+                    ),
+                ));
+            }
+        }
+    };
+    let (mut state, transcript) = restore(ckpt, &snap_rec).await?;
+    if state.step_open {
+        count_lost_call(ckpt, &mut state).await?;
+    }
+    let mut decisions = stored_decisions(ckpt, state.snap.step).await?;
+    if let Some(d) = new_decision
+        && d.step == state.snap.step
+    {
+        d.add_to(&mut decisions);
+    }
+    Ok(Loaded::Continue(Box::new(Restored {
+        state,
+        transcript,
+        decisions: decisions.own,
+        child_decisions: decisions.children,
+    })))
+}
+
+/// Rules 2–4: read and normalize the latest record; a terminal run's result, a paused run's
+/// request again, or the decision to record for it.
+async fn read_latest(
+    ckpt: &Checkpointer,
+    decision: Option<Decision>,
+    only_for: Option<&str>,
+) -> Result<Latest> {
+    let (thread, run) = (&ckpt.thread, &ckpt.run);
+    let lk = latest_key(run);
+    let Some(bytes) = ckpt.store().get(thread, &lk).await? else {
         return Err(Error::not_found(format!(
             "No checkpoint found for run_id={run} thread_id={thread}"
         ))
         .with_key(lk));
     };
-    let latest = normalize_record(&bytes, &thread, &lk)?;
-
-    // (step, call id, the child's call id if the pause is a child's, decision)
-    let mut new_decision: Option<(u64, String, Option<String>, Decision)> = None;
-    match &latest.payload {
-        PhasePayload::RunTerminal(p) => {
-            if let Some(r) = &p.terminal_result {
-                return Ok(Loaded::Terminal(Box::new(r.clone())));
-            }
-        }
+    let latest = normalize_record(&bytes, thread, &lk)?;
+    let new_decision = match &latest.payload {
+        PhasePayload::RunTerminal(p) => match &p.terminal_result {
+            Some(r) => return Ok(Latest::Done(Loaded::Terminal(Box::new(r.clone())))),
+            None => None,
+        },
         PhasePayload::Paused(p) => {
             let request = p.request.clone().unwrap_or_else(|| PauseRequest {
                 kind: p.kind,
@@ -155,82 +225,70 @@ pub(crate) async fn load(
                 ..Default::default()
             });
             let meant = only_for.is_none_or(|c| request.tool_call_id.as_deref() == Some(c));
-            match decision {
-                Some(d) if meant => {
-                    let Some(id) = request.tool_call_id.clone() else {
-                        return Err(Error::corrupt_record(
-                            lk,
-                            "paused record names no tool call to decide about",
-                        ));
-                    };
-                    let child_call = request
-                        .payload
-                        .get(CHILD_CALL_KEY)
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
-                    new_decision = Some((latest.step, id, child_call, d));
-                }
-                _ => return Ok(Loaded::Paused(request)),
-            }
+            let Some(decision) = decision.filter(|_| meant) else {
+                return Ok(Latest::Done(Loaded::Paused(request)));
+            };
+            let Some(call) = request.tool_call_id.clone() else {
+                return Err(Error::corrupt_record(
+                    lk,
+                    "paused record names no tool call to decide about",
+                ));
+            };
+            let child_call = request.payload.get(CHILD_CALL_KEY).and_then(Value::as_str);
+            Some(NewDecision {
+                step: latest.step,
+                call,
+                child_call: child_call.map(str::to_owned),
+                decision,
+            })
         }
         _ => {
             if decision.is_some() && only_for.is_none() {
                 tracing::warn!(run = %run, "resume_with_decision on a run that is not paused; decision ignored");
             }
-        }
-    }
-
-    if let Some((step, id, child_call, d)) = &new_decision {
-        let mut all = stored_decisions(ckpt, *step).await?;
-        match child_call {
-            Some(c) => {
-                all.children.insert(id.clone(), (c.clone(), d.clone()));
-            }
-            None => {
-                all.own.insert(id.clone(), d.clone());
-            }
-        }
-        let mut payload = ResumedPayload {
-            kind: PauseKind::Approval,
-            decision: Some(decisions_to_value(&all.own)),
-            extra: Default::default(),
-        };
-        if !all.children.is_empty() {
-            let children: Map<String, Value> = all
-                .children
-                .iter()
-                .map(|(id, (c, d))| {
-                    let mut v = decision_value(d);
-                    if let Value::Object(m) = &mut v {
-                        m.insert(CHILD_CALL_KEY.to_owned(), Value::String(c.clone()));
-                    }
-                    (id.clone(), v)
-                })
-                .collect();
-            payload
-                .extra
-                .insert(CHILD_DECISIONS_KEY.to_owned(), Value::Object(children));
-        }
-        ckpt.checkpoint(*step, PhasePayload::Resumed(payload))
-            .await?;
-        ckpt.barrier().await?;
-    }
-
-    let snap_rec = if latest.phase == Phase::RuntimeState {
-        latest
-    } else {
-        match newest_snapshot(ckpt).await? {
-            Some(r) => r,
-            None => {
-                return Err(Error::corrupt_record(
-                    lk,
-                    format!(
-                        "No runtime_state checkpoint found for run_id={run} thread_id={thread}"
-                    ),
-                ));
-            }
+            None
         }
     };
+    Ok(Latest::Restore(Box::new(latest), new_decision))
+}
+
+/// Rule 4: commit a `resumed` record holding every decision of the paused step so far plus
+/// `d`, and wait until it is durable.
+async fn record_decision(ckpt: &mut Checkpointer, d: &NewDecision) -> Result<()> {
+    let mut all = stored_decisions(ckpt, d.step).await?;
+    d.add_to(&mut all);
+    let mut payload = ResumedPayload {
+        kind: PauseKind::Approval,
+        decision: Some(decisions_to_value(&all.own)),
+        extra: Default::default(),
+    };
+    if !all.children.is_empty() {
+        let children: Map<String, Value> = all
+            .children
+            .iter()
+            .map(|(id, (c, d))| {
+                let mut v = decision_value(d);
+                if let Value::Object(m) = &mut v {
+                    m.insert(CHILD_CALL_KEY.to_owned(), Value::String(c.clone()));
+                }
+                (id.clone(), v)
+            })
+            .collect();
+        payload
+            .extra
+            .insert(CHILD_DECISIONS_KEY.to_owned(), Value::Object(children));
+    }
+    ckpt.checkpoint(d.step, PhasePayload::Resumed(payload))
+        .await?;
+    ckpt.barrier().await
+}
+
+/// Rule 6: the run's state from the snapshot record `snap_rec`, with its transcript and
+/// records (inline, or read from the log and verified), and the log reference to continue.
+async fn restore(
+    ckpt: &Checkpointer,
+    snap_rec: &CheckpointRecord,
+) -> Result<(RunState, Option<TranscriptRef>)> {
     let Some(snap) = snap_rec.snapshot() else {
         return Err(Error::corrupt(
             "snapshot record has no runtime_state payload",
@@ -241,7 +299,7 @@ pub(crate) async fn load(
             let inline = !(snap.tool_executions.is_empty() && snap.subagent_executions.is_empty());
             if inline && (tref.tool_count > 0 || tref.subagent_count > 0) {
                 return Err(Error::corrupt_record(
-                    lk,
+                    latest_key(&ckpt.run),
                     "snapshot carries execution records both inline and in the transcript log",
                 ));
             }
@@ -252,29 +310,8 @@ pub(crate) async fn load(
             records: StepRecords::default(),
         },
     };
-    let mut state = RunState::from_snapshot(snap, log.messages, log.records, snap_rec.timestamp_ms);
-    if state.step_open {
-        count_lost_call(ckpt, &mut state).await?;
-    }
-    let mut decisions = stored_decisions(ckpt, state.snap.step).await?;
-    if let Some((step, id, child_call, d)) = new_decision
-        && step == state.snap.step
-    {
-        match child_call {
-            Some(c) => {
-                decisions.children.insert(id, (c, d));
-            }
-            None => {
-                decisions.own.insert(id, d);
-            }
-        }
-    }
-    Ok(Loaded::Continue(Box::new(Restored {
-        state,
-        transcript: snap.transcript.clone(),
-        decisions: decisions.own,
-        child_decisions: decisions.children,
-    })))
+    let state = RunState::from_snapshot(snap, log.messages, log.records, snap_rec.timestamp_ms);
+    Ok((state, snap.transcript.clone()))
 }
 
 /// The step's model call may have been made after the open snapshot (its `pre_llm` record is

@@ -4,6 +4,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::agent::Limits;
+use super::clock::Clock;
+use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
     AgentResult, Extra, Message, RunStatus, RuntimeSnapshot, StateSnapshot, StepRecords,
     SubagentExecution, ToolExecution, TranscriptRef,
@@ -49,6 +52,36 @@ pub(crate) struct RunState {
     pub step_open: bool,
     /// Active milliseconds accumulated by earlier processes (resumes) of this run.
     pub active_ms_before: u64,
+}
+
+/// The run's active time: what earlier processes spent ([`RunState::active_ms_before`]) plus
+/// this process's time since it began (or resumed) the run. Time spent paused or crashed is
+/// not active.
+#[derive(Debug, Clone)]
+pub(crate) struct Stopwatch {
+    clock: Arc<dyn Clock>,
+    segment_start_ms: u64,
+}
+
+impl Stopwatch {
+    /// Start this process's segment now.
+    pub(crate) fn start(clock: Arc<dyn Clock>) -> Self {
+        let segment_start_ms = clock.now_ms();
+        Stopwatch {
+            clock,
+            segment_start_ms,
+        }
+    }
+
+    /// Active milliseconds of the run so far (earlier processes plus this one).
+    pub(crate) fn active_ms(&self, st: &RunState) -> u64 {
+        st.active_ms_before + self.clock.now_ms().saturating_sub(self.segment_start_ms)
+    }
+
+    /// The time source.
+    pub(crate) fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
+    }
 }
 
 impl RunState {
@@ -147,6 +180,45 @@ impl RunState {
             step_open,
             active_ms_before: active,
         }
+    }
+
+    /// `BudgetExceeded` when the run has spent one of its budgets (`active_ms`: its active
+    /// time so far).
+    pub(super) fn check_budgets(&self, l: &Limits, active_ms: u64) -> Result<()> {
+        let over = |what: &str, limit: String| {
+            Err(Error::new(
+                ErrorKind::BudgetExceeded,
+                format!("Exceeded {what}={limit}"),
+            ))
+        };
+        if self.snap.step > l.max_steps {
+            return over("max_steps", l.max_steps.to_string());
+        }
+        if self.llm_requests.max(self.snap.llm_calls) >= l.max_llm_calls {
+            return over("max_llm_calls", l.max_llm_calls.to_string());
+        }
+        if self.snap.tool_calls > l.max_tool_calls {
+            return over("max_tool_calls", l.max_tool_calls.to_string());
+        }
+        if let Some(ms) = l.max_wall_time_ms
+            && active_ms > ms
+        {
+            return over("max_wall_time_s", format!("{}", ms as f64 / 1000.0));
+        }
+        self.check_cost(l)
+    }
+
+    /// `BudgetExceeded` when the run's recorded cost is over its limit.
+    pub(super) fn check_cost(&self, l: &Limits) -> Result<()> {
+        if let Some(max) = l.max_cost_usd
+            && self.snap.total_cost_usd > max
+        {
+            return Err(Error::new(
+                ErrorKind::BudgetExceeded,
+                format!("Exceeded max_total_cost_usd={max}"),
+            ));
+        }
+        Ok(())
     }
 
     /// [`RunState::to_result`] with the run's tool and subagent execution records moved into

@@ -21,19 +21,25 @@
 //!   stays), so once the cause is dealt with (e.g. the child's call settled with
 //!   `Runner::resume_settling` on the child run), a plain resume of the parent resumes the
 //!   child and goes on.
+//!
+//! A child run is started through [`Launch`], the runner's one entry point for running a run,
+//! which the orchestration hands down: this module never names it, so the recursion a child
+//! run makes (run -> tool batch -> child run) is no import cycle.
 
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-
+use std::fmt;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, watch};
 
 use super::agent::Agent;
-use super::exec::RunTask;
-use super::resume::{CHILD_CALL_KEY, CHILD_RUN_KEY};
-use super::tool::ToolSpec;
-use super::{Decision, Outcome, Start};
+use super::delegation::{CHILD_CALL_KEY, CHILD_RUN_KEY, child_run_id};
+use super::events::{ChildDecisions, Decision, Entry, Outcome, Signal, Start};
+use super::persist::Checkpointer;
+use super::state::RunState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::hash::canonical_json;
 use crate::ids::{RunId, ThreadId};
@@ -42,22 +48,43 @@ use crate::schema::{
     SubagentExecution,
 };
 
-/// The spec the model sees for a subagent.
-pub(crate) fn spec_of(agent: &Agent) -> ToolSpec {
-    ToolSpec {
-        name: agent.name.clone(),
-        description: format!("Delegate a task to the subagent '{}'", agent.name),
-        parameters: json!({"type": "object", "properties": {"input": {"type": "string"}}}),
-    }
+/// The runner's entry point for running a run to its end or pause, boxed (a child run's
+/// future holds its parent's batch, which holds the child's future: only a boxed future ends
+/// that recursion for the `Send` check).
+pub(crate) trait Launch: fmt::Debug + Send + Sync {
+    /// Run (or resume) the run `entry` describes.
+    fn launch(self: Arc<Self>, entry: Entry) -> BoxFuture<'static, Result<Outcome>>;
 }
 
-/// The deterministic child run id for a delegation.
-pub fn child_run_id(parent: &RunId, step: u64, call_id: &str) -> RunId {
-    let mut h = Sha256::new();
-    h.update(format!("{parent}\u{0}{step}\u{0}{call_id}").as_bytes());
-    let hex = hex::encode(h.finalize());
-    // 4 + 32 characters of [a-z0-9_]: always a valid run id.
-    RunId::new(format!("sub_{}", &hex[..32])).unwrap_or_else(|_| parent.clone())
+/// What a run needs to delegate: the entry point, its own nesting depth and the human
+/// decisions its resume found for paused child runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Delegator {
+    pub(crate) launch: Arc<dyn Launch>,
+    pub(crate) depth: u32,
+    pub(crate) decisions: ChildDecisions,
+}
+
+impl Delegator {
+    /// The child run of the delegation of call `call_id` (its effect-journal id) of step
+    /// `step` of run `parent`, to `agent`.
+    pub(crate) fn child(
+        &self,
+        agent: Agent,
+        (thread, parent): (&ThreadId, &RunId),
+        step: u64,
+        call_id: &str,
+    ) -> ChildRun {
+        ChildRun {
+            launch: Arc::clone(&self.launch),
+            agent,
+            thread: thread.clone(),
+            run: child_run_id(parent, step, call_id),
+            depth: self.depth + 1,
+            parent: (parent.clone(), step, call_id.to_owned()),
+            decision: self.decisions.get(call_id).cloned(),
+        }
+    }
 }
 
 /// How a delegation ended, for the parent's batch.
@@ -74,7 +101,7 @@ pub(crate) enum ChildOutcome {
 /// A child run about to be started or resumed.
 #[derive(Debug)]
 pub(crate) struct ChildRun {
-    shared: std::sync::Arc<super::Shared>,
+    launch: Arc<dyn Launch>,
     agent: Agent,
     thread: ThreadId,
     run: RunId,
@@ -86,18 +113,6 @@ pub(crate) struct ChildRun {
 }
 
 impl ChildRun {
-    pub(super) fn new(task: &RunTask, agent: Agent, call_id: &str) -> Self {
-        ChildRun {
-            shared: task.shared.clone(),
-            agent,
-            thread: task.ckpt.thread.clone(),
-            run: child_run_id(&task.ckpt.run, task.st.snap.step, call_id),
-            depth: task.depth + 1,
-            parent: (task.ckpt.run.clone(), task.st.snap.step, call_id.to_owned()),
-            decision: task.child_decisions.get(call_id).cloned(),
-        }
-    }
-
     /// The error the parent stops with: the child's kind (and retry flag and key, e.g. the
     /// child's uncertain effect row), naming the child run and the delegating call.
     fn stopped(&self, e: Error) -> ChildOutcome {
@@ -151,18 +166,19 @@ impl ChildRun {
         // Fresh or resumed is decided under the child's claim (another parent, fenced or not
         // yet, may be starting the same child).
         let start = Start::Child(input, self.decision.clone());
-        let (_ctl, rx) = tokio::sync::watch::channel(super::Signal::Run);
-        let (ev, _) = tokio::sync::broadcast::channel(16);
-        let fut = execute_boxed(
-            self.shared.clone(),
-            self.agent.clone(),
-            self.thread.clone(),
-            self.run.clone(),
+        // The child answers no caller of its own: its signal never changes (the sender lives
+        // as long as the child runs) and nobody listens to its events.
+        let (_ctl, control) = watch::channel(Signal::Run);
+        let (events, _) = broadcast::channel(16);
+        let fut = Arc::clone(&self.launch).launch(Entry {
+            agent: self.agent.clone(),
+            thread: self.thread.clone(),
+            run: self.run.clone(),
             start,
-            self.depth,
-            rx,
-            ev,
-        );
+            depth: self.depth,
+            control,
+            events,
+        });
         let run = &self.run;
         match AssertUnwindSafe(fut).catch_unwind().await {
             Ok(Ok(Outcome::Completed(r))) if r.state == "completed" => ChildOutcome::Final(Ok(
@@ -191,30 +207,16 @@ fn ends_run(kind: ErrorKind) -> bool {
     )
 }
 
-/// [`super::execute`] behind a `dyn Future + Send`, which breaks the recursion a child run
-/// makes (run -> batch -> child run) for the `Send` check.
-#[allow(clippy::too_many_arguments)]
-fn execute_boxed(
-    shared: std::sync::Arc<super::Shared>,
-    agent: Agent,
-    thread: ThreadId,
-    run: RunId,
-    start: Start,
-    depth: u32,
-    control: tokio::sync::watch::Receiver<super::Signal>,
-    events: tokio::sync::broadcast::Sender<super::RunEvent>,
-) -> futures::future::BoxFuture<'static, Result<Outcome>> {
-    Box::pin(super::execute(
-        shared, agent, thread, run, start, depth, control, events,
-    ))
-}
-
-/// `pre_subagent_batch` naming the targets and their child run ids.
-pub(crate) async fn pre_batch(task: &mut RunTask, targets: Vec<(String, String)>) -> Result<()> {
-    let step = task.st.snap.step;
+/// `pre_subagent_batch` at `step` naming the targets (subagent name, delegating call's
+/// effect-journal id) and their child run ids.
+pub(crate) async fn pre_batch(
+    ckpt: &mut Checkpointer,
+    step: u64,
+    targets: Vec<(String, String)>,
+) -> Result<()> {
     let children: Vec<Value> = targets
         .iter()
-        .map(|(_, id)| Value::String(child_run_id(&task.ckpt.run, step, id).to_string()))
+        .map(|(_, id)| Value::String(child_run_id(&ckpt.run, step, id).to_string()))
         .collect();
     let mut p = PreSubagentBatchPayload {
         targets: targets.into_iter().map(|(n, _)| n).collect(),
@@ -223,32 +225,35 @@ pub(crate) async fn pre_batch(task: &mut RunTask, targets: Vec<(String, String)>
     };
     p.extra
         .insert("child_run_ids".into(), Value::Array(children));
-    task.ckpt
-        .checkpoint(step, PhasePayload::PreSubagentBatch(p))
+    ckpt.checkpoint(step, PhasePayload::PreSubagentBatch(p))
         .await
 }
 
-/// `post_subagent_batch` with the counts.
-pub(crate) async fn post_batch(task: &mut RunTask, ok: u64, failed: u64) -> Result<()> {
+/// `post_subagent_batch` at `step` with the counts.
+pub(crate) async fn post_batch(
+    ckpt: &mut Checkpointer,
+    step: u64,
+    ok: u64,
+    failed: u64,
+) -> Result<()> {
     let p = PostSubagentBatchPayload {
         success_count: ok,
         failure_count: failed,
         extra: Default::default(),
     };
-    task.ckpt
-        .checkpoint(task.st.snap.step, PhasePayload::PostSubagentBatch(p))
+    ckpt.checkpoint(step, PhasePayload::PostSubagentBatch(p))
         .await
 }
 
 /// Add the subagent execution record.
 pub(crate) fn record(
-    task: &mut RunTask,
+    st: &mut RunState,
     name: &str,
     output: &Value,
     error: Option<String>,
     latency_ms: Option<f64>,
 ) {
-    task.st.subagent_executions.push(SubagentExecution {
+    st.subagent_executions.push(SubagentExecution {
         subagent_name: name.to_owned(),
         success: error.is_none(),
         output_text: output

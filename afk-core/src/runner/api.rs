@@ -1,0 +1,160 @@
+//! The runner's public face: [`Runner`] starts, resumes, settles and decides runs on one
+//! store.
+
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, watch};
+use tracing::Instrument;
+
+use super::agent::Agent;
+use super::config::RunnerConfig;
+use super::events::{Decision, Entry, Signal, Start};
+use super::handle::RunHandle;
+use super::journal::Settlement;
+use super::start::{Shared, execute};
+use super::stats::RunnerStats;
+use crate::ids::{RunId, ThreadId};
+use crate::store::Store;
+
+/// Starts and resumes runs on one store. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl Runner {
+    /// A runner writing to `store`.
+    pub fn new(store: Arc<dyn Store>, config: RunnerConfig) -> Self {
+        Runner {
+            shared: Arc::new(Shared::new(store, config)),
+        }
+    }
+
+    /// The store this runner writes to.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.shared.store
+    }
+
+    /// Checkpoint statistics of every run of this runner so far (queue depth, commits,
+    /// store writes, retries, the durable watermark), for metrics. All zero before the first
+    /// run starts its writer. See [`RunnerStats`] for what each counter means.
+    pub fn stats(&self) -> RunnerStats {
+        self.shared
+            .writer
+            .get()
+            .map(|w| RunnerStats::from(w.stats()))
+            .unwrap_or_default()
+    }
+
+    /// Start a fresh run of `agent` in `thread` with the user's `input`, under a new run id.
+    /// Must be called inside a Tokio runtime.
+    pub fn run(&self, agent: &Agent, thread: &ThreadId, input: impl Into<String>) -> RunHandle {
+        match RunId::new(self.shared.config.ids.new_id("run")) {
+            Ok(run) => self.run_with_id(agent, thread, run, input),
+            Err(e) => RunHandle::failed(thread.clone(), e),
+        }
+    }
+
+    /// Start a fresh run under a caller-chosen run id.
+    ///
+    /// Errors (through the handle): `Conflict` if the thread already holds checkpoints of
+    /// `run` (use [`Runner::resume`] for it); nothing is claimed or written then. Two starts of
+    /// one run id at once: at most one of them runs it. The other finds the run under its
+    /// claim and ends with `Conflict`, having run nothing; its claim fences the winner if that
+    /// is still running (it then ends with `Fenced`), so resume the run.
+    pub fn run_with_id(
+        &self,
+        agent: &Agent,
+        thread: &ThreadId,
+        run: RunId,
+        input: impl Into<String>,
+    ) -> RunHandle {
+        self.spawn(agent, thread, run, Start::Fresh(input.into()))
+    }
+
+    /// Resume a stored run (see the resume rules in the `runner` module's docs). A terminal run returns
+    /// its stored result; a paused run returns [`Outcome::Paused`](super::Outcome::Paused) again.
+    ///
+    /// A run is resumable from its first commit on, after any number of crashes, and ends
+    /// with the result it would have had without them. `NotFound` means nothing of the run
+    /// was committed (a crash before its first commit): start it with
+    /// [`Runner::run_with_id`] under the same run id.
+    pub fn resume(&self, agent: &Agent, thread: &ThreadId, run: &RunId) -> RunHandle {
+        self.spawn(agent, thread, run.clone(), Start::Resume(None))
+    }
+
+    /// Resume a run paused for approval, applying `decision` to the paused tool call. Works
+    /// from any process with access to the store.
+    pub fn resume_with_decision(
+        &self,
+        agent: &Agent,
+        thread: &ThreadId,
+        run: &RunId,
+        decision: Decision,
+    ) -> RunHandle {
+        self.spawn(agent, thread, run.clone(), Start::Resume(Some(decision)))
+    }
+
+    /// Settle an uncertain tool call, then resume the run. Works from any process with access
+    /// to the store, at any later time.
+    ///
+    /// Use it when a resume failed with [`ErrorKind::EffectUncertain`](crate::ErrorKind::EffectUncertain): an at-most-once tool
+    /// call has a durable intent row but no result, so the runner cannot know whether its side
+    /// effect happened. That error's message names the call id and tool, and its
+    /// [`Error::key`](crate::Error::key) is the call's effect row `effect:<run>:<step>:<call_id>`. Pass that
+    /// `call_id` and what really happened:
+    /// * [`Settlement::Ran`]: the output is recorded as the call's result and replayed; the
+    ///   tool is not executed.
+    /// * [`Settlement::DidNotRun`]: the tool is executed now, once, with the same idempotency
+    ///   key.
+    /// * [`Settlement::Failed`]: recorded as a failed call; the agent's tool-failure policy
+    ///   applies.
+    ///
+    /// The settlement is written first, durably, as the call's result row (status `done`,
+    /// marked `"settled": "human"` and `"settlement": "ran" | "did_not_run" | "failed"`), under
+    /// this resume's claim epoch; then the run resumes as [`Runner::resume`] would and the
+    /// effect-replay rules use that row. A crash right after the settlement loses nothing: a
+    /// plain [`Runner::resume`] then continues from it.
+    ///
+    /// This is a method of its own rather than a [`Decision`] variant because a decision answers
+    /// the one call a `paused` record names, while a settlement answers a run that is not
+    /// paused, about a call the caller names, and is stored in the effect journal (the place
+    /// the replay rules read) rather than in a `resumed` record.
+    ///
+    /// Errors (through the handle), with nothing written: `InvalidInput` if the run has no
+    /// pending tool batch or `call_id` is not in it; `Conflict` if the run is terminal or
+    /// paused, or the call has no lone intent row (it never started, or it already has a
+    /// result). Settling again with an identical settlement writes nothing and resumes;
+    /// a different one is a `Conflict`. Plus every error of [`Runner::resume`].
+    pub fn resume_settling(
+        &self,
+        agent: &Agent,
+        thread: &ThreadId,
+        run: &RunId,
+        call_id: impl Into<String>,
+        settlement: Settlement,
+    ) -> RunHandle {
+        let start = Start::Settle(call_id.into(), settlement);
+        self.spawn(agent, thread, run.clone(), start)
+    }
+
+    fn spawn(&self, agent: &Agent, thread: &ThreadId, run: RunId, start: Start) -> RunHandle {
+        let (ctl, control) = watch::channel(Signal::Run);
+        let (events, ev_rx) = broadcast::channel(self.shared.config.event_capacity.max(1));
+        let span = tracing::info_span!("run", run = %run, thread = %thread);
+        let fut = execute(
+            self.shared.clone(),
+            Entry {
+                agent: agent.clone(),
+                thread: thread.clone(),
+                run: run.clone(),
+                start,
+                depth: 0,
+                control,
+                events,
+            },
+        );
+        let join = tokio::spawn(fut.instrument(span));
+        RunHandle::new(run, thread.clone(), join, ctl, ev_rx)
+    }
+}

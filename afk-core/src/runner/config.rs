@@ -1,0 +1,64 @@
+//! The runner's settings.
+
+use std::sync::Arc;
+
+use super::clock::{Clock, IdGen, RandomIds, SystemClock};
+use crate::writer::CheckpointConfig;
+
+/// Runner settings: `RunnerConfig::default()` and the `with_*` setters (new settings may be
+/// added without a breaking change).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RunnerConfig {
+    /// Time source (records' timestamps, budgets).
+    pub clock: Arc<dyn Clock>,
+    /// Run id source for [`Runner::run`](super::Runner::run).
+    pub ids: Arc<dyn IdGen>,
+    /// Capacity of each run's event channel; slow subscribers miss the oldest events.
+    pub event_capacity: usize,
+    /// The write-behind writer's settings (async writes, queue size, coalescing, retries, and
+    /// `flush_timeout`, the bound for making the terminal record durable before the result is
+    /// returned).
+    pub checkpoint: CheckpointConfig,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig {
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
+            event_capacity: 256,
+            checkpoint: CheckpointConfig::default(),
+        }
+    }
+}
+
+impl RunnerConfig {
+    /// Set the time source ([`RunnerConfig::clock`]).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Set the run id source ([`RunnerConfig::ids`]).
+    #[must_use]
+    pub fn with_ids(mut self, ids: Arc<dyn IdGen>) -> Self {
+        self.ids = ids;
+        self
+    }
+
+    /// Set the capacity of each run's event channel ([`RunnerConfig::event_capacity`]).
+    #[must_use]
+    pub fn with_event_capacity(mut self, event_capacity: usize) -> Self {
+        self.event_capacity = event_capacity;
+        self
+    }
+
+    /// Set the checkpoint writer's settings ([`RunnerConfig::checkpoint`]).
+    #[must_use]
+    pub fn with_checkpoint(mut self, checkpoint: CheckpointConfig) -> Self {
+        self.checkpoint = checkpoint;
+        self
+    }
+}

@@ -1,0 +1,173 @@
+//! The run's event and decision types: how a run is entered ([`Start`]), what a caller asks of
+//! it ([`Signal`], [`Decision`]), what it reports while it runs ([`RunEvent`], sent through
+//! [`Events`]) and how it ends ([`Outcome`]). Pure vocabulary: no store, no I/O.
+
+use std::collections::BTreeMap;
+
+use tokio::sync::{broadcast, watch};
+
+use super::agent::Agent;
+use super::journal::Settlement;
+use crate::error::{Error, ErrorKind, Result};
+use crate::ids::{RunId, ThreadId};
+use crate::schema::{AgentResult, PauseRequest, RunStatus};
+
+/// A human decision about a paused tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Run the call.
+    Approve,
+    /// Do not run it; the reason becomes the failed call's error.
+    Deny(String),
+}
+
+/// Decisions meant for a paused child run, by the parent's delegating call id: the child's
+/// paused call id and the decision.
+pub(crate) type ChildDecisions = BTreeMap<String, (String, Decision)>;
+
+/// How a run ended (for now).
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// The run reached a terminal state (`completed`, `degraded`, or a stored `failed` /
+    /// `cancelled` result returned by the terminal short-circuit).
+    Completed(Box<AgentResult>),
+    /// The run waits for a human decision; the `paused` record holding `request` is durable.
+    Paused {
+        /// What the human is asked.
+        request: PauseRequest,
+    },
+}
+
+impl Outcome {
+    /// The result, if the run is terminal.
+    pub fn result(&self) -> Option<&AgentResult> {
+        match self {
+            Outcome::Completed(r) => Some(r),
+            Outcome::Paused { .. } => None,
+        }
+    }
+}
+
+/// What happens during a run, for observers.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum RunEvent {
+    /// The run started or resumed.
+    RunStarted {
+        /// The run id.
+        run_id: String,
+        /// Whether this is a resume.
+        resumed: bool,
+    },
+    /// A step began.
+    StepStarted {
+        /// The step.
+        step: u64,
+    },
+    /// The model answered (or a saved answer was reused).
+    LlmCompleted {
+        /// The step.
+        step: u64,
+        /// Tool calls in the answer.
+        tool_calls: usize,
+    },
+    /// A tool call was processed.
+    ToolCompleted {
+        /// The step.
+        step: u64,
+        /// The call id.
+        tool_call_id: String,
+        /// Whether it succeeded.
+        success: bool,
+        /// Whether its output came from the effect journal.
+        replayed: bool,
+    },
+    /// The run paused for approval.
+    Paused {
+        /// The step.
+        step: u64,
+    },
+    /// The run reached a terminal state.
+    Finished {
+        /// `completed`, `degraded`, ….
+        state: RunStatus,
+    },
+    /// The run stopped with an error.
+    Failed {
+        /// The error kind.
+        kind: ErrorKind,
+        /// The error message.
+        message: String,
+    },
+}
+
+/// A run's event stream, as its steps see it.
+#[derive(Debug, Clone)]
+pub(crate) struct Events(broadcast::Sender<RunEvent>);
+
+impl Events {
+    pub(crate) fn new(sender: broadcast::Sender<RunEvent>) -> Self {
+        Events(sender)
+    }
+
+    /// Send the event `ev` makes, if anyone still listens (most runs are only awaited, so an
+    /// event nobody receives is not even built).
+    pub(crate) fn emit(&self, ev: impl FnOnce() -> RunEvent) {
+        if self.0.receiver_count() > 0 {
+            let _ = self.0.send(ev());
+        }
+    }
+}
+
+/// What the caller asks of a running run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signal {
+    Run,
+    Cancel,
+    Interrupt,
+}
+
+impl Signal {
+    /// `Cancelled` when the caller asked the run to stop.
+    pub(crate) fn check(control: &watch::Receiver<Signal>) -> Result<()> {
+        match *control.borrow() {
+            Signal::Run => Ok(()),
+            Signal::Cancel => Err(Error::new(ErrorKind::Cancelled, "Run cancelled")),
+            Signal::Interrupt => Err(Error::new(
+                ErrorKind::Cancelled,
+                "Run interrupted by caller",
+            )),
+        }
+    }
+}
+
+/// How a run is entered.
+#[derive(Debug)]
+pub(crate) enum Start {
+    Fresh(String),
+    /// A child run: fresh with this input if nothing of it is stored once claimed, else
+    /// resumed (with the parent's decision for one of its calls, if any).
+    Child(String, Option<(String, Decision)>),
+    Resume(Option<Decision>),
+    /// Resume a child run, applying the decision only if it is paused on this call id (a
+    /// human's decision the parent passes down).
+    ResumeFor(String, Decision),
+    /// Settle the uncertain call with this id, then resume.
+    Settle(String, Settlement),
+}
+
+/// Everything a run is entered with: a top-level run's from its [`RunHandle`], a child run's
+/// from its parent's delegation.
+///
+/// [`RunHandle`]: super::RunHandle
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) agent: Agent,
+    pub(crate) thread: ThreadId,
+    pub(crate) run: RunId,
+    pub(crate) start: Start,
+    /// Nesting depth: 0 for a top-level run, one more for each delegation.
+    pub(crate) depth: u32,
+    pub(crate) control: watch::Receiver<Signal>,
+    pub(crate) events: broadcast::Sender<RunEvent>,
+}

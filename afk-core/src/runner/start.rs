@@ -1,0 +1,266 @@
+//! Entering a run: claim it, decide under the claim whether it starts fresh or resumes, load
+//! what a resume continues from, and hand the run to its [`RunTask`]. Child runs enter the
+//! same way, through [`Launch`] (implemented here, handed down to the tool batch).
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::clock::Clock;
+use super::config::RunnerConfig;
+use super::events::{Entry, Events, Outcome, Start};
+use super::persist::Checkpointer;
+use super::resume::{self, Loaded};
+use super::settle;
+use super::state::{RunState, Stopwatch};
+use super::step::{RunTask, TaskParts};
+use super::subagent::{Delegator, Launch};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ids::{RunId, ThreadId};
+use crate::store::{Epoch, RandomSource, Store};
+use crate::writer::Writer;
+
+/// What every run of one runner shares: the store, the clock, the settings and the
+/// write-behind writer.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config: RunnerConfig,
+    pub(crate) writer: tokio::sync::OnceCell<Writer>,
+}
+
+impl Shared {
+    pub(crate) fn new(store: Arc<dyn Store>, config: RunnerConfig) -> Self {
+        Shared {
+            store,
+            clock: config.clock.clone(),
+            config,
+            writer: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The writer, started on first use (it needs the Tokio runtime the runs execute on).
+    pub(crate) async fn writer(&self) -> Result<Writer> {
+        self.writer
+            .get_or_try_init(|| async {
+                Writer::new(
+                    self.store.clone(),
+                    self.config.checkpoint.clone(),
+                    RandomSource::from_os(),
+                )
+            })
+            .await
+            .cloned()
+    }
+
+    /// A writer of `run` under a claim at `epoch`.
+    pub(crate) async fn checkpointer(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        epoch: Epoch,
+    ) -> Result<Checkpointer> {
+        Ok(Checkpointer::new(
+            self.store.clone(),
+            self.writer().await?,
+            self.clock.clone(),
+            self.config.checkpoint.flush_timeout,
+            thread.clone(),
+            run.clone(),
+            epoch,
+        ))
+    }
+}
+
+impl Launch for Shared {
+    fn launch(self: Arc<Self>, entry: Entry) -> BoxFuture<'static, Result<Outcome>> {
+        Box::pin(execute(self, entry))
+    }
+}
+
+/// Execute a fresh run or a resume to its end (or pause). Used for top-level runs and
+/// subagent child runs.
+pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
+    let epoch = claim(&shared, &e).await?;
+    let start = under_claim(&shared, &e.thread, &e.run, e.start, epoch).await?;
+    let mut ckpt = shared.checkpointer(&e.thread, &e.run, epoch).await?;
+    let (st, decisions, child_decisions, input) = match start {
+        Start::Fresh(input) => (
+            RunState::default(),
+            Default::default(),
+            Default::default(),
+            Some(input),
+        ),
+        start => match load(&mut ckpt, start).await? {
+            Loaded::Continue(restored) => (
+                restored.state,
+                restored.decisions,
+                restored.child_decisions,
+                None,
+            ),
+            Loaded::Terminal(r) => return Ok(Outcome::Completed(r)),
+            Loaded::Paused(request) => return Ok(Outcome::Paused { request }),
+        },
+    };
+    let clock = Stopwatch::start(shared.clock.clone());
+    let delegator = Delegator {
+        launch: shared,
+        depth: e.depth,
+        decisions: child_decisions,
+    };
+    RunTask::new(TaskParts {
+        agent: e.agent,
+        ckpt,
+        st,
+        decisions,
+        delegator,
+        control: e.control,
+        events: Events::new(e.events),
+        clock,
+    })
+    .run(input)
+    .await
+}
+
+/// Claim the run. A fresh run never continues or overwrites a stored one: looked at before
+/// claiming too (`claim_if_new`, one round trip where the store can), so that a live run
+/// under that id is not fenced off by a refused start.
+async fn claim(shared: &Shared, e: &Entry) -> Result<Epoch> {
+    let (thread, run) = (&e.thread, &e.run);
+    if !matches!(e.start, Start::Fresh(_)) {
+        return shared.store.claim(thread, run).await;
+    }
+    match shared.store.claim_if_new(thread, run).await? {
+        Some(epoch) => Ok(epoch),
+        None => Err(Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "run {run} already exists in thread {thread}; resume it or start a run under a \
+                 new run id"
+            ),
+        )
+        .with_key(crate::store::latest_key(run))),
+    }
+}
+
+/// How the run really starts, settled under the claim at `epoch`.
+///
+/// Whether the run exists is only settled under the claim: another runner may have started
+/// it since the look before claiming, and its commits are fenced from here on. Starting it
+/// over would take its steps for fresh (so its effect journal unread) and redo its effects.
+/// The first epoch ever handed out for the run needs no second look: epochs only grow, so no
+/// runner of ours claimed it before, and nothing of it can be committed. (A writer that never
+/// claims, an older AFK still running on the same store, is out of reach of any fence.) A
+/// child run is always looked at: an older AFK's parent may have left it stored.
+async fn under_claim(
+    shared: &Shared,
+    thread: &ThreadId,
+    run: &RunId,
+    start: Start,
+    epoch: Epoch,
+) -> Result<Start> {
+    Ok(match start {
+        Start::Fresh(input) => {
+            if epoch > Epoch(1) {
+                match look(shared, thread, run, epoch).await? {
+                    Stored::Nothing => {}
+                    Stored::Run => return Err(started_elsewhere(thread, run)),
+                    Stored::KeysOnly(key) => return Err(keys_only(thread, run, key)),
+                }
+            }
+            Start::Fresh(input)
+        }
+        Start::Child(input, decision) => match look(shared, thread, run, epoch).await? {
+            Stored::Run => match decision {
+                Some((call, d)) => Start::ResumeFor(call, d),
+                None => Start::Resume(None),
+            },
+            Stored::KeysOnly(key) => return Err(keys_only(thread, run, key)),
+            Stored::Nothing => Start::Fresh(input),
+        },
+        other => other,
+    })
+}
+
+/// Apply the resume rules for a start that resumes (settling a call first, for
+/// [`Start::Settle`]).
+async fn load(ckpt: &mut Checkpointer, start: Start) -> Result<Loaded> {
+    let (decision, only_for, settlement) = match start {
+        Start::Fresh(_) | Start::Child(..) => (None, None, None),
+        Start::Resume(d) => (d, None, None),
+        Start::ResumeFor(c, d) => (Some(d), Some(c), None),
+        Start::Settle(id, s) => (None, None, Some((id, s))),
+    };
+    let loaded = resume::load(ckpt, decision, only_for.as_deref()).await?;
+    match (loaded, settlement) {
+        (Loaded::Terminal(_), Some((id, _))) => Err(settle::terminal_refusal(&ckpt.run, &id)),
+        (Loaded::Paused(_), Some((id, _))) => Err(settle::paused_refusal(&ckpt.run, &id)),
+        (Loaded::Continue(restored), settlement) => {
+            if let Some((id, s)) = &settlement {
+                settle::apply(ckpt, &restored.state, id, s).await?;
+            }
+            ckpt.continue_log(restored.transcript.as_ref());
+            Ok(Loaded::Continue(restored))
+        }
+        (loaded, None) => Ok(loaded),
+    }
+}
+
+/// What a start finds of a run under its claim.
+enum Stored {
+    /// No key of the run (the fence aside).
+    Nothing,
+    /// The run's latest pointer: the run exists.
+    Run,
+    /// Keys of the run but no latest pointer (this key, for one): written by something that
+    /// writes its pointer last and has not finished (`afk import`, a fixture load).
+    KeysOnly(String),
+}
+
+/// Look for the run under a claim at `epoch`: its latest pointer, or when that is missing and
+/// the claim is not the run's first, any of its keys (one `list` per key family). The writers
+/// that leave keys without a pointer (an import, a fixture load) claim before they write, so
+/// under the first claim there are none to find and a fresh child run costs no `list`.
+async fn look(shared: &Shared, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<Stored> {
+    let latest = crate::store::latest_key(run);
+    if shared.store.get(thread, &latest).await?.is_some() {
+        return Ok(Stored::Run);
+    }
+    if epoch <= Epoch(1) {
+        return Ok(Stored::Nothing);
+    }
+    for prefix in crate::keys::run_prefixes(run) {
+        let page = shared.store.list(thread, &prefix, None, 1).await?;
+        if let Some(key) = page.keys.into_iter().next() {
+            return Ok(Stored::KeysOnly(key));
+        }
+    }
+    Ok(Stored::Nothing)
+}
+
+/// `Conflict` for a fresh start that found the run started by another runner under its claim.
+fn started_elsewhere(thread: &ThreadId, run: &RunId) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "run {run} of thread {thread} was started by another runner while this one was \
+             starting it; nothing was run here, and this claim fenced the other runner: resume \
+             the run"
+        ),
+    )
+    .with_key(crate::store::latest_key(run))
+}
+
+/// `Conflict` for a start that found keys of the run without its pointer.
+fn keys_only(thread: &ThreadId, run: &RunId, key: String) -> Error {
+    Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "run {run} of thread {thread} has records but no latest pointer (an import or a load \
+             that has not finished, or was stopped); nothing was run here. Finish it, or delete \
+             the run (`afk prune --thread {thread} --run {run} --force`) before starting it"
+        ),
+    )
+    .with_key(key)
+}
