@@ -10,7 +10,7 @@ use anyhow::Result;
 use crate::system;
 
 /// `(what, cargo arguments after "check")`.
-pub const COMBINATIONS: [(&str, &[&str]); 7] = [
+pub const COMBINATIONS: [(&str, &[&str]); 8] = [
     (
         "afk without a store",
         &["-p", "afk", "--no-default-features"],
@@ -30,6 +30,9 @@ pub const COMBINATIONS: [(&str, &[&str]); 7] = [
         "afk-cli with every store",
         &["-p", "afk-cli", "--all-features"],
     ),
+    // The README's embedding example, alone: in the workspace's test build, dev-dependencies
+    // turn on afk-core's `test-kit`, which users do not get.
+    ("the README's embedding example", &["-p", "embedding"]),
 ];
 
 /// Checks every combination, stopping at the first that fails. Returns the exit code (0 when
