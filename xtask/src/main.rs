@@ -11,6 +11,8 @@ mod rocksdb_newest;
 mod services;
 mod system;
 mod test;
+#[cfg(test)]
+mod tidy;
 
 use std::process::ExitCode;
 
