@@ -2,6 +2,8 @@
 //! (`cargo check`: type checking is what a feature mistake breaks; the full builds run in
 //! `test`). A `cfg` that is wrong only without a feature (an unused import, a missing stub)
 //! shows here and nowhere else, since clippy and the tests build with `--all-features`.
+//! The README's embedding example (`examples/embedding`) is checked the same way: alone, it
+//! gets only what a user gets (no `test-kit`, which the workspace's dev-dependencies enable).
 
 use std::time::Instant;
 
