@@ -1,5 +1,5 @@
 //! Stores that break the contract on purpose, so the suite can show it catches them
-//! (DESIGN §7: "the suite must be able to fail"). [`BrokenStore`] wraps a correct store and
+//! (a suite that cannot fail proves nothing). [`BrokenStore`] wraps a correct store and
 //! breaks one rule, chosen by [`Breakage`]; this crate's `tests/broken.rs` runs the suite
 //! against each and requires the cases about that rule to fail.
 //!

@@ -1,4 +1,5 @@
-//! The AFK golden-fixture file format (`fixtures/afk-python/README.md` §1) and the checks that
+//! The AFK golden-fixture file format (`fixtures/afk-python/README.md`, "File format") and the
+//! checks that
 //! can be made without running an agent ([`check_normalize`], [`check_hash_vectors`]).
 
 use std::collections::BTreeMap;

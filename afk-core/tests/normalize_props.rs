@@ -1,7 +1,7 @@
 //! Property tests of normalization: it never panics on any input, and every valid v2 record
 //! round-trips exactly. Seeded: the seed is printed; replay with `PROPTEST_SEED=<seed>`. Cases
 //! from `AFK_PROPTEST_NORMALIZE_CASES`, else `PROPTEST_CASES`, else 256 (`cargo xtask test`
-//! sets `AFK_PROPTEST_NORMALIZE_CASES=10000`, the minimum for CI).
+//! sets `AFK_PROPTEST_NORMALIZE_CASES=10000`, the minimum for CI).
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 

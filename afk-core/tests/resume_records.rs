@@ -1,4 +1,5 @@
-//! Execution records live in the v2 transcript log, not in the snapshot (DESIGN §3.4): a
+//! Execution records live in the v2 transcript log, not in the snapshot (so a snapshot does
+//! not grow with the run): a
 //! resume restores them from the log; a v2 state written before they moved there (records
 //! inline in every snapshot) still resumes to the same result, and from its next snapshot on
 //! the log holds them; a snapshot claiming records both inline and in the log is `Corrupt`.

@@ -1,4 +1,4 @@
-//! AFK v1 states and their v2 migration resume to the same run (issue #3): every checkpoint
+//! AFK v1 states and their v2 migration resume to the same run: every checkpoint
 //! record of a fixture's v1 state is migrated with `schema::migrate::v1_to_v2` (snapshots move
 //! their inline transcript to `messages:<run>:0`), loaded with `fixture::load_state`, resumed,
 //! and compared with resuming the v1 state itself. Also: `load_state` chunks for stores with a

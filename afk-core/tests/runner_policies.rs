@@ -1,5 +1,5 @@
-//! Fallback models (reference §7.2) and the failure policies for model and tool failures
-//! (reference §7.3): what each does to the run, what it records, and what resume returns.
+//! Fallback models and the failure policies for model and tool failures (AFK Python's policy
+//! names mapped onto ours): what each does to the run, what it records, and what resume returns.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 

@@ -21,7 +21,7 @@ fn quick(url: &str) -> RedisConfig {
 
 /// No hang: any single operation answers within a bound far above its deadlines (connect +
 /// response, a few hundred ms here), even while the server is gone. It catches a hang, not a
-/// slow machine: a loaded 2-core machine made a 5 s bound flake (issue 11).
+/// slow machine: a loaded 2-core machine made a 5 s bound flake.
 const NO_HANG: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
@@ -352,7 +352,7 @@ async fn no_server_is_unavailable_quickly() {
     assert!(start.elapsed() < NO_HANG);
 }
 
-/// Issue 11: the first request after the server is back must be served. The connection
+/// The first request after the server is back must be served. The connection
 /// manager keeps the failure of its last reconnect attempt (made while the server was down)
 /// and used to hand that stale `Connection refused` to the next request, whatever the server
 /// was doing by then. Each read kind is tried as the very first request after a restart.

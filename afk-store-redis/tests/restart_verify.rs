@@ -1,7 +1,7 @@
 //! A real runner run across a restart of a redis-server of our own (AOF, fsync always): the
 //! server dies while a tool runs, the run fails with `Unavailable`, the server comes back with
 //! what it acknowledged, the same runner resumes the run to completion, and
-//! `afk_core::verify` finds nothing half-written, before the resume and after it (issue #7).
+//! `afk_core::verify` finds nothing half-written, before the resume and after it.
 //! Skipped like the others when `AFK_TEST_REDIS_URL` is unset.
 
 mod common;

@@ -14,7 +14,7 @@ use common::certs::TestPki;
 use common::*;
 
 /// No hang: a refused connection answers within a bound far above its deadlines. It catches
-/// a hang, not a slow machine (a 5 s bound flaked on a loaded 2-core machine, issue 11).
+/// a hang, not a slow machine (a 5 s bound flaked on a loaded 2-core machine).
 const NO_HANG: Duration = Duration::from_secs(60);
 
 /// A URL with short timeouts and its own prefix.

@@ -6,7 +6,7 @@
 //! the restart the bucket is gone: the expected outcome is then an `InvalidConfig` error naming
 //! the bucket, not stale or partial data.
 //!
-//! With a real runner run (issue #8): `afk_core::verify` finds the state whole at the moment
+//! With a real runner run: `afk_core::verify` finds the state whole at the moment
 //! of the kill (checked while the run waits in a tool, before the server dies), and whole again
 //! after the run completes on the fresh bucket. What it cannot show: that the state at the kill
 //! survives the restart; moto does not keep it, so that half is covered by Redis and RocksDB.

@@ -11,8 +11,9 @@ peer driver `afk_nocount.py` with TOOL_STEPS=n and the driver's byte counting of
 ours `perf_probe run n MODE RUNS` with the plain store, PROBE_RAW=1). Check the counts with
 `afk_count.py` (AFK) and perf_probe's commit/round-trip counts (ours) before trusting a ratio.
 
-Environment: PEER_DIR (the peer scripts, e.g. ../shared/peer), AFK_SRC (AFK's `src/`), AFK_PY
-(a Python >= 3.13 with AFK's imports; see the peer README), PROBE (the release `perf_probe`:
+Environment: PEER_DIR (driver scripts that run AFK's runner on this workload: `afk_nocount.py`,
+`afk_steps.py`; not part of this repository), AFK_SRC (AFK's `src/`, https://github.com/socioy/afk
+at bcc10b6), AFK_PY (a Python >= 3.13 with AFK's dependencies installed), PROBE (the release `perf_probe`:
 `cargo build --release -p afk --example perf_probe`). Optional: REPS, NS, MODES, and
 BACKENDS=memory,redis with AFK_TEST_REDIS_URL for Redis (ours needs `--features redis`), and
 SAME_RUNS=1 to give ours as many runs per process as AFK (by default ours runs 10x more, so its

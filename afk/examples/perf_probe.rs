@@ -1,4 +1,4 @@
-//! The bench workload once, for profilers and side-by-side scripts (`../shared/peer/`):
+//! The bench workload once, for profilers and `afk/benches/side_by_side.py`:
 //! `perf_probe run N MODE RUNS [memory|redis]` runs RUNS runs of the scripted N-step agent
 //! (`benches/support`: one tool call per step, instant model and tool) with MODE `async` or
 //! `sync` checkpoint writes, and prints one JSON line: steps/s, and commits and store round

@@ -1,4 +1,4 @@
-//! DESIGN §3.4: the bytes a step writes depend on what the step added, not on the history.
+//! The bytes a step writes depend on what the step added, not on the history.
 //!
 //! Bytes are deterministic (a manual clock, sequential ids, sync writes), so this is a test, not
 //! a benchmark: one scripted run of 1000 tool steps behind the benches' byte-counting store

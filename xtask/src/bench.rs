@@ -1,5 +1,5 @@
 //! `cargo xtask bench`: runs the benchmarks that exist and writes `bench-report.md` into the
-//! target directory. The `afk` crate's benches (DESIGN.md §8) run with `--all-features`, and its
+//! target directory. The `afk` crate's benches (see BENCHMARKS.md) run with `--all-features`, and its
 //! `bench_report` example turns criterion's results into the report's tables; this task appends
 //! which crates ran and which have no benchmarks.
 

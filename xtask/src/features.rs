@@ -2,6 +2,8 @@
 //! (`cargo check`: type checking is what a feature mistake breaks; the full builds run in
 //! `test`). A `cfg` that is wrong only without a feature (an unused import, a missing stub)
 //! shows here and nowhere else, since clippy and the tests build with `--all-features`.
+//! The README's embedding example (`examples/embedding`) is checked the same way: alone, it
+//! gets only what a user gets (no `test-kit`, which the workspace's dev-dependencies enable).
 
 use std::time::Instant;
 
@@ -10,7 +12,7 @@ use anyhow::Result;
 use crate::system;
 
 /// `(what, cargo arguments after "check")`.
-pub const COMBINATIONS: [(&str, &[&str]); 7] = [
+pub const COMBINATIONS: [(&str, &[&str]); 8] = [
     (
         "afk without a store",
         &["-p", "afk", "--no-default-features"],
@@ -30,6 +32,9 @@ pub const COMBINATIONS: [(&str, &[&str]); 7] = [
         "afk-cli with every store",
         &["-p", "afk-cli", "--all-features"],
     ),
+    // The README's embedding example, alone: in the workspace's test build, dev-dependencies
+    // turn on afk-core's `test-kit`, which users do not get.
+    ("the README's embedding example", &["-p", "embedding"]),
 ];
 
 /// Checks every combination, stopping at the first that fails. Returns the exit code (0 when

@@ -12,6 +12,8 @@ mod rocksdb_newest;
 mod services;
 mod system;
 mod test;
+#[cfg(test)]
+mod tidy;
 
 use std::process::ExitCode;
 

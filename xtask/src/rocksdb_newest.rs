@@ -2,11 +2,12 @@
 //! range, proven the way a library user meets it.
 //!
 //! The workspace's lock keeps the oldest end (`rocksdb` 0.20.1, linked to Debian's
-//! `librocksdb`: see README "Development"). This step generates an application outside the
-//! clone that already uses the newest `rocksdb` (with `default-features = false`, so every
-//! compression library it gets comes from `afk-store-rocksdb`'s own features) and adds
-//! `afk-store-rocksdb` and `afk-conformance` by path. It must resolve (`librocksdb-sys` is a
-//! `links` crate: two versions cannot coexist), build RocksDB from source, and pass
+//! `librocksdb`: see CONTRIBUTING.md, "RocksDB from Debian"). This step generates an
+//! application outside the clone that already uses the newest `rocksdb` (with
+//! `default-features = false`, so every compression library it gets comes from
+//! `afk-store-rocksdb`'s own features) and adds `afk-store-rocksdb` and `afk-conformance` by
+//! path. It must resolve (`librocksdb-sys` is a `links` crate: two versions cannot coexist),
+//! build RocksDB from source, and pass
 //! `afk-store-rocksdb`'s own test files (the conformance suite, durability under SIGKILL, the
 //! default configuration's compression) plus the application's test.
 //!

@@ -129,7 +129,7 @@ pub fn run(stores: &[Store], extra: &[String]) -> Result<i32> {
         // PROPTEST_CASES is left to the caller: each property test has a default sized for
         // what one case costs (a conformance case against S3 costs seconds, a key-building
         // case microseconds), and one global number would make the slow ones take many
-        // minutes. The normalization proptests get the 10,000 cases their issue asks for.
+        // minutes. The normalization proptests get 10,000 cases: CI's minimum for them.
         env_or(cmd, "AFK_PROPTEST_NORMALIZE_CASES", "10000");
     };
 

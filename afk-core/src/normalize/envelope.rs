@@ -19,7 +19,8 @@ pub(super) fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// Apply the pre-v1 alias rules (reference §4.1), stricter than AFK in one way: an alias that is
+/// Apply the pre-v1 alias rules (AFK Python's `migrate_checkpoint_record`: `schemaVersion` or
+/// `version` for a missing `schema_version`), stricter than AFK in one way: an alias that is
 /// present with the wrong type is an error, not silently skipped.
 fn apply_aliases(map: &mut Map<String, Value>) -> Result<(), String> {
     if !map.contains_key("schema_version") {

@@ -1,4 +1,4 @@
-//! Legacy normalization (DESIGN §3.2): the one way stored bytes become typed records.
+//! Legacy normalization: the one way stored bytes become typed records.
 //!
 //! [`normalize_record`] accepts AFK Python `"v1"` records exactly as AFK writes them (no
 //! top-level `thread_id`: the namespace the record was read from supplies it), pre-v1 aliases

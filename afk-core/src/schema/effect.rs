@@ -1,4 +1,5 @@
-//! Effect-journal rows, `effect:<run>:<step>:<tool_call_id>` (reference §5.5, DESIGN §5).
+//! Effect-journal rows, `effect:<run>:<step>:<tool_call_id>`: AFK Python's row, written as an
+//! intent before the tool runs and as a result after it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -22,7 +23,8 @@ pub enum EffectStatus {
 /// `status`, `idempotency_key`, `tool_name` and `started_at_ms`, left out when unset.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EffectRow {
-    /// SHA-256 of the canonical `{"tool_name", "args"}` (DESIGN §3.5).
+    /// SHA-256 of the canonical `{"tool_name", "args"}` (`crate::hash`, byte-identical to AFK
+    /// Python's).
     pub input_hash: String,
     /// SHA-256 of the canonical `{"output"}`; `None` for intent rows.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,4 +1,4 @@
-//! LLM responses, tool calls and token usage (reference §3.2).
+//! LLM responses, tool calls and token usage, with AFK Python's keys and lenient defaults.
 
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -1,4 +1,5 @@
-//! Transcript messages (reference §3.2) with the v2 tool-call fields.
+//! Transcript messages (`{role, content, name?}`, as AFK Python stores them) with the v2
+//! tool-call fields.
 
 use std::fmt;
 
@@ -127,7 +128,7 @@ impl Message {
         }
     }
 
-    /// Read one stored transcript row the way AFK does (reference §3.2): `None` (row dropped)
+    /// Read one stored transcript row the way AFK Python does: `None` (row dropped)
     /// when it is not an object, has no string `role`, or its `content` is neither a string
     /// nor a list; a `name` that is not a string is dropped. The v2 fields must be well typed.
     pub(crate) fn from_row(row: Value) -> Result<Option<Message>, String> {

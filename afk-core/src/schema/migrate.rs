@@ -1,4 +1,5 @@
-//! Pure conversion of normalized v1 records to v2 (DESIGN §3.4).
+//! Pure conversion of normalized v1 records to v2 (v2 keeps a run's history in the transcript
+//! log, so a snapshot does not grow with the run).
 //!
 //! A v1 snapshot carries the whole transcript and every execution record (tool, subagent,
 //! skill) inline. Its v2 form carries a [`TranscriptRef`] instead and the messages and records

@@ -1,7 +1,8 @@
 //! Typed checkpoint records: the envelope, one payload type per phase, the runtime snapshot,
 //! LLM responses, messages, the transcript log, `AgentResult` and effect rows.
 //!
-//! The JSON keys are AFK's (`reference/afk-python.md` §1.3, §1.5, §3); v2 additions are optional
+//! The JSON keys are AFK Python's (the records its runner writes, `src/afk/core/runner/` in
+//! <https://github.com/socioy/afk> at commit `bcc10b6`); v2 additions are optional
 //! fields that are left out when unset, so an AFK record read and written back keeps its shape.
 //! Every struct keeps the fields it does not know in an `extra` map (`#[serde(flatten)]`), so a
 //! read-modify-write never drops a field written by a newer version or by AFK.

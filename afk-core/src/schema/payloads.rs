@@ -1,4 +1,4 @@
-//! One payload type per phase (reference §1.3, §1.5) and [`PhasePayload`], keyed by phase.
+//! One payload type per phase (AFK Python's payload keys) and [`PhasePayload`], keyed by phase.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -235,7 +235,7 @@ record_de!(ResumedPayload {
     decision: def
 });
 
-/// `run_terminal`: the run ended. AFK writes two variants (reference §1.5): completion/degrade
+/// `run_terminal`: the run ended. AFK Python writes two variants: completion/degrade
 /// (`final_text` and the model fields) and error paths (`message`, `background_tools_pending`);
 /// the fields of the other variant are left out.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

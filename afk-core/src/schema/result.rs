@@ -1,4 +1,4 @@
-//! `AgentResult`, the `terminal_result` of `run_terminal` records (reference §3.4).
+//! `AgentResult`, the `terminal_result` of `run_terminal` records (AFK Python's fields).
 
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -1,4 +1,4 @@
-//! Execution records kept in snapshots and results (reference §3.3), read leniently like AFK:
+//! Execution records kept in snapshots and results, read leniently like AFK Python:
 //! a non-list is empty and rows without their identifying string field are skipped. Rows that
 //! are kept must be well typed; a wrong type is an error naming the row and field.
 

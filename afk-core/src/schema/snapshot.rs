@@ -1,4 +1,5 @@
-//! The runtime snapshot, payload of `runtime_state` records (reference §3.1, DESIGN §3.4).
+//! The runtime snapshot, payload of `runtime_state` records: AFK Python's fields, and in v2 a
+//! reference to the transcript log instead of the transcript and records inline.
 
 use std::sync::Arc;
 

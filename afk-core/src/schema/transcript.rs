@@ -1,4 +1,4 @@
-//! The v2 transcript log (DESIGN §3.4): one entry per step under `messages:<run>:<index>`,
+//! The v2 transcript log: one entry per step under `messages:<run>:<index>`,
 //! holding the messages and the execution records (tool, subagent, skill) that step added,
 //! chained by a SHA-256 digest so a resume can tell a complete log from a torn one.
 //!

@@ -63,7 +63,8 @@ fn human(bytes: f64) -> String {
     }
 }
 
-/// AFK Python's measured bytes per run of the same workload (NOTES-infra), if measured.
+/// AFK Python's bytes per run of the same workload on its in-memory store (measured once, with
+/// AFK at commit `bcc10b6` of <https://github.com/socioy/afk>), if measured.
 fn afk_bytes(steps: u64) -> Option<f64> {
     match steps {
         10 => Some(222e3),
@@ -82,7 +83,7 @@ pub fn section(rows: &[Row]) -> String {
          scripted agent on the in-memory store. *Sync* writes every commit; *async* is the \
          default write-behind, which merges queued snapshot commits. *Step n* is what the last \
          tool step alone wrote (its `checkpoint:<run>:<n>:…` commits and those after them). \
-         AFK Python: same workload, its in-memory store (NOTES-infra).\n"
+         AFK Python: same workload on its in-memory store, measured once at AFK `bcc10b6`.\n"
     );
     let _ = writeln!(
         s,

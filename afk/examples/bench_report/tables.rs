@@ -86,8 +86,8 @@ pub fn steps(found: &Found) -> String {
          turns plus a closing answer. *async* = write-behind (the default), *sync* = each \
          commit inline; *merging off* = write-behind writing each commit as submitted (the \
          writer before it merged a run's queued commits: the baseline, same run). RocksDB syncs \
-         its WAL on every write (the default). AFK Python is measured side by side by the peer \
-         scripts (`perf_probe` and `../shared/peer/`), not here: see BENCHMARKS.md.\n\n",
+         its WAL on every write (the default). AFK Python is measured side by side by \
+         `afk/benches/side_by_side.py`, not here: see BENCHMARKS.md.\n\n",
     );
     s.push_str(
         "| store | steps/run | async steps/s | sync steps/s | async ÷ sync | async, merging off |\n",

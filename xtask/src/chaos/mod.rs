@@ -1,4 +1,4 @@
-//! `cargo xtask chaos`: the process-level crash campaign (issue 11).
+//! `cargo xtask chaos`: the process-level crash campaign.
 //!
 //! A real runner process (`afk/examples/chaos_agent`) runs a scripted agent with an
 //! at-most-once tool, an idempotent tool and a subagent with an at-most-once tool, all

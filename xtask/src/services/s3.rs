@@ -1,6 +1,6 @@
 //! The S3-compatible server: moto's `moto_server` (PyPI), installed on demand into a
 //! virtualenv under the cache directory. It keeps objects in memory, accepts any credentials,
-//! and answers a failed `If-None-Match: *` or `If-Match` with 412 (see README "Development").
+//! and answers a failed `If-None-Match: *` or `If-Match` with 412 (see CONTRIBUTING.md, "Test servers").
 //! It runs through `moto_server.py`, which makes each write atomic as on S3 (moto 5.2.5 checks
 //! `If-Match` and stores the object later, without a lock, in a threaded server).
 
