@@ -46,8 +46,10 @@ pub(crate) fn module_graph(dir: &Path) -> Result<Graph> {
         let mut deps = BTreeSet::new();
         for path in paths {
             let text = std::fs::read_to_string(path)?;
-            // A submodule's `super::` is its own parent module, not a sibling of `name`.
-            let nested = path.parent() != Some(dir);
+            // A submodule's `super::` is its own parent module, not a sibling of `name`
+            // (`<name>/mod.rs` is the module `name` itself: its `super::` is `dir`).
+            let own = path.parent() == Some(dir) || path.file_name().is_some_and(|f| f == "mod.rs");
+            let nested = !own;
             let code = strip_comments(&without_test_modules(&text));
             deps.extend(uses(&code, &names, nested));
             deps.extend(crate_paths(&code, dir, &names));
