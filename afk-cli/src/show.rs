@@ -106,6 +106,17 @@ fn print_latest(o: &mut String, rec: &CheckpointRecord) {
                 wl!(o, "waiting:  {:?} for call {:?}", r.reason, r.tool_call_id);
             }
         }
+        PhasePayload::RuntimeState(s) => {
+            if let Some(sus) = s.suspension() {
+                wl!(
+                    o,
+                    "suspended: attempt {}, not before {} (ms since the epoch): {}",
+                    sus.attempt,
+                    sus.not_before_ms,
+                    sus.reason
+                );
+            }
+        }
         _ => {}
     }
 }

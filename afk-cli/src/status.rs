@@ -5,8 +5,9 @@
 //! States (the `state` field of `--json`): a terminal state (`completed`, `failed`,
 //! `cancelled`, `degraded`, …); `paused` (waits for `afk decide`); `uncertain` (an effect intent
 //! without a result: resume re-runs the call if its tool is idempotent, else stops with
-//! `EffectUncertain` until `afk settle`); `in_progress` (running, or stopped by a crash: a
-//! resume continues it); `claimed` (claimed, nothing saved yet); `unreadable` (the latest
+//! `EffectUncertain` until `afk settle`); `suspended` (its models failed with retryable
+//! errors: a resume after the snapshot's `not_before_ms` redoes the model turn);
+//! `in_progress` (running, or stopped by a crash: a resume continues it); `claimed` (claimed, nothing saved yet); `unreadable` (the latest
 //! pointer cannot be used; `afk verify` says why).
 
 use afk_core::keys::effect_prefix;
@@ -45,14 +46,18 @@ impl RunStatus {
     pub fn is_terminal(&self) -> bool {
         !matches!(
             self.state.as_str(),
-            "paused" | "uncertain" | "in_progress" | "claimed" | "unreadable"
+            "paused" | "suspended" | "uncertain" | "in_progress" | "claimed" | "unreadable"
         )
     }
 }
 
-/// The state the latest record names (terminal state, `paused`, or `in_progress`).
+/// The state the latest record names (terminal state, `paused`, `suspended`), if it names
+/// one.
 fn state_of(payload: &PhasePayload) -> Option<String> {
     match payload {
+        PhasePayload::RuntimeState(s) if s.state == afk_core::schema::RunStatus::Suspended => {
+            Some("suspended".to_owned())
+        }
         PhasePayload::RunTerminal(p) => Some(
             p.terminal_result
                 .as_ref()
@@ -114,4 +119,48 @@ pub async fn run_status(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Re
 /// The call id of an effect key `effect:<run>:<step>:<call>`.
 pub fn call_of(effect_key: &str) -> &str {
     effect_key.splitn(4, ':').nth(3).unwrap_or(effect_key)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use afk_core::runner::{Agent, LlmClient, LlmRequest, Outcome, Runner, RunnerConfig};
+    use afk_core::schema::LlmResponse;
+    use afk_core::{Error, MemoryStore, RunId, ThreadId};
+
+    use super::run_status;
+
+    /// A provider that answers 503 to everything.
+    #[derive(Debug)]
+    struct Down;
+
+    #[async_trait::async_trait]
+    impl LlmClient for Down {
+        fn provider(&self) -> String {
+            "down".to_owned()
+        }
+        async fn complete(&self, _: LlmRequest) -> afk_core::Result<LlmResponse> {
+            Err(Error::unavailable("HTTP 503"))
+        }
+    }
+
+    #[test]
+    fn a_run_suspended_by_a_model_outage_reads_as_suspended_and_unfinished() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let store = Arc::new(MemoryStore::new());
+            let runner = Runner::new(store.clone(), RunnerConfig::default());
+            let agent = Agent::new("a", "", "m", Arc::new(Down));
+            let (thread, run) = (ThreadId::new("t").unwrap(), RunId::new("r").unwrap());
+            let out = runner.run_with_id(&agent, &thread, run.clone(), "hi");
+            assert!(matches!(out.result().await, Ok(Outcome::Suspended { .. })));
+            let st = run_status(store.as_ref(), &thread, &run).await.unwrap();
+            assert_eq!(st.state, "suspended");
+            assert!(!st.is_terminal());
+        });
+    }
 }

@@ -61,7 +61,7 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
                     "paused" => row.paused += 1,
                     "uncertain" => row.uncertain += 1,
                     "failed" | "unreadable" => row.failed += 1,
-                    "in_progress" | "claimed" => row.in_progress += 1,
+                    "in_progress" | "suspended" | "claimed" => row.in_progress += 1,
                     _ => {}
                 }
                 row.last_activity_ms = row.last_activity_ms.max(st.timestamp_ms);

@@ -355,6 +355,7 @@ pub(crate) async fn drive(
         match a.result {
             Ok(Outcome::Completed(r)) => return Ok(*r),
             Ok(Outcome::Paused { .. }) => start = Start::Approve,
+            Ok(other) => return Err(format!("uncrashed run of {script:?} ended {other:?}")),
             Err(e) => return Err(format!("uncrashed run of {script:?} failed: {e}")),
         }
     }

@@ -6,6 +6,7 @@
 //! each crate and are mapped into this type in one place (`error.rs` of each store crate).
 
 use std::fmt;
+use std::time::Duration;
 
 /// Boxed source error carried by [`Error`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -93,6 +94,7 @@ pub struct Error {
     message: String,
     key: Option<String>,
     retryable: Option<bool>,
+    retry_after: Option<Duration>,
     source: Option<BoxError>,
 }
 
@@ -104,6 +106,7 @@ impl Error {
             message: message.into(),
             key: None,
             retryable: None,
+            retry_after: None,
             source: None,
         }
     }
@@ -119,6 +122,18 @@ impl Error {
     pub fn with_retryable(mut self, retryable: bool) -> Self {
         self.retryable = Some(retryable);
         self
+    }
+
+    /// How long the other side asked to wait before trying again (an HTTP `Retry-After`): a
+    /// run suspended by this error is not resumed sooner.
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// How long the other side asked to wait before a retry, if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
     }
 
     /// Attach the logical key the error is about.

@@ -132,6 +132,23 @@ async fn resume_only(store: Arc<dyn Store>, name: String) -> Result<Report> {
             doc["state"] = json!("paused");
             doc["reason"] = json!(request.reason);
         }
+        Outcome::Suspended {
+            reason,
+            not_before_ms,
+        } => {
+            say!(
+                out,
+                "run {run}: suspended until {not_before_ms} (ms since the epoch): {reason}"
+            );
+            doc["outcome"] = json!("suspended");
+            doc["state"] = json!("suspended");
+            doc["reason"] = json!(reason);
+            doc["not_before_ms"] = json!(not_before_ms);
+        }
+        other => {
+            say!(out, "run {run}: {other:?}");
+            doc["outcome"] = json!("other");
+        }
     }
     Ok(Report::ok(doc, out))
 }

@@ -340,6 +340,7 @@ pub fn summary(
             problem(out, "the demo run paused".to_owned());
             resume["outcome"] = json!("paused");
         }
+        Ok(other) => problem(out, format!("the demo run ended {other:?}")),
         Err(e) => problem(out, format!("resume failed: {e}")),
     }
     Summary {

@@ -167,6 +167,7 @@ fn show_outcome(r: &afk_core::Result<Outcome>) -> String {
     show_result(r, |o| match o {
         Outcome::Completed(r) => format!("{}: {}", r.state, r.final_text),
         Outcome::Paused { .. } => "paused".to_owned(),
+        other => format!("{other:?}"),
     })
 }
 

@@ -21,7 +21,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use afk_core::runner::Outcome;
 use afk_core::store::{CrashMode, FaultStore, latest_key, run_key};
 use afk_core::{
     ErrorKind, MemoryStore, RunId, ThreadId,
@@ -251,7 +250,7 @@ pub async fn corrupted_records_give_typed_errors(store: Arc<dyn Store>) -> CaseR
             if src.finished { "finished" } else { "crashed" }
         );
         match &a.result {
-            Ok(Outcome::Completed(_) | Outcome::Paused { .. }) => ensure!(
+            Ok(_) => ensure!(
                 !src.finished || (made.0 == 0 && made.1.is_empty()),
                 "{ctx}: resuming the finished run made {} model calls and ran {:?}",
                 made.0,

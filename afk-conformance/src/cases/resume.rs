@@ -453,6 +453,7 @@ async fn one_case(
                 break;
             }
             Ok(Outcome::Paused { .. }) => start = Start::Approve,
+            Ok(other) => ensure!(false, "{}", ctx(format!("the run ended {other:?}"))),
             Err(_) if crashed => {
                 stats.crashes += 1;
                 crashes += 1;

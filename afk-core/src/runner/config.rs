@@ -1,6 +1,7 @@
 //! The runner's settings.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::clock::{Clock, IdGen, RandomIds, SystemClock};
 use crate::writer::CheckpointConfig;
@@ -20,7 +21,18 @@ pub struct RunnerConfig {
     /// `flush_timeout`, the bound for making the terminal record durable before the result is
     /// returned).
     pub checkpoint: CheckpointConfig,
+    /// How long a run waits after its first suspension (every model failed with a retryable
+    /// error): the run's [`Suspension::not_before_ms`] is this much later, doubling with each
+    /// consecutive suspension up to [`MAX_SUSPENSION_BACKOFF`], or later still if the
+    /// provider's error asked to wait longer ([`Error::retry_after`]). Default 30 s.
+    ///
+    /// [`Suspension::not_before_ms`]: crate::schema::Suspension::not_before_ms
+    /// [`Error::retry_after`]: crate::Error::retry_after
+    pub suspension_backoff: Duration,
 }
+
+/// The longest a suspended run's backoff grows to (one hour).
+pub const MAX_SUSPENSION_BACKOFF: Duration = Duration::from_secs(3600);
 
 impl Default for RunnerConfig {
     fn default() -> Self {
@@ -29,6 +41,7 @@ impl Default for RunnerConfig {
             ids: Arc::new(RandomIds),
             event_capacity: 256,
             checkpoint: CheckpointConfig::default(),
+            suspension_backoff: Duration::from_secs(30),
         }
     }
 }
@@ -52,6 +65,13 @@ impl RunnerConfig {
     #[must_use]
     pub fn with_event_capacity(mut self, event_capacity: usize) -> Self {
         self.event_capacity = event_capacity;
+        self
+    }
+
+    /// Set the first suspension's backoff ([`RunnerConfig::suspension_backoff`]).
+    #[must_use]
+    pub fn with_suspension_backoff(mut self, backoff: Duration) -> Self {
+        self.suspension_backoff = backoff;
         self
     }
 

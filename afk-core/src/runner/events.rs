@@ -27,6 +27,7 @@ pub(crate) type ChildDecisions = BTreeMap<String, (String, Decision)>;
 
 /// How a run ended (for now).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The run reached a terminal state (`completed`, `degraded`, or a stored `failed` /
     /// `cancelled` result returned by the terminal short-circuit).
@@ -36,6 +37,16 @@ pub enum Outcome {
         /// What the human is asked.
         request: PauseRequest,
     },
+    /// Every model the run may use failed with a retryable error (a rate limit, a 5xx, a
+    /// timeout, a lost connection): the run waits out the outage rather than ending. Its
+    /// suspended snapshot is durable, nothing terminal is written, and a resume at or after
+    /// `not_before_ms` redoes the model turn (see [`Suspension`](crate::schema::Suspension)).
+    Suspended {
+        /// The model error that suspended the run.
+        reason: String,
+        /// Milliseconds since the epoch before which a resume would most likely fail again.
+        not_before_ms: u64,
+    },
 }
 
 impl Outcome {
@@ -43,7 +54,7 @@ impl Outcome {
     pub fn result(&self) -> Option<&AgentResult> {
         match self {
             Outcome::Completed(r) => Some(r),
-            Outcome::Paused { .. } => None,
+            Outcome::Paused { .. } | Outcome::Suspended { .. } => None,
         }
     }
 }
@@ -86,6 +97,13 @@ pub enum RunEvent {
     Paused {
         /// The step.
         step: u64,
+    },
+    /// The run suspended: its models are unavailable.
+    Suspended {
+        /// The step.
+        step: u64,
+        /// Before this time (ms since the epoch) a resume would most likely fail again.
+        not_before_ms: u64,
     },
     /// The run reached a terminal state.
     Finished {

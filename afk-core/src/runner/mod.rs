@@ -69,7 +69,7 @@ mod toolbox;
 pub use agent::{Agent, FailurePolicies, FailurePolicy, GateDecision, Limits, ToolGate};
 pub use api::Runner;
 pub use clock::{Clock, IdGen, ManualClock, RandomIds, SequentialIds, SystemClock};
-pub use config::RunnerConfig;
+pub use config::{MAX_SUSPENSION_BACKOFF, RunnerConfig};
 pub use delegation::child_run_id;
 pub use events::{Decision, Outcome, RunEvent};
 pub use handle::RunHandle;

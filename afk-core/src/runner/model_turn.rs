@@ -38,13 +38,35 @@ pub(crate) struct Answer {
 }
 
 /// What asking the candidates gave: the model that answered, its answer and the answer's
-/// recorded size; or, every candidate having failed, the last error.
-type Asked = std::result::Result<(String, LlmResponse, Option<usize>), Error>;
+/// recorded size; or, every candidate having failed, why.
+type Asked = std::result::Result<(String, LlmResponse, Option<usize>), Failed>;
+
+/// Why every candidate failed.
+struct Failed {
+    /// The last permanent failure (what the LLM policy sees when none was retryable).
+    last: Error,
+    /// The last retryable one (a rate limit, a 5xx, a timeout, a lost connection), if any
+    /// candidate failed that way: then the provider may come back, and the run waits.
+    retryable: Option<Error>,
+}
+
+/// How a model turn ended.
+#[derive(Debug)]
+pub(crate) enum Turn {
+    /// A model answered; the answer is durable.
+    Answer(Answer),
+    /// Every candidate failed for good and the LLM policy degraded the run (its state says
+    /// so).
+    Degraded,
+    /// Every candidate failed and at least one with a retryable error: the run suspends
+    /// (nothing terminal) rather than following the LLM policy.
+    Suspend(Error),
+}
 
 impl ModelTurn<'_> {
-    /// Call the model (primary, then fallbacks). `Ok(None)`: every candidate failed and the
-    /// LLM policy degraded the run (its state says so).
-    pub(crate) async fn run(mut self) -> Result<Option<Answer>> {
+    /// Call the model (primary, then fallbacks). Permanent failures of every candidate
+    /// follow the LLM policy (`Err` for `Fail`); a retryable one suspends the run.
+    pub(crate) async fn run(mut self) -> Result<Turn> {
         let step = self.st.snap.step;
         let provider = self.agent.llm.provider();
         self.announce(&provider).await?;
@@ -52,16 +74,19 @@ impl ModelTurn<'_> {
         match self.ask(&key).await? {
             Ok((model, resp, size)) => {
                 let resp = self.accept(model, provider, resp).await?;
-                Ok(Some(Answer { resp, size }))
+                Ok(Turn::Answer(Answer { resp, size }))
             }
-            Err(e) => {
+            Err(Failed {
+                retryable: Some(e), ..
+            }) => Ok(Turn::Suspend(e)),
+            Err(Failed { last: e, .. }) => {
                 let msg = format!("LLM call failed: {}", e.message());
                 match self.agent.policies.llm {
                     FailurePolicy::Fail => Err(Error::new(ErrorKind::Llm, msg).with_source(e)),
                     _ => {
                         self.st.snap.state = RunStatus::Degraded;
                         self.st.snap.final_text = msg;
-                        Ok(None)
+                        Ok(Turn::Degraded)
                     }
                 }
             }
@@ -91,6 +116,7 @@ impl ModelTurn<'_> {
         let step = self.st.snap.step;
         let max_value = self.ckpt.store().capabilities().max_value_size;
         let mut last_err = None;
+        let mut retryable = None;
         for model in self.agent.candidates() {
             let req = LlmRequest {
                 model: model.clone(),
@@ -126,12 +152,16 @@ impl ModelTurn<'_> {
                 }
                 Err(e) => {
                     tracing::warn!(model = %model, error = %e, "model call failed");
-                    last_err = Some(e);
+                    if e.is_retryable() {
+                        retryable = Some(e);
+                    } else {
+                        last_err = Some(e);
+                    }
                 }
             }
         }
-        let e = last_err.unwrap_or_else(|| Error::new(ErrorKind::Llm, "no model candidate"));
-        Ok(Err(e))
+        let last = last_err.unwrap_or_else(|| Error::new(ErrorKind::Llm, "no model candidate"));
+        Ok(Err(Failed { last, retryable }))
     }
 
     /// The answer as recorded: with AFK's request id, and the run's continuity tokens where
@@ -155,6 +185,7 @@ impl ModelTurn<'_> {
         provider: String,
         resp: LlmResponse,
     ) -> Result<Arc<LlmResponse>> {
+        self.st.suspensions_before = 0;
         let snap = &mut self.st.snap;
         snap.llm_calls += 1;
         snap.usage.add(&resp.usage);

@@ -104,6 +104,7 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
         },
     };
     let clock = Stopwatch::start(shared.clock.clone());
+    let backoff = shared.config.suspension_backoff;
     let delegator = Delegator {
         launch: shared,
         depth: e.depth,
@@ -118,6 +119,7 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
         control: e.control,
         events: Events::new(e.events),
         clock,
+        backoff,
     })
     .run(input)
     .await

@@ -8,8 +8,8 @@ use super::agent::Limits;
 use super::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
-    AgentResult, Extra, Message, RunStatus, RuntimeSnapshot, StateSnapshot, StepRecords,
-    SubagentExecution, ToolExecution, TranscriptRef,
+    AgentResult, Extra, Message, RunStatus, RuntimeSnapshot, SUSPENSION_KEY, StateSnapshot,
+    StepRecords, SubagentExecution, Suspension, ToolExecution, TranscriptRef,
 };
 
 /// Key in the snapshot's extra fields holding the run's active milliseconds (v2).
@@ -52,6 +52,11 @@ pub(crate) struct RunState {
     pub step_open: bool,
     /// Active milliseconds accumulated by earlier processes (resumes) of this run.
     pub active_ms_before: u64,
+    /// The run's suspension, while it is being suspended (written into the snapshot).
+    pub suspension: Option<Suspension>,
+    /// Consecutive suspensions before this process's (from the snapshot it resumed from;
+    /// reset by a model answer).
+    pub suspensions_before: u64,
 }
 
 /// The run's active time: what earlier processes spent ([`RunState::active_ms_before`]) plus
@@ -106,6 +111,16 @@ impl RunState {
         } else {
             snap.extra.remove(STEP_OPEN_KEY);
         }
+        match self
+            .suspension
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok())
+        {
+            Some(v) => set_extra(&mut snap.extra, SUSPENSION_KEY, v),
+            None => {
+                snap.extra.remove(SUSPENSION_KEY);
+            }
+        }
         snap
     }
 
@@ -147,8 +162,13 @@ impl RunState {
             .and_then(|v| v.as_bool())
             .unwrap_or(false)
             && snap.pending_llm_response.is_none();
-        // AFK wrote `""` for a state and tokens it had not set yet.
-        if matches!(&snap.state, RunStatus::Other(s) if s.is_empty()) {
+        // AFK wrote `""` for a state and tokens it had not set yet. A suspension ends with
+        // the resume that restores it (its count goes on, for the backoff).
+        let suspensions_before = snap.suspension().map_or(0, |s| s.attempt);
+        snap.extra.remove(SUSPENSION_KEY);
+        if matches!(&snap.state, RunStatus::Other(s) if s.is_empty())
+            || snap.state == RunStatus::Suspended
+        {
             snap.state = RunStatus::Running;
         }
         snap.session_token = snap.session_token.filter(|s| !s.is_empty());
@@ -179,6 +199,8 @@ impl RunState {
             llm_requests,
             step_open,
             active_ms_before: active,
+            suspension: None,
+            suspensions_before,
         }
     }
 

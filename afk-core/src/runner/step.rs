@@ -7,14 +7,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::agent::Agent;
 use super::batch::{self, Batch, BatchOutcome};
+use super::config::MAX_SUSPENSION_BACKOFF;
 use super::events::{Decision, Events, Outcome, RunEvent, Signal};
-use super::model_turn::{Answer, ModelTurn};
+use super::model_turn::{Answer, ModelTurn, Turn};
 use super::output_limit;
 use super::persist::Checkpointer;
 use super::prompt::{system_message, text_message};
@@ -24,7 +26,7 @@ use super::toolbox::Toolbox;
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
     AgentResult, PhasePayload, PostToolBatchPayload, PreToolBatchPayload, Role, RunStartedPayload,
-    RunStatus, RunTerminalPayload, StepStartedPayload,
+    RunStatus, RunTerminalPayload, StepStartedPayload, Suspension,
 };
 
 /// What a run task starts from.
@@ -39,6 +41,10 @@ pub(crate) struct TaskParts {
     pub(crate) control: watch::Receiver<Signal>,
     pub(crate) events: Events,
     pub(crate) clock: Stopwatch,
+    /// The first suspension's backoff ([`RunnerConfig::suspension_backoff`]).
+    ///
+    /// [`RunnerConfig::suspension_backoff`]: super::RunnerConfig::suspension_backoff
+    pub(crate) backoff: Duration,
 }
 
 /// One process's execution of one run.
@@ -54,6 +60,7 @@ pub(crate) struct RunTask {
     control: watch::Receiver<Signal>,
     events: Events,
     clock: Stopwatch,
+    backoff: Duration,
     toolbox: Toolbox,
 }
 
@@ -69,6 +76,7 @@ impl RunTask {
             control: p.control,
             events: p.events,
             clock: p.clock,
+            backoff: p.backoff,
             toolbox: Toolbox::default(),
         }
     }
@@ -187,8 +195,9 @@ impl RunTask {
         let answer = match pending {
             Some(resp) => Answer { resp, size: None },
             None => match self.model_turn().await? {
-                Some(a) => a,
-                None => return self.finish().await.map(Some), // degraded by the LLM policy
+                Turn::Answer(a) => a,
+                Turn::Degraded => return self.finish().await.map(Some),
+                Turn::Suspend(e) => return self.suspend(e).await.map(Some),
             },
         };
         let resp = &answer.resp;
@@ -211,7 +220,7 @@ impl RunTask {
     }
 
     /// The model turn, with the narrow context it needs.
-    async fn model_turn(&mut self) -> Result<Option<Answer>> {
+    async fn model_turn(&mut self) -> Result<Turn> {
         ModelTurn {
             agent: &self.agent,
             specs: self.toolbox.specs(&self.agent),
@@ -280,6 +289,52 @@ impl RunTask {
             return self.finish().await.map(Some);
         }
         Ok(None)
+    }
+
+    /// Suspend the run after a retryable model failure `e`: a snapshot of the open step in
+    /// state `suspended`, naming the reason and the time before which a resume is pointless,
+    /// made durable; nothing terminal. A resume redoes the step's model turn.
+    async fn suspend(&mut self, e: Error) -> Result<Outcome> {
+        let attempt = self.st.suspensions_before + 1;
+        let now_ms = self.clock.clock().now_ms();
+        let backoff = self
+            .suspension_backoff(attempt)
+            .max(e.retry_after().unwrap_or_default());
+        let not_before_ms =
+            now_ms.saturating_add(u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX));
+        let reason = format!("LLM call failed: {}", e.message());
+        tracing::warn!(run = %self.ckpt.run, attempt, not_before_ms, "model unavailable; run suspended: {reason}");
+        self.st.snap.state = RunStatus::Suspended;
+        self.st.step_open = true;
+        self.st.suspension = Some(Suspension {
+            reason: reason.clone(),
+            error_kind: e.kind().as_str().to_owned(),
+            not_before_ms,
+            attempt,
+        });
+        self.snapshot().await?;
+        self.ckpt.flush().await?;
+        let step = self.st.snap.step;
+        self.events.emit(|| RunEvent::Suspended {
+            step,
+            not_before_ms,
+        });
+        Ok(Outcome::Suspended {
+            reason,
+            not_before_ms,
+        })
+    }
+
+    /// The backoff of the run's `attempt`th consecutive suspension: the runner's
+    /// [`RunnerConfig::suspension_backoff`](super::RunnerConfig::suspension_backoff), doubled
+    /// for each earlier one, at most [`MAX_SUSPENSION_BACKOFF`].
+    fn suspension_backoff(&self, attempt: u64) -> Duration {
+        let doublings = u32::try_from(attempt.saturating_sub(1))
+            .unwrap_or(u32::MAX)
+            .min(20);
+        self.backoff
+            .saturating_mul(1 << doublings)
+            .min(MAX_SUSPENSION_BACKOFF)
     }
 
     /// Leave out of `result` what its terminal record cannot hold on this store (see

@@ -189,6 +189,17 @@ impl ChildRun {
                 r.state, r.final_text
             ))),
             Ok(Ok(Outcome::Paused { request })) => self.paused(request),
+            // The child waits out its models' outage: the parent stops, resumable (its
+            // delegation has no result), and its resume resumes the child.
+            Ok(Ok(Outcome::Suspended {
+                reason,
+                not_before_ms,
+            })) => self.stopped(
+                Error::unavailable(format!(
+                    "suspended until {not_before_ms} (ms since the epoch): {reason}"
+                ))
+                .with_retryable(true),
+            ),
             Ok(Err(e)) if ends_run(e.kind()) => ChildOutcome::Final(Err(e.to_string())),
             Ok(Err(e)) => self.stopped(e),
             Err(_) => self.stopped(Error::unexpected(format!(

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::Extra;
@@ -114,3 +114,34 @@ record_de!(RuntimeSnapshot {
     background_tools_pending: lenient(background_rows),
     transcript: def,
 });
+
+/// The snapshot's extra field holding a suspended run's [`Suspension`].
+pub const SUSPENSION_KEY: &str = "suspension";
+
+/// Why and until when a run is suspended: every model the run may use failed with a
+/// retryable error (a rate limit, a 5xx, a timeout, a lost connection), so the run waits
+/// rather than ending. Stored in the `runtime_state` record the latest pointer names, whose
+/// `state` is `suspended` and whose step is still open, under the extra field
+/// [`SUSPENSION_KEY`]: `{"reason": …, "error_kind": …, "not_before_ms": …, "attempt": …}`.
+/// A resume (before or after `not_before_ms`) redoes the step's model turn as the same step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suspension {
+    /// The last model error, as its message says it.
+    pub reason: String,
+    /// That error's kind (`unavailable`, `timeout`, …).
+    pub error_kind: String,
+    /// Milliseconds since the epoch before which resuming is pointless (the backoff, or the
+    /// provider's `Retry-After` if later).
+    pub not_before_ms: u64,
+    /// Consecutive suspensions of the run so far, this one included (the backoff doubles
+    /// with each; a model answer resets it).
+    pub attempt: u64,
+}
+
+impl RuntimeSnapshot {
+    /// The run's suspension, if this snapshot records one (an unreadable mark reads as none).
+    pub fn suspension(&self) -> Option<Suspension> {
+        let v = self.extra.get(SUSPENSION_KEY)?;
+        serde_json::from_value(v.clone()).ok()
+    }
+}

@@ -25,6 +25,9 @@ pub enum RunStatus {
     Failed,
     /// Cancelled for good by [`RunHandle::cancel`](crate::runner::RunHandle::cancel).
     Cancelled,
+    /// Waiting out a model provider's outage: not terminal, resumable, not before the time
+    /// its snapshot's [`Suspension`](super::Suspension) names (a v2 state; AFK has none).
+    Suspended,
     /// A label this version does not know, kept verbatim (the empty string included).
     Other(String),
 }
@@ -38,6 +41,7 @@ impl RunStatus {
             RunStatus::Degraded => "degraded",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
+            RunStatus::Suspended => "suspended",
             RunStatus::Other(s) => s,
         }
     }
@@ -59,6 +63,7 @@ impl From<&str> for RunStatus {
             "degraded" => RunStatus::Degraded,
             "failed" => RunStatus::Failed,
             "cancelled" => RunStatus::Cancelled,
+            "suspended" => RunStatus::Suspended,
             other => RunStatus::Other(other.to_owned()),
         }
     }

@@ -219,6 +219,11 @@ fn report((out, steps): (afk::Result<Outcome>, u64)) -> ExitCode {
             println!("outcome paused steps={steps}");
             ExitCode::from(2)
         }
+        Ok(other) => {
+            println!("outcome other steps={steps}");
+            eprintln!("chaos_agent: run ended {other:?}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             println!("outcome {:?} steps={steps}", e.kind());
             eprintln!("chaos_agent: {e}");

@@ -59,6 +59,7 @@ async fn main() -> afk::Result<()> {
     match handle.result().await? {
         Outcome::Completed(result) => println!("{run}: {}", result.final_text),
         Outcome::Paused { request } => println!("{run} waits for a human: {request:?}"),
+        other => println!("{run} is not finished: {other:?}"), // e.g. suspended by a model outage
     }
     Ok(())
 }
