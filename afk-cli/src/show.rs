@@ -107,6 +107,15 @@ fn print_latest(o: &mut String, rec: &CheckpointRecord) {
             }
         }
         PhasePayload::RuntimeState(s) => {
+            if let Some(a) = s.agent() {
+                let fp = a.fingerprint.get(..12).unwrap_or(&a.fingerprint);
+                wl!(
+                    o,
+                    "agent:    {} version {:?} (fingerprint {fp})",
+                    a.name,
+                    a.version
+                );
+            }
             if let Some(sus) = s.suspension() {
                 wl!(
                     o,

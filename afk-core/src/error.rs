@@ -46,6 +46,9 @@ pub enum ErrorKind {
     Llm,
     /// A tool failed in a way the failure policy turned into a run failure.
     Tool,
+    /// The run was started by another agent (another fingerprint) that the agent at hand
+    /// does not declare compatible; nothing was run or written.
+    AgentMismatch,
     /// Anything else; a bug or an unexpected backend answer.
     Unexpected,
 }
@@ -73,6 +76,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::Llm => "llm",
             ErrorKind::Tool => "tool",
+            ErrorKind::AgentMismatch => "agent_mismatch",
             ErrorKind::Unexpected => "unexpected",
         }
     }

@@ -1,5 +1,5 @@
 //! A run resumed by an agent that no longer has the tool a pending call names (a new version
-//! of the application): the effect journal still decides. A stored result is replayed, as the
+//! of the application, declared compatible with the old one): the effect journal still decides. A stored result is replayed, as the
 //! uncrashed run had it; an intent without a result is `EffectUncertain`, since nothing says
 //! whether the tool ran or what it was. Only a call with no row, or one that would have to run
 //! again, is an unknown tool's failed call.
@@ -29,13 +29,16 @@ fn script() -> Arc<ScriptedLlm> {
 /// The agent the run started with: `add` (idempotent) and `charge` (at-most-once).
 fn old_agent(counter: &InvocationCounter) -> Agent {
     Agent::new("shop", "", "m", script())
+        .with_version("1")
         .with_tool(ScriptedTool::add(counter.clone()))
         .with_tool(common::charge(counter))
 }
 
-/// The new version: neither tool.
+/// The new version: neither tool, and it may resume version 1's runs.
 fn new_agent() -> Agent {
     Agent::new("shop", "", "m", script())
+        .with_version("2")
+        .compatible_with(["1"])
 }
 
 /// Crashed after every commit in turn, then resumed by the agent without the tools.

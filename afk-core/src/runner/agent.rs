@@ -3,11 +3,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::llm::LlmClient;
-use super::tool::ToolRef;
-use crate::schema::ToolCall;
+use super::tool::{EffectPolicy, ToolRef, ToolSpec};
+use crate::hash::json_hash;
+use crate::schema::{AgentIdentity, ToolCall};
 
 /// What the runner does when a model call, a tool call or an approval fails (AFK's failure
 /// policy names map onto these three outcomes, as each variant says).
@@ -222,6 +223,11 @@ pub struct Agent {
     pub gate: Option<Arc<dyn ToolGate>>,
     /// Default run context (overlaid by the restored and the caller's context).
     pub context: Map<String, Value>,
+    /// The version the application gives this agent, recorded with every run it starts.
+    pub version: String,
+    /// Versions of this agent whose runs it may resume although its fingerprint differs
+    /// (see [`Agent::fingerprint`]); a run started by any other, different agent is refused.
+    pub compatible_versions: Vec<String>,
 }
 
 impl fmt::Debug for Agent {
@@ -262,7 +268,84 @@ impl Agent {
             policies: FailurePolicies::default(),
             gate: None,
             context: Map::new(),
+            version: String::new(),
+            compatible_versions: Vec::new(),
         }
+    }
+
+    /// Set the agent's version (builder style).
+    pub fn with_version(mut self, version: impl Into<String>) -> Self {
+        self.version = version.into();
+        self
+    }
+
+    /// Declare that this agent may resume runs started by these versions of it, whatever
+    /// changed between them (builder style; adds to the list).
+    pub fn compatible_with<S: Into<String>>(
+        mut self,
+        versions: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.compatible_versions
+            .extend(versions.into_iter().map(Into::into));
+        self
+    }
+
+    /// A fingerprint of what shapes a run's transcript: the name, instructions, models, every
+    /// tool's spec (name, description, parameters) with its effect policy, and each subagent's
+    /// name and fingerprint. SHA-256 hex of their canonical JSON. The model client, limits,
+    /// policies, gate and context are not part of it: they can change between processes
+    /// without making a stored transcript mean something else.
+    pub fn fingerprint(&self) -> String {
+        let specs: Vec<ToolSpec> = self.tools.iter().map(|t| t.spec()).collect();
+        self.fingerprint_with(&specs)
+    }
+
+    /// [`Agent::fingerprint`] from the specs of the agent's tools, already asked for (the
+    /// runner asks each tool for its spec once per run).
+    pub(crate) fn fingerprint_with(&self, tool_specs: &[ToolSpec]) -> String {
+        let tools: Vec<Value> = self
+            .tools
+            .iter()
+            .zip(tool_specs)
+            .map(|(t, spec)| {
+                let policy = match t.effect_policy() {
+                    EffectPolicy::Idempotent => "idempotent",
+                    EffectPolicy::AtMostOnce => "at_most_once",
+                };
+                json!({"name": spec.name, "description": spec.description,
+                    "parameters": spec.parameters, "effect_policy": policy})
+            })
+            .collect();
+        let subagents: Vec<Value> = self
+            .subagents
+            .iter()
+            .map(|a| json!({"name": a.name, "fingerprint": a.fingerprint()}))
+            .collect();
+        json_hash(
+            &json!({"name": self.name, "instructions": self.instructions,
+            "model": self.model, "fallback_models": self.fallback_models,
+            "tools": tools, "subagents": subagents}),
+        )
+    }
+
+    /// The identity a run of this agent records (name, version, [`Agent::fingerprint`]).
+    pub fn identity(&self) -> AgentIdentity {
+        self.identity_with(self.fingerprint())
+    }
+
+    /// The identity with a fingerprint already computed.
+    pub(crate) fn identity_with(&self, fingerprint: String) -> AgentIdentity {
+        AgentIdentity {
+            name: self.name.clone(),
+            version: self.version.clone(),
+            fingerprint,
+        }
+    }
+
+    /// Whether this agent may resume a run the agent `stored` started: the same fingerprint,
+    /// or a version this agent declares compatible.
+    pub fn accepts(&self, stored: &AgentIdentity, fingerprint: &str) -> bool {
+        stored.fingerprint == fingerprint || self.compatible_versions.contains(&stored.version)
     }
 
     /// Add a tool (builder style).

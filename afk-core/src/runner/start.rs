@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use super::agent::Agent;
 use super::clock::Clock;
 use super::config::RunnerConfig;
 use super::events::{Entry, Events, Outcome, Start};
@@ -15,8 +16,10 @@ use super::settle;
 use super::state::{RunState, Stopwatch};
 use super::step::{RunTask, TaskParts};
 use super::subagent::{Delegator, Launch};
+use super::toolbox::Toolbox;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
+use crate::schema::{AgentChange, AgentIdentity};
 use crate::store::{Epoch, RandomSource, Store};
 use crate::writer::Writer;
 
@@ -85,14 +88,19 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
     let epoch = claim(&shared, &e).await?;
     let start = under_claim(&shared, &e.thread, &e.run, e.start, epoch).await?;
     let mut ckpt = shared.checkpointer(&e.thread, &e.run, epoch).await?;
+    // The tools' specs are asked for once per run: for the agent's fingerprint here, then for
+    // every model request.
+    let mut toolbox = Toolbox::default();
+    let specs = toolbox.specs(&e.agent);
+    let tool_specs = specs.get(..e.agent.tools.len()).unwrap_or_default();
+    let identity = e.agent.identity_with(e.agent.fingerprint_with(tool_specs));
     let (st, decisions, child_decisions, input) = match start {
-        Start::Fresh(input) => (
-            RunState::default(),
-            Default::default(),
-            Default::default(),
-            Some(input),
-        ),
-        start => match load(&mut ckpt, start).await? {
+        Start::Fresh(input) => {
+            let mut st = RunState::default();
+            st.set_agent(&identity);
+            (st, Default::default(), Default::default(), Some(input))
+        }
+        start => match load(&mut ckpt, start, (&e.agent, identity)).await? {
             Loaded::Continue(restored) => (
                 restored.state,
                 restored.decisions,
@@ -120,6 +128,7 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
         events: Events::new(e.events),
         clock,
         backoff,
+        toolbox,
     })
     .run(input)
     .await
@@ -185,9 +194,13 @@ async fn under_claim(
     })
 }
 
-/// Apply the resume rules for a start that resumes (settling a call first, for
-/// [`Start::Settle`]).
-async fn load(ckpt: &mut Checkpointer, start: Start) -> Result<Loaded> {
+/// Apply the resume rules for a start that resumes (checking the agent, then settling a call
+/// first, for [`Start::Settle`]).
+async fn load(
+    ckpt: &mut Checkpointer,
+    start: Start,
+    agent: (&Agent, AgentIdentity),
+) -> Result<Loaded> {
     let (decision, only_for, settlement) = match start {
         Start::Fresh(_) | Start::Child(..) => (None, None, None),
         Start::Resume(d) => (d, None, None),
@@ -198,7 +211,8 @@ async fn load(ckpt: &mut Checkpointer, start: Start) -> Result<Loaded> {
     match (loaded, settlement) {
         (Loaded::Terminal(_), Some((id, _))) => Err(settle::terminal_refusal(&ckpt.run, &id)),
         (Loaded::Paused(_), Some((id, _))) => Err(settle::paused_refusal(&ckpt.run, &id)),
-        (Loaded::Continue(restored), settlement) => {
+        (Loaded::Continue(mut restored), settlement) => {
+            check_agent(&ckpt.run, &mut restored.state, agent)?;
             if let Some((id, s)) = &settlement {
                 settle::apply(ckpt, &restored.state, id, s).await?;
             }
@@ -207,6 +221,64 @@ async fn load(ckpt: &mut Checkpointer, start: Start) -> Result<Loaded> {
         }
         (loaded, None) => Ok(loaded),
     }
+}
+
+/// The agent rule of a resume: the agent at hand must be the one that drove the run (the same
+/// fingerprint) or declare that one's version compatible; then it drives the run from here on
+/// (a change recorded in the run's agent history). A run whose records name no agent (AFK
+/// Python's, or an earlier version's) takes the agent at hand.
+///
+/// Errors: `AgentMismatch` naming both agents; nothing is written.
+fn check_agent(
+    run: &RunId,
+    st: &mut RunState,
+    (agent, now): (&Agent, AgentIdentity),
+) -> Result<()> {
+    match st.snap.agent() {
+        Some(stored) if stored.fingerprint == now.fingerprint => {
+            if stored != now {
+                st.set_agent(&now); // a new version string for the same agent
+            }
+        }
+        Some(stored) if agent.accepts(&stored, &now.fingerprint) => {
+            tracing::info!(run = %run, from = %stored.version, to = %now.version, "agent changed");
+            let step = st.snap.step;
+            st.push_agent_change(&AgentChange {
+                from: stored,
+                to: now.clone(),
+                step,
+            });
+            st.set_agent(&now);
+        }
+        Some(stored) => return Err(mismatch(run, &stored, &now)),
+        None => st.set_agent(&now),
+    }
+    Ok(())
+}
+
+/// `AgentMismatch` for a resume of `run`, started by `stored`, by the agent `now`.
+fn mismatch(run: &RunId, stored: &AgentIdentity, now: &AgentIdentity) -> Error {
+    let (s, n) = (stored, now);
+    Error::new(
+        ErrorKind::AgentMismatch,
+        format!(
+            "run {run} was started by agent '{}' version '{}' (fingerprint {}), not by this \
+             agent '{}' version '{}' (fingerprint {}); resume it with that agent, or declare \
+             version '{}' compatible (Agent::compatible_with)",
+            s.name,
+            s.version,
+            short(&s.fingerprint),
+            n.name,
+            n.version,
+            short(&n.fingerprint),
+            s.version
+        ),
+    )
+}
+
+/// The first 12 hex digits of a fingerprint, for messages.
+fn short(fingerprint: &str) -> &str {
+    fingerprint.get(..12).unwrap_or(fingerprint)
 }
 
 /// What a start finds of a run under its claim.

@@ -8,8 +8,9 @@ use super::agent::Limits;
 use super::clock::Clock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
-    AgentResult, Extra, Message, RunStatus, RuntimeSnapshot, SUSPENSION_KEY, StateSnapshot,
-    StepRecords, SubagentExecution, Suspension, ToolExecution, TranscriptRef,
+    AGENT_HISTORY_KEY, AGENT_KEY, AgentChange, AgentIdentity, AgentResult, Extra, Message,
+    RunStatus, RuntimeSnapshot, SUSPENSION_KEY, StateSnapshot, StepRecords, SubagentExecution,
+    Suspension, ToolExecution, TranscriptRef,
 };
 
 /// Key in the snapshot's extra fields holding the run's active milliseconds (v2).
@@ -124,6 +125,29 @@ impl RunState {
         snap
     }
 
+    /// Name `agent` as the agent driving the run from here on (kept in the snapshot's extra
+    /// fields, written once rather than with every snapshot).
+    pub(super) fn set_agent(&mut self, agent: &AgentIdentity) {
+        if let Ok(v) = serde_json::to_value(agent) {
+            self.snap.extra.insert(AGENT_KEY.to_owned(), v);
+        }
+    }
+
+    /// Record a change of agent in the run's agent history (the snapshot's extra fields).
+    pub(super) fn push_agent_change(&mut self, change: &AgentChange) {
+        let Ok(v) = serde_json::to_value(change) else {
+            return;
+        };
+        match self.snap.extra.get_mut(AGENT_HISTORY_KEY) {
+            Some(Value::Array(list)) => list.push(v),
+            _ => {
+                self.snap
+                    .extra
+                    .insert(AGENT_HISTORY_KEY.to_owned(), Value::Array(vec![v]));
+            }
+        }
+    }
+
     /// Append `message` to the transcript (copying it first only if a model request still
     /// holds the current one).
     pub(super) fn push_message(&mut self, message: Message) {
@@ -166,6 +190,7 @@ impl RunState {
         // the resume that restores it (its count goes on, for the backoff).
         let suspensions_before = snap.suspension().map_or(0, |s| s.attempt);
         snap.extra.remove(SUSPENSION_KEY);
+
         if matches!(&snap.state, RunStatus::Other(s) if s.is_empty())
             || snap.state == RunStatus::Suspended
         {

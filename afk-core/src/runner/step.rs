@@ -25,8 +25,8 @@ use super::subagent::Delegator;
 use super::toolbox::Toolbox;
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
-    AgentResult, PhasePayload, PostToolBatchPayload, PreToolBatchPayload, Role, RunStartedPayload,
-    RunStatus, RunTerminalPayload, StepStartedPayload, Suspension,
+    AGENT_KEY, AgentResult, PhasePayload, PostToolBatchPayload, PreToolBatchPayload, Role,
+    RunStartedPayload, RunStatus, RunTerminalPayload, StepStartedPayload, Suspension,
 };
 
 /// What a run task starts from.
@@ -45,6 +45,8 @@ pub(crate) struct TaskParts {
     ///
     /// [`RunnerConfig::suspension_backoff`]: super::RunnerConfig::suspension_backoff
     pub(crate) backoff: Duration,
+    /// The tools offered to the model (their specs asked for once per run).
+    pub(crate) toolbox: Toolbox,
 }
 
 /// One process's execution of one run.
@@ -77,7 +79,7 @@ impl RunTask {
             events: p.events,
             clock: p.clock,
             backoff: p.backoff,
-            toolbox: Toolbox::default(),
+            toolbox: p.toolbox,
         }
     }
 
@@ -143,11 +145,14 @@ impl RunTask {
         }
         self.st.snap.state = RunStatus::Running;
         self.st.snap.requested_model = Some(self.agent.model.clone());
-        let started = RunStartedPayload {
+        let mut started = RunStartedPayload {
             agent_name: self.agent.name.clone(),
             resumed,
             extra: Default::default(),
         };
+        if let Some(v) = self.st.snap.extra.get(AGENT_KEY) {
+            started.extra.insert(AGENT_KEY.to_owned(), v.clone());
+        }
         if resumed {
             // The pointer stays where the run really is (AFK moves it back to step 0 here).
             self.ckpt

@@ -35,7 +35,10 @@ pub use payloads::{
 };
 pub use result::{AgentResult, StateSnapshot};
 pub use rows::{BackgroundTicket, CommandExecution, SkillRead, SubagentExecution, ToolExecution};
-pub use snapshot::{RuntimeSnapshot, SUSPENSION_KEY, Suspension};
+pub use snapshot::{
+    AGENT_HISTORY_KEY, AGENT_KEY, AgentChange, AgentIdentity, RuntimeSnapshot, SUSPENSION_KEY,
+    Suspension,
+};
 pub use status::RunStatus;
 pub(crate) use transcript::encode_entry;
 pub use transcript::{

@@ -145,3 +145,44 @@ impl RuntimeSnapshot {
         serde_json::from_value(v.clone()).ok()
     }
 }
+
+/// The snapshot's extra field naming the agent the run is driven by ([`AgentIdentity`]).
+pub const AGENT_KEY: &str = "agent";
+/// The snapshot's extra field listing the agent changes a run went through
+/// ([`AgentChange`]), oldest first.
+pub const AGENT_HISTORY_KEY: &str = "agent_history";
+
+/// Which agent drives a run: its name, the version the application gave it, and a fingerprint
+/// of what shapes the transcript (instructions, models, tool specs with their effect policies,
+/// subagents). Recorded when the run starts; a resume by an agent with another fingerprint is
+/// refused unless that agent declares the recorded version compatible.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentIdentity {
+    /// The agent's name.
+    pub name: String,
+    /// The version the application gave the agent (empty if none).
+    pub version: String,
+    /// SHA-256 hex of the agent's canonical description.
+    pub fingerprint: String,
+}
+
+/// A change of agent a run went through: from the agent that drove it to one that declared
+/// that agent's version compatible, at the step the run resumed at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentChange {
+    /// The agent before.
+    pub from: AgentIdentity,
+    /// The agent after.
+    pub to: AgentIdentity,
+    /// The step the run resumed at under the new agent.
+    pub step: u64,
+}
+
+impl RuntimeSnapshot {
+    /// The agent that drives the run, if the snapshot records one (runs written by AFK Python
+    /// and by earlier versions do not).
+    pub fn agent(&self) -> Option<AgentIdentity> {
+        let v = self.extra.get(AGENT_KEY)?;
+        serde_json::from_value(v.clone()).ok()
+    }
+}
