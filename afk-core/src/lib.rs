@@ -16,6 +16,8 @@ pub mod store;
 pub mod verify;
 mod writer;
 
+#[cfg(feature = "test-kit")]
+pub use error::repeated_phrase;
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use ids::{RunId, ThreadId};
 pub use store::memory::MemoryStore;
