@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod config;
 mod error;
 #[cfg(feature = "test-kit")]
 pub mod fixture;
