@@ -16,8 +16,8 @@ use crate::RedisStore;
 /// table).
 pub const SCHEMES: &[&str] = Backend::Redis.schemes();
 
-/// The query parameters of a Redis URL.
-const PARAMETERS: &[&str] = &[
+/// The query parameters of a Redis URL, in the order the unknown-parameter message lists them.
+pub const PARAMETERS: &[&str] = &[
     "prefix",
     "connect_timeout_ms",
     "response_timeout_ms",

@@ -189,8 +189,8 @@ impl RocksDbConfig {
     }
 }
 
-/// The query parameters of a `rocksdb://` URL.
-const PARAMETERS: &[&str] = &["sync", "compression", "block_cache_size", "create"];
+/// The query parameters of a `rocksdb://` URL, in the order the unknown-parameter message lists them.
+pub const PARAMETERS: &[&str] = &["sync", "compression", "block_cache_size", "create"];
 
 impl FromStr for RocksDbConfig {
     type Err = Error;

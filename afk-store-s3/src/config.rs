@@ -15,8 +15,8 @@ use crate::S3Store;
 /// scheme table).
 pub const SCHEME: &str = Backend::S3.schemes()[0];
 
-/// The query parameters of an `s3://` URL.
-const PARAMETERS: &[&str] = &[
+/// The query parameters of a `s3://` URL, in the order the unknown-parameter message lists them.
+pub const PARAMETERS: &[&str] = &[
     "endpoint",
     "region",
     "force_path_style",
