@@ -271,7 +271,7 @@ impl StoreUrl {
         ))
     }
 
-    /// `InvalidConfig` about this URL: `<backend> URL `<redacted url>`: <why>`.
+    /// `InvalidConfig` about this URL: ``<backend> URL `<redacted url>`: <why>``.
     pub fn invalid(&self, why: impl fmt::Display) -> Error {
         Error::invalid_config(format!("{} URL `{}`: {why}", self.backend, self.redacted))
     }
@@ -373,7 +373,7 @@ impl Query {
     }
 
     /// The value of `name` read with `parse`, whose error names what is expected (`"one of
-    /// none, snappy, lz4"`): `InvalidConfig` `<backend> URL parameter `name` must be <expected>`.
+    /// none, snappy, lz4"`): `InvalidConfig` ``<backend> URL parameter `name` must be <expected>``.
     pub fn parse_with<T>(
         &self,
         name: &str,
