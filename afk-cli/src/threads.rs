@@ -123,14 +123,11 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
 /// `--rebuild-index`: (threads added, threads removed). Only Redis keeps a thread index; the
 /// other stores list threads from their data and have nothing to rebuild.
 async fn rebuild_index(url: &str) -> afk_core::Result<(u64, u64)> {
-    let scheme = url
-        .split_once("://")
-        .map_or("", |(s, _)| s)
-        .to_ascii_lowercase();
-    if !scheme.starts_with("redis") {
+    let backend = afk_core::config::Backend::of_url(url)?;
+    if backend != afk_core::config::Backend::Redis {
         return Err(afk_core::Error::unsupported(format!(
-            "--rebuild-index is for Redis stores; `{scheme}://` lists threads from its data \
-             and keeps no index"
+            "--rebuild-index is for Redis stores; a {backend} store lists threads from its \
+             data and keeps no index"
         )));
     }
     #[cfg(feature = "redis")]

@@ -6,6 +6,7 @@
 //! each crate and are mapped into this type in one place (`error.rs` of each store crate).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Boxed source error carried by [`Error`].
@@ -93,13 +94,21 @@ impl fmt::Display for ErrorKind {
 /// Construct with [`Error::new`] and the kind helpers ([`Error::not_found`], …); add a source
 /// with [`Error::with_source`]. A checkpoint-corruption error additionally names the key it was
 /// read from ([`Error::corrupt_record`]).
+///
+/// `Display` says each thing once: `kind: message (key …): source`, where a source that is an
+/// [`Error`] itself is shown without its kind when that is the same, and without its message
+/// when the text before already says it (a wrapper that restates what it wraps).
+///
+/// Cloning shares the source (one failure is reported to every caller waiting on the same
+/// write).
+#[derive(Clone)]
 pub struct Error {
     kind: ErrorKind,
     message: String,
     key: Option<String>,
     retryable: Option<bool>,
     retry_after: Option<Duration>,
-    source: Option<BoxError>,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl Error {
@@ -117,7 +126,7 @@ impl Error {
 
     /// Attach the underlying error.
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
-        self.source = Some(source.into());
+        self.source = Some(Arc::from(source.into()));
         self
     }
 
@@ -233,15 +242,69 @@ impl fmt::Debug for Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind, self.message)?;
-        if let Some(key) = &self.key {
-            write!(f, " (key {key})")?;
+        let mut text = format!("{}: {}", self.kind, self.head());
+        let mut kind = self.kind;
+        let mut link = self.source.as_deref();
+        while let Some(source) = link {
+            let Some(inner) = as_error(source) else {
+                // A foreign error: its own Display says what its sources add.
+                let s = source.to_string();
+                if !s.is_empty() && !text.contains(&s) {
+                    text.push_str(": ");
+                    text.push_str(&s);
+                }
+                break;
+            };
+            let head = inner.head();
+            if !head.is_empty() && !text.contains(&head) {
+                text.push_str(": ");
+                if inner.kind != kind {
+                    text.push_str(inner.kind.as_str());
+                    text.push_str(": ");
+                }
+                text.push_str(&head);
+            }
+            kind = inner.kind;
+            link = inner.source.as_deref();
         }
-        if let Some(source) = &self.source {
-            write!(f, ": {source}")?;
-        }
-        Ok(())
+        f.write_str(&text)
     }
+}
+
+impl Error {
+    /// The message with the key, as `Display` shows one link of the chain.
+    fn head(&self) -> String {
+        match &self.key {
+            Some(key) => format!("{} (key {key})", self.message),
+            None => self.message.clone(),
+        }
+    }
+}
+
+/// `e` as an [`Error`], also when it is shared (`Arc<Error>`, as the writer reports one
+/// failure to several callers).
+fn as_error<'a>(e: &'a (dyn std::error::Error + Send + Sync + 'static)) -> Option<&'a Error> {
+    e.downcast_ref::<Error>()
+        .or_else(|| e.downcast_ref::<Arc<Error>>().map(|a| &**a))
+}
+
+/// The first phrase of at least `min_chars` characters that occurs twice in `text` (the two
+/// occurrences not overlapping), if any: what a test of an error's `Display` looks for to check
+/// that the message says each thing once.
+#[cfg(feature = "test-kit")]
+pub fn repeated_phrase(text: &str, min_chars: usize) -> Option<&str> {
+    let mut bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+    bounds.push(text.len());
+    for (n, &start) in bounds.iter().enumerate() {
+        let Some(&end) = bounds.get(n + min_chars.max(1)) else {
+            break;
+        };
+        let phrase = &text[start..end];
+        if text[end..].contains(phrase) {
+            return Some(phrase);
+        }
+    }
+    None
 }
 
 impl std::error::Error for Error {
@@ -266,6 +329,50 @@ mod tests {
                 .is_retryable()
         );
         assert!(Error::conflict("race").with_retryable(true).is_retryable());
+    }
+
+    #[test]
+    fn display_says_a_wrapped_error_once() {
+        let io = std::io::Error::other("timed out");
+        let inner = Error::unavailable("redis: commit of run R failed").with_source(io);
+        // What the writer did before: a copy of the message with the original as its source.
+        let restated = Error::new(inner.kind(), inner.message()).with_source(inner.clone());
+        assert_eq!(
+            restated.to_string(),
+            "unavailable: redis: commit of run R failed: timed out"
+        );
+        let shared = Error::new(inner.kind(), inner.message()).with_source(Arc::new(inner));
+        assert_eq!(
+            shared.to_string(),
+            "unavailable: redis: commit of run R failed: timed out"
+        );
+        // A wrapper with its own words keeps them; a different kind is named.
+        let llm = Error::new(ErrorKind::Llm, "LLM call failed: model down")
+            .with_source(Error::new(ErrorKind::Timeout, "model down"));
+        assert_eq!(llm.to_string(), "llm: LLM call failed: model down");
+        let nested = Error::unavailable("checkpoint writer gave up")
+            .with_source(Error::new(ErrorKind::Timeout, "no answer in 5s"));
+        assert_eq!(
+            nested.to_string(),
+            "unavailable: checkpoint writer gave up: timeout: no answer in 5s"
+        );
+        for e in [restated, shared, llm, nested] {
+            let s = e.to_string();
+            assert_eq!(repeated_phrase(&s, 12), None, "{s}");
+        }
+    }
+
+    #[test]
+    fn repeated_phrase_finds_a_phrase_said_twice() {
+        let twice = "unavailable: FaultStore: crashed: unavailable: FaultStore: crashed";
+        assert_eq!(repeated_phrase(twice, 12), Some("unavailable:"));
+        assert_eq!(
+            repeated_phrase("unavailable: FaultStore: crashed", 12),
+            None
+        );
+        assert_eq!(repeated_phrase("abcabc", 3), Some("abc"));
+        assert_eq!(repeated_phrase("aaaa", 3), None);
+        assert_eq!(repeated_phrase("ééé-ééé", 3), Some("ééé"));
     }
 
     #[test]

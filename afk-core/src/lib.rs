@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod config;
 mod error;
 #[cfg(feature = "test-kit")]
 pub mod fixture;
@@ -16,6 +17,8 @@ pub mod store;
 pub mod verify;
 mod writer;
 
+#[cfg(feature = "test-kit")]
+pub use error::repeated_phrase;
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use ids::{RunId, ThreadId};
 pub use store::memory::MemoryStore;

@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use afk_core::config::Secret;
+
 use crate::config::RedisConfig;
 
 impl RedisConfig {
@@ -52,7 +54,7 @@ impl RedisConfig {
 
     /// Authenticate with this password ([`RedisConfig::password`]; never shown by `Debug`).
     #[must_use]
-    pub fn with_password(mut self, password: impl Into<String>) -> Self {
+    pub fn with_password(mut self, password: impl Into<Secret>) -> Self {
         self.password = Some(password.into());
         self
     }

@@ -1,17 +1,31 @@
 //! [`RedisConfig`]: where the Redis server (or cluster) is and how to talk to it, parsed from a
 //! URL. Passwords never appear in `Debug`, logs or error messages.
 
-use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
+use afk_core::config::{Backend, Secret, StoreConfig, StoreUrl};
 use afk_core::redact::redact_urls;
 use afk_core::{Error, Result};
-use percent_encoding::percent_decode_str;
 use serde::{Deserialize, Serialize};
 
-/// URL schemes [`RedisConfig::from_url`] accepts.
-pub const SCHEMES: &[&str] = &["redis", "rediss", "redis+cluster", "rediss+cluster"];
+use crate::RedisStore;
+
+/// URL schemes [`RedisConfig::from_url`] accepts (from [`Backend::schemes`], the one scheme
+/// table).
+pub const SCHEMES: &[&str] = Backend::Redis.schemes();
+
+/// The query parameters of a Redis URL, in the order the unknown-parameter message lists them.
+pub const PARAMETERS: &[&str] = &[
+    "prefix",
+    "connect_timeout_ms",
+    "response_timeout_ms",
+    "ttl_s",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+];
 
 /// Default key prefix (the first part of every hash tag).
 pub const DEFAULT_PREFIX: &str = "afk";
@@ -34,22 +48,24 @@ const DEFAULT_PORT: u16 = 6379;
 ///   `redis://` URLs (`redis://h1:p1,redis://h2:p2`, the form of `AFK_TEST_REDIS_CLUSTER_URLS`)
 ///   is read as cluster seeds too. A cluster has only database 0.
 ///
-/// Options: `prefix` (key prefix, default `afk`; ASCII letters, digits, `_`, `-`, `.`),
-/// `connect_timeout_ms`, `response_timeout_ms`, `ttl_s` (optional per-run time to live), and
-/// for `rediss://` only: `tls_ca` (PEM file of the CA certificates to trust instead of the
-/// webpki roots), `tls_cert` and `tls_key` (PEM client certificate chain and private key for
-/// mutual TLS; both or neither). Option values are percent-decoded (`%2F`, and `+` is a
-/// space). Unknown options are rejected, so a typo does not silently do nothing. The TLS files
-/// are read when connecting ([`crate::RedisStore::open`]), not when parsing.
+/// Options (the grammar of [`afk_core::config::Query`]): `prefix` (key prefix, default `afk`;
+/// ASCII letters, digits, `_`, `-`, `.`), `connect_timeout_ms` and `response_timeout_ms`
+/// (durations; a bare number is milliseconds), `ttl_s` (optional per-run time to live; a
+/// duration of whole seconds, a bare number is seconds), and for `rediss://` only: `tls_ca`
+/// (PEM file of the CA certificates to trust instead of the webpki roots), `tls_cert` and
+/// `tls_key` (PEM client certificate chain and private key for mutual TLS; both or neither).
+/// Option values are percent-decoded (`%2F`, and `+` is a space). Unknown and repeated options
+/// are rejected, so a typo does not silently do nothing. The TLS files are read when
+/// connecting ([`crate::RedisStore::open`]), not when parsing.
 ///
-/// `Debug` and [`RedisConfig::redacted_url`] never show the password; `Serialize` does (it is
-/// the configuration itself).
+/// The password is a [`Secret`]: `Debug`, [`RedisConfig::redacted_url`] and `Serialize` show
+/// `***` (a serialized configuration cannot be read back with its password; see [`Secret`]).
 ///
 /// Built with [`RedisConfig::default`] (`localhost:6379`), [`RedisConfig::single`],
 /// [`RedisConfig::cluster`] or [`RedisConfig::from_url`], then adjusted with the `with_*`
 /// setters (or field by field); the struct is `#[non_exhaustive]`, so a new option is not a
 /// breaking change.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RedisConfig {
@@ -76,9 +92,9 @@ pub struct RedisConfig {
     /// ACL user name, if any.
     #[serde(default)]
     pub username: Option<String>,
-    /// Password, if any. Never shown by `Debug` or in errors.
+    /// Password, if any. Never shown by `Debug`, `Serialize` or in errors.
     #[serde(default)]
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// Database index (single node only; must be 0 on a cluster).
     #[serde(default)]
     pub db: i64,
@@ -138,69 +154,57 @@ impl RedisConfig {
     /// shows the URL with its password replaced by `***`.
     pub fn from_url(url: &str) -> Result<Self> {
         let url = url.trim();
-        let bad = |why: &str| Error::invalid_config(format!("{why} in {}", redact_urls(url)));
         if url.contains(',') && url.split(',').all(|p| p.contains("://")) {
             return parse_url_list(url);
         }
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("missing scheme"))?;
-        let (tls, cluster) = match scheme.to_ascii_lowercase().as_str() {
-            "redis" => (false, false),
+        let url = StoreUrl::parse(url, Backend::Redis, PARAMETERS)?;
+        let (tls, cluster) = match url.scheme() {
             "rediss" => (true, false),
             "redis+cluster" => (false, true),
             "rediss+cluster" => (true, true),
-            _ => {
-                return Err(bad(
-                    "unknown scheme (expected redis, rediss, redis+cluster or rediss+cluster)",
-                ));
-            }
-        };
-        let (rest, query) = match rest.split_once('?') {
-            Some((r, q)) => (r, Some(q)),
-            None => (rest, None),
-        };
-        let (authority, path) = match rest.split_once('/') {
-            Some((a, p)) => (a, p),
-            None => (rest, ""),
-        };
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
+            _ => (false, false),
         };
         let mut cfg = RedisConfig::single("", DEFAULT_PORT);
         cfg.nodes.clear();
         cfg.tls = tls;
         cfg.cluster = cluster;
-        if let Some(userinfo) = userinfo {
-            let (user, pass) = match userinfo.split_once(':') {
-                Some((u, p)) => (u, Some(p)),
-                None => (userinfo, None),
-            };
-            let decode = |s: &str| {
-                percent_decode_str(s)
-                    .decode_utf8()
-                    .map(|c| c.into_owned())
-                    .map_err(|_| bad("credentials are not valid percent-encoded UTF-8"))
-            };
-            let user = decode(user)?;
-            cfg.username = (!user.is_empty()).then_some(user);
-            if let Some(pass) = pass {
-                let pass = decode(pass)?;
-                cfg.password = (!pass.is_empty()).then_some(pass);
-            }
+        cfg.username = url.user().map(str::to_owned);
+        cfg.password = url.password().cloned();
+        if url.authority().is_empty() {
+            return Err(url.missing("host"));
         }
-        for host in hosts.split(',') {
-            cfg.nodes.push(parse_host(host).map_err(|why| bad(&why))?);
+        for host in url.authority().split(',') {
+            cfg.nodes
+                .push(parse_host(host).map_err(|why| url.invalid(why))?);
         }
         if !cluster && cfg.nodes.len() != 1 {
-            return Err(bad("several hosts need the redis+cluster:// scheme"));
+            return Err(url.invalid("several hosts need the redis+cluster:// scheme"));
         }
-        let path = path.trim_matches('/');
+        let path = url.path().trim_matches('/');
         if !path.is_empty() {
-            cfg.db = path.parse().map_err(|_| bad("database must be a number"))?;
+            cfg.db = path
+                .parse()
+                .map_err(|_| url.invalid("the database must be a number"))?;
         }
-        if let Some(query) = query {
-            apply_query(&mut cfg, query).map_err(|why| bad(&why))?;
+        let q = url.query();
+        if let Some(prefix) = q.str("prefix") {
+            cfg.prefix = prefix.to_owned();
         }
+        if let Some(d) = q.duration("connect_timeout_ms")? {
+            cfg.connect_timeout_ms = millis(d);
+        }
+        if let Some(d) = q.duration("response_timeout_ms")? {
+            cfg.response_timeout_ms = millis(d);
+        }
+        if let Some(d) = q.duration("ttl_s")? {
+            if d.subsec_nanos() != 0 {
+                return Err(q.bad("ttl_s", "a whole number of seconds"));
+            }
+            cfg.ttl_s = Some(d.as_secs());
+        }
+        cfg.tls_ca = q.str("tls_ca").map(PathBuf::from);
+        cfg.tls_cert = q.str("tls_cert").map(PathBuf::from);
+        cfg.tls_key = q.str("tls_key").map(PathBuf::from);
         cfg.validate()?;
         Ok(cfg)
     }
@@ -322,24 +326,33 @@ impl RedisConfig {
     }
 }
 
-impl fmt::Debug for RedisConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisConfig")
-            .field("nodes", &self.nodes)
-            .field("cluster", &self.cluster)
-            .field("tls", &self.tls)
-            .field("tls_ca", &self.tls_ca)
-            .field("tls_cert", &self.tls_cert)
-            .field("tls_key", &self.tls_key)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("db", &self.db)
-            .field("prefix", &self.prefix)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .field("response_timeout_ms", &self.response_timeout_ms)
-            .field("ttl_s", &self.ttl_s)
-            .finish()
+impl FromStr for RedisConfig {
+    type Err = Error;
+
+    /// Same as [`RedisConfig::from_url`].
+    fn from_str(s: &str) -> Result<Self> {
+        RedisConfig::from_url(s)
     }
+}
+
+#[async_trait::async_trait]
+impl StoreConfig for RedisConfig {
+    type Store = RedisStore;
+    const BACKEND: Backend = Backend::Redis;
+
+    fn validate(&self) -> Result<()> {
+        RedisConfig::validate(self)
+    }
+
+    /// [`RedisStore::open`].
+    async fn open(self) -> Result<RedisStore> {
+        RedisStore::open(self).await
+    }
+}
+
+/// A duration of the URL grammar as whole milliseconds (it has no finer unit).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn host_port(host: &str, port: u16) -> String {
@@ -397,26 +410,6 @@ fn parse_host(s: &str) -> std::result::Result<(String, u16), String> {
     Ok((host.to_string(), port))
 }
 
-fn apply_query(cfg: &mut RedisConfig, query: &str) -> std::result::Result<(), String> {
-    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
-        let num = |v: &str| {
-            v.parse::<u64>()
-                .map_err(|_| format!("option {k} must be a number"))
-        };
-        match k.as_ref() {
-            "prefix" => cfg.prefix = v.into_owned(),
-            "connect_timeout_ms" => cfg.connect_timeout_ms = num(&v)?,
-            "response_timeout_ms" => cfg.response_timeout_ms = num(&v)?,
-            "ttl_s" => cfg.ttl_s = Some(num(&v)?),
-            "tls_ca" => cfg.tls_ca = Some(PathBuf::from(v.into_owned())),
-            "tls_cert" => cfg.tls_cert = Some(PathBuf::from(v.into_owned())),
-            "tls_key" => cfg.tls_key = Some(PathBuf::from(v.into_owned())),
-            other => return Err(format!("unknown option {other:?}")),
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,7 +424,7 @@ mod tests {
         assert_eq!(c.nodes, vec![("cache.example".to_string(), 6380)]);
         assert!(c.tls && !c.cluster);
         assert_eq!(c.username.as_deref(), Some("bob"));
-        assert_eq!(c.password.as_deref(), Some("s@cret"));
+        assert_eq!(c.password.as_ref().map(Secret::expose), Some("s@cret"));
         assert_eq!((c.db, c.prefix.as_str()), (3, "team.a"));
         assert_eq!(
             (c.connect_timeout_ms, c.response_timeout_ms, c.ttl_s),
@@ -456,7 +449,7 @@ mod tests {
         assert!(a.cluster && !a.tls);
         assert_eq!(a.nodes.len(), 3);
         assert_eq!(a.nodes[2], ("h3".to_string(), 6379));
-        assert_eq!(a.password.as_deref(), Some("pw"));
+        assert_eq!(a.password.as_ref().map(Secret::expose), Some("pw"));
         let b = RedisConfig::from_url("redis://127.0.0.1:7001,redis://127.0.0.1:7002").unwrap();
         assert!(b.cluster);
         assert_eq!(b.nodes.len(), 2);
@@ -497,6 +490,13 @@ mod tests {
         let url = format!("redis://alice:{secret}@h:1/0?prefix=p");
         let c = RedisConfig::from_url(&url).unwrap();
         assert!(!format!("{c:?}").contains(secret));
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(
+            !json.contains(secret) && json.contains(r#""password":"***""#),
+            "{json}"
+        );
+        assert!(serde_json::from_str::<RedisConfig>(&json).is_err());
+        assert_eq!(c.password.as_ref().map(Secret::expose), Some(secret));
         assert!(!c.redacted_url().contains(secret));
         assert!(
             c.redacted_url().contains("alice:***@h:1"),

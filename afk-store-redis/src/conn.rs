@@ -126,7 +126,7 @@ fn node_info(cfg: &RedisConfig, host: &str, port: u16) -> RedisResult<Connection
         redis = redis.set_username(u);
     }
     if let Some(p) = &cfg.password {
-        redis = redis.set_password(p);
+        redis = redis.set_password(p.expose());
     }
     Ok(addr.into_connection_info()?.set_redis_settings(redis))
 }
@@ -298,7 +298,7 @@ impl Client {
                     b = b.username(u);
                 }
                 if let Some(p) = &cfg.password {
-                    b = b.password(p);
+                    b = b.password(p.expose());
                 }
                 if let Some(certs) = certs.clone() {
                     b = b.certs(certs);

@@ -179,4 +179,19 @@ mod tests {
         assert!(e.is_retryable());
         assert!(e.to_string().contains("redis: get failed"), "{e}");
     }
+
+    #[test]
+    fn a_timeout_says_each_thing_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out");
+        let e = map_err(RedisError::from(io), "commit of run R");
+        // As the checkpoint writer hands it to a second caller: the same error again.
+        for e in [
+            e.clone(),
+            e,
+            map_err(server("WRONGPASS", "invalid password"), "AUTH"),
+        ] {
+            let s = e.to_string();
+            assert_eq!(afk_core::repeated_phrase(&s, 12), None, "{s}");
+        }
+    }
 }

@@ -11,7 +11,8 @@ mod threads;
 mod tls;
 
 pub use config::{
-    DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT_MS, RedisConfig, SCHEMES,
+    DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT_MS, PARAMETERS,
+    RedisConfig, SCHEMES,
 };
 pub use store::{MAX_VALUE_SIZE, RedisStore};
 pub use threads::{FORGOTTEN_TTL_MS, IndexRebuild};

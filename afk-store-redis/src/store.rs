@@ -561,7 +561,7 @@ impl Store for RedisStore {
                     // fails too, the rest are reported as they are (no n-fold wait).
                     let mut answering = e.is_retryable();
                     for i in sent {
-                        let err = Error::new(e.kind(), e.message().to_string());
+                        let err = e.clone();
                         let r = if answering {
                             self.resolve(&commits[i], err).await
                         } else {

@@ -4,12 +4,14 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use afk_core::config::{Backend, StoreConfig, StoreUrl};
 use afk_core::{Error, Result};
-use percent_encoding::percent_decode_str;
 use serde::{Deserialize, Serialize};
 
-/// The URL scheme of this store: `rocksdb://`.
-pub const SCHEME: &str = "rocksdb";
+use crate::RocksDbStore;
+
+/// The URL scheme of this store: `rocksdb://` (from [`Backend::schemes`], the one scheme table).
+pub const SCHEME: &str = Backend::RocksDb.schemes()[0];
 
 /// Block compression of the SST files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -136,67 +138,59 @@ impl RocksDbConfig {
     }
 
     /// Parse `rocksdb:///abs/path` or `rocksdb://./rel/path` (also `rocksdb://../rel`), with
-    /// options as query parameters:
+    /// options as query parameters (the grammar of [`afk_core::config::Query`]):
     ///
-    /// - `sync=true|false` (also `on|off`, `1|0`; default true),
-    /// - `compression=none|snappy|lz4|zstd|zlib` (default snappy),
-    /// - `block_cache_size=<bytes>` (a plain number or with a `KiB`, `MiB`, `GiB` suffix),
-    /// - `create=true|false` (default true: create the database if the path holds none).
+    /// - `sync`: boolean, default true,
+    /// - `compression`: `none|snappy|lz4|zstd|zlib`, default snappy,
+    /// - `block_cache_size`: size (`67108864`, `64MiB`), default RocksDB's (8 MiB),
+    /// - `create`: boolean, default true (create the database if the path holds none).
     ///
     /// The path is percent-decoded. Errors: `InvalidConfig` naming the scheme, the path form or
     /// the bad parameter.
     pub fn from_url(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("rocksdb://")
-            .ok_or_else(|| Error::invalid_config(format!("{url:?} is not a rocksdb:// URL")))?;
-        if rest.contains('#') {
-            return Err(Error::invalid_config(format!(
-                "rocksdb URL {url:?} must not have a fragment (#)"
-            )));
+        let url = StoreUrl::parse(url, Backend::RocksDb, PARAMETERS)?;
+        if url.has_credentials() {
+            return Err(url.invalid("a rocksdb URL takes no user or password"));
         }
-        let (raw_path, query) = match rest.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
-            None => (rest, None),
-        };
-        let absolute = raw_path.starts_with('/');
-        let relative = raw_path.starts_with("./") || raw_path.starts_with("../") || raw_path == ".";
-        if !(absolute || relative) || raw_path.trim_end_matches('/').is_empty() {
-            return Err(Error::invalid_config(format!(
-                "rocksdb URL {url:?} has no usable path: write rocksdb:///absolute/path or rocksdb://./relative/path"
-            )));
+        let raw = format!("{}{}", url.authority(), url.path());
+        let absolute = raw.starts_with('/') && url.authority().is_empty();
+        let relative = matches!(url.authority(), "." | "..");
+        if !(absolute || relative) || raw.trim_end_matches('/').is_empty() {
+            return Err(url.invalid(
+                "no usable path: write rocksdb:///absolute/path or rocksdb://./relative/path",
+            ));
         }
-        let path = percent_decode_str(raw_path).decode_utf8().map_err(|e| {
-            Error::invalid_config(format!(
-                "rocksdb URL {url:?}: the path is not valid UTF-8 after percent-decoding"
-            ))
-            .with_source(e)
-        })?;
-        let mut config = RocksDbConfig::new(path.as_ref());
-        let mut seen: Vec<String> = Vec::new();
-        for (name, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-            if seen.iter().any(|s| *s == name) {
-                return Err(Error::invalid_config(format!(
-                    "rocksdb parameter `{name}` is given twice"
-                )));
-            }
-            seen.push(name.to_string());
-            match name.as_ref() {
-                "sync" => config.sync = parse_bool("sync", &value)?,
-                "create" => config.create_if_missing = parse_bool("create", &value)?,
-                "compression" => config.compression = value.parse()?,
-                "block_cache_size" => {
-                    config.block_cache_size = Some(parse_size("block_cache_size", &value)?)
-                }
-                other => {
-                    return Err(Error::invalid_config(format!(
-                        "unknown rocksdb parameter `{other}`; known: sync, compression, block_cache_size, create"
-                    )));
-                }
-            }
+        let mut config = RocksDbConfig::new(raw);
+        let q = url.query();
+        if let Some(sync) = q.bool("sync")? {
+            config.sync = sync;
         }
+        if let Some(create) = q.bool("create")? {
+            config.create_if_missing = create;
+        }
+        if let Some(c) =
+            q.parse_with("compression", "one of none, snappy, lz4, zstd, zlib", |v| {
+                v.parse().ok()
+            })?
+        {
+            config.compression = c;
+        }
+        config.block_cache_size = q.size("block_cache_size")?;
+        config.validate()?;
         Ok(config)
     }
+
+    /// Check the settings without touching the disk: the path must not be empty.
+    pub fn validate(&self) -> Result<()> {
+        if self.path.as_os_str().is_empty() {
+            return Err(Error::invalid_config("rocksdb: the database path is empty"));
+        }
+        Ok(())
+    }
 }
+
+/// The query parameters of a `rocksdb://` URL, in the order the unknown-parameter message lists them.
+pub const PARAMETERS: &[&str] = &["sync", "compression", "block_cache_size", "create"];
 
 impl FromStr for RocksDbConfig {
     type Err = Error;
@@ -207,34 +201,22 @@ impl FromStr for RocksDbConfig {
     }
 }
 
-fn parse_bool(name: &str, value: &str) -> Result<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "on" | "1" | "yes" => Ok(true),
-        "false" | "off" | "0" | "no" => Ok(false),
-        _ => Err(Error::invalid_config(format!(
-            "rocksdb parameter `{name}` = {value:?} is not true/false (or on/off, 1/0)"
-        ))),
-    }
-}
+#[async_trait::async_trait]
+impl StoreConfig for RocksDbConfig {
+    type Store = RocksDbStore;
+    const BACKEND: Backend = Backend::RocksDb;
 
-fn parse_size(name: &str, value: &str) -> Result<u64> {
-    let bad = || {
-        Error::invalid_config(format!(
-            "rocksdb parameter `{name}` = {value:?} is not a size in bytes (like 67108864 or 64MiB)"
-        ))
-    };
-    let v = value.trim();
-    let digits_end = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (num, unit) = v.split_at(digits_end);
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(mult).ok_or_else(bad)
+    fn validate(&self) -> Result<()> {
+        RocksDbConfig::validate(self)
+    }
+
+    /// [`RocksDbStore::open`] on a blocking thread, so that the async threads stay free while
+    /// RocksDB opens (it replays its log, which may take a while).
+    async fn open(self) -> Result<RocksDbStore> {
+        tokio::task::spawn_blocking(move || RocksDbStore::open(self))
+            .await
+            .map_err(crate::error::join)?
+    }
 }
 
 #[cfg(test)]
@@ -276,7 +258,7 @@ mod tests {
     #[test]
     fn bad_urls_name_the_problem() {
         let cases = [
-            ("redis://x", "not a rocksdb:// URL"),
+            ("redis://x", "is not a rocksdb URL (expected rocksdb://)"),
             ("rocksdb://host/path", "rocksdb:///absolute/path"),
             ("rocksdb://", "no usable path"),
             ("rocksdb:///d?sync=maybe", "`sync`"),
@@ -287,7 +269,12 @@ mod tests {
                 "rocksdb:///d?block_cache_size=99999999999GiB",
                 "`block_cache_size`",
             ),
-            ("rocksdb:///d?cache=1", "unknown rocksdb parameter `cache`"),
+            (
+                "rocksdb:///d?cache=1",
+                "unknown rocksdb URL parameter `cache`; known: sync, compression, block_cache_size, create",
+            ),
+            ("rocksdb://u:pw@/d", "takes no user or password"),
+            ("rocksdb:///d%zz", "not valid percent-encoded UTF-8"),
             ("rocksdb:///d?sync=1&sync=0", "`sync` is given twice"),
             ("rocksdb:///d#frag", "fragment"),
         ];

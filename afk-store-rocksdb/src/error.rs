@@ -39,20 +39,25 @@ impl Op {
 pub(crate) fn map(err: rocksdb::Error, op: Op, path: &Path) -> Error {
     let text = err.to_string();
     if is_lock_error(&text) {
-        let lock = path.join("LOCK");
+        // RocksDB's own text names the lock file again; what it adds is whose lock it is,
+        // said here, so the message names the file once and has no source.
+        let holder = if text.contains("lock hold by current process") {
+            "a handle opened earlier in this process"
+        } else {
+            "another process"
+        };
         return Error::unavailable(format!(
-            "the RocksDB database at {} is locked (lock file {}): RocksDB allows one process \
-             (and one open handle) per database; share one RocksDbStore within the process, \
-             or use the Redis or S3 store for multi-process deployments",
-            path.display(),
-            lock.display()
-        ))
-        .with_source(err);
+            "the RocksDB lock file {} is held by {holder}: RocksDB allows one process (and one \
+             open handle) per database; share one RocksDbStore within the process, or use the \
+             Redis or S3 store for multi-process deployments",
+            path.join("LOCK").display()
+        ));
     }
     if op == Op::Open && is_unusable_path(&text) {
         return Error::invalid_config(format!(
-            "rocksdb cannot open a database at {}: check that the path is a directory (or can \
-             be created as one) that this user may read and write",
+            "rocksdb cannot open a database at {}: check that the path can hold one (an \
+             existing directory, or a path where one can be created) that this user may read and \
+             write",
             path.display()
         ))
         .with_source(err);
@@ -123,5 +128,23 @@ mod tests {
             "IO error: While renaming a file to /d/LOG.old.1: /d/LOG: Permission denied"
         ));
         assert!(!is_unusable_path("IO error: No space left on device"));
+    }
+
+    #[test]
+    fn mapped_errors_say_each_thing_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("db");
+        let first = crate::RocksDbStore::open(crate::RocksDbConfig::new(&path)).expect("open");
+        let locked = crate::RocksDbStore::open(crate::RocksDbConfig::new(&path)).unwrap_err();
+        assert_eq!(locked.kind(), ErrorKind::Unavailable, "{locked}");
+        drop(first);
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"not a directory").expect("write");
+        let in_the_way =
+            crate::RocksDbStore::open(crate::RocksDbConfig::new(file.join("db"))).unwrap_err();
+        for e in [locked.clone(), locked, in_the_way] {
+            let s = e.to_string();
+            assert_eq!(afk_core::repeated_phrase(&s, 12), None, "{s}");
+        }
     }
 }

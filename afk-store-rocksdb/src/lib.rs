@@ -10,5 +10,5 @@ mod ops;
 mod store;
 mod threads;
 
-pub use config::{Compression, RocksDbConfig, SCHEME};
+pub use config::{Compression, PARAMETERS, RocksDbConfig, SCHEME};
 pub use store::RocksDbStore;

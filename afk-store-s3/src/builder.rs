@@ -47,6 +47,14 @@ impl S3Config {
         self
     }
 
+    /// The session token of temporary credentials, with [`S3Config::with_credentials`]
+    /// ([`S3Config::session_token`]).
+    #[must_use]
+    pub fn with_session_token(mut self, session_token: impl Into<String>) -> Self {
+        self.session_token = Some(Secret::new(session_token));
+        self
+    }
+
     /// Allow a service without conditional writes, for exactly one writing process
     /// ([`S3Config::single_writer`]; read its caveats first).
     #[must_use]

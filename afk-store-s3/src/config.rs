@@ -2,44 +2,46 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
+pub use afk_core::config::Secret;
+use afk_core::config::{Backend, StoreConfig, StoreUrl};
 use afk_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
-/// The URL scheme of this store: `s3://bucket/prefix?…`.
-pub const SCHEME: &str = "s3";
+use crate::S3Store;
 
-/// A secret string: serialized as is (so a config file round-trips), never shown by `Debug`.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
+/// The URL scheme of this store: `s3://bucket/prefix?…` (from [`Backend::schemes`], the one
+/// scheme table).
+pub const SCHEME: &str = Backend::S3.schemes()[0];
 
-impl Secret {
-    /// Wrap a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The secret itself. Only for handing it to the credentials provider.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
+/// The query parameters of a `s3://` URL, in the order the unknown-parameter message lists them.
+pub const PARAMETERS: &[&str] = &[
+    "endpoint",
+    "region",
+    "force_path_style",
+    "access_key_id",
+    "secret_access_key",
+    "session_token",
+    "single_writer",
+    "create_bucket",
+    "connect_timeout_ms",
+    "attempt_timeout_ms",
+    "operation_timeout_ms",
+    "max_attempts",
+];
 
 /// Configuration of an [`S3Store`](crate::S3Store).
 ///
-/// Parsed from `s3://bucket/prefix?endpoint=…&region=…&force_path_style=true&access_key_id=…&secret_access_key=…&single_writer=true&create_bucket=true`
+/// Parsed from `s3://bucket/prefix?endpoint=…&region=…&force_path_style=true&access_key_id=…&secret_access_key=…&session_token=…&single_writer=true&create_bucket=true`
 /// plus the request bounds `connect_timeout_ms`, `attempt_timeout_ms`, `operation_timeout_ms`
-/// and `max_attempts` (every query parameter optional) or deserialized with serde. Without `access_key_id` and
-/// `secret_access_key` the standard AWS credentials chain is used (environment, profile files,
-/// web identity, container and instance metadata, `credential_process`). `Debug` never shows
-/// the secret key.
+/// (durations; a bare number is milliseconds) and `max_attempts` (every query parameter
+/// optional; the grammar of [`afk_core::config::Query`]) or deserialized with serde. Without
+/// `access_key_id` and `secret_access_key` the standard AWS credentials chain is used
+/// (environment, profile files, web identity, container and instance metadata,
+/// `credential_process`). The secret key and session token are [`Secret`]s: `Debug`,
+/// `Serialize` and error messages show `***` (a serialized configuration cannot be read back
+/// with them; see [`Secret`]); `Debug` hides the access key id too.
 ///
 /// Built with [`S3Config::new`] (or parsed), then adjusted with the `with_*` setters (or field
 /// by field); the struct is `#[non_exhaustive]`, so a new option is not a breaking change:
@@ -87,6 +89,10 @@ pub struct S3Config {
     /// Static secret access key; set together with `access_key_id`.
     #[serde(default)]
     pub secret_access_key: Option<Secret>,
+    /// Session token of temporary credentials (AWS STS), with `access_key_id` and
+    /// `secret_access_key`.
+    #[serde(default)]
+    pub session_token: Option<Secret>,
     /// Allow opening a service that does not honor conditional writes. Only safe when exactly
     /// one process ever writes to this prefix: fencing and head swaps are then not atomic, so
     /// writers in different processes are not fenced against each other (see the crate docs).
@@ -134,6 +140,7 @@ impl fmt::Debug for S3Config {
             .field("force_path_style", &self.force_path_style)
             .field("access_key_id", &self.access_key_id.as_ref().map(|_| "***"))
             .field("secret_access_key", &self.secret_access_key)
+            .field("session_token", &self.session_token)
             .field("single_writer", &self.single_writer)
             .field("create_bucket", &self.create_bucket)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
@@ -155,6 +162,7 @@ impl S3Config {
             force_path_style: false,
             access_key_id: None,
             secret_access_key: None,
+            session_token: None,
             single_writer: false,
             create_bucket: false,
             connect_timeout_ms: None,
@@ -166,50 +174,33 @@ impl S3Config {
 
     /// Parse an `s3://bucket/prefix?…` URL (see the type docs for the parameters).
     ///
-    /// Errors: `InvalidConfig` naming the offending part. Error messages never repeat the URL,
-    /// which may carry a secret.
+    /// Errors: `InvalidConfig` naming the offending part. Error messages show the URL only
+    /// with its secrets hidden.
     pub fn from_url(url: &str) -> Result<Self> {
-        let parsed = url::Url::parse(url)
-            .map_err(|e| Error::invalid_config(format!("not a valid s3:// URL: {e}")))?;
-        if parsed.scheme() != SCHEME {
-            return Err(Error::invalid_config(format!(
-                "URL scheme is {:?}, expected \"{SCHEME}\"",
-                parsed.scheme()
-            )));
-        }
-        if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(Error::invalid_config(
+        let url = StoreUrl::parse(url, Backend::S3, PARAMETERS)?;
+        if url.has_credentials() {
+            return Err(url.invalid(
                 "put credentials in access_key_id / secret_access_key query parameters, not in the URL authority",
             ));
         }
-        let bucket = parsed.host_str().unwrap_or_default();
-        let mut cfg = S3Config::new(bucket);
-        cfg.prefix = parsed.path().trim_matches('/').to_owned();
-        for (name, value) in parsed.query_pairs() {
-            let value = value.into_owned();
-            match name.as_ref() {
-                "endpoint" => cfg.endpoint = Some(value),
-                "region" => cfg.region = Some(value),
-                "force_path_style" => cfg.force_path_style = parse_bool(&name, &value)?,
-                "access_key_id" => cfg.access_key_id = Some(value),
-                "secret_access_key" => cfg.secret_access_key = Some(Secret(value)),
-                "single_writer" => cfg.single_writer = parse_bool(&name, &value)?,
-                "create_bucket" => cfg.create_bucket = parse_bool(&name, &value)?,
-                "connect_timeout_ms" => cfg.connect_timeout_ms = Some(parse_num(&name, &value)?),
-                "attempt_timeout_ms" => cfg.attempt_timeout_ms = Some(parse_num(&name, &value)?),
-                "operation_timeout_ms" => {
-                    cfg.operation_timeout_ms = Some(parse_num(&name, &value)?)
-                }
-                "max_attempts" => cfg.max_attempts = Some(parse_num(&name, &value)?),
-                other => {
-                    return Err(Error::invalid_config(format!(
-                        "unknown s3:// URL parameter {other:?}; known: endpoint, region, \
-                         force_path_style, access_key_id, secret_access_key, single_writer, create_bucket, \
-                         connect_timeout_ms, attempt_timeout_ms, operation_timeout_ms, max_attempts"
-                    )));
-                }
-            }
+        if url.authority().is_empty() {
+            return Err(url.missing("bucket"));
         }
+        let mut cfg = S3Config::new(url.authority());
+        cfg.prefix = url.path().trim_matches('/').to_owned();
+        let q = url.query();
+        cfg.endpoint = q.str("endpoint").map(str::to_owned);
+        cfg.region = q.str("region").map(str::to_owned);
+        cfg.access_key_id = q.str("access_key_id").map(str::to_owned);
+        cfg.secret_access_key = q.secret("secret_access_key");
+        cfg.session_token = q.secret("session_token");
+        cfg.force_path_style = q.bool("force_path_style")?.unwrap_or(false);
+        cfg.single_writer = q.bool("single_writer")?.unwrap_or(false);
+        cfg.create_bucket = q.bool("create_bucket")?.unwrap_or(false);
+        cfg.connect_timeout_ms = q.duration("connect_timeout_ms")?.map(millis);
+        cfg.attempt_timeout_ms = q.duration("attempt_timeout_ms")?.map(millis);
+        cfg.operation_timeout_ms = q.duration("operation_timeout_ms")?.map(millis);
+        cfg.max_attempts = q.number("max_attempts")?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -243,6 +234,11 @@ impl S3Config {
                 "set both access_key_id and secret_access_key, or neither (to use the AWS credentials chain)",
             ));
         }
+        if self.session_token.is_some() && self.access_key_id.is_none() {
+            return Err(Error::invalid_config(
+                "session_token goes with access_key_id and secret_access_key",
+            ));
+        }
         for (name, ms) in [
             ("connect_timeout_ms", self.connect_timeout_ms),
             ("attempt_timeout_ms", self.attempt_timeout_ms),
@@ -273,25 +269,31 @@ impl S3Config {
 
 impl FromStr for S3Config {
     type Err = Error;
+
+    /// Same as [`S3Config::from_url`].
     fn from_str(s: &str) -> Result<Self> {
         S3Config::from_url(s)
     }
 }
 
-fn parse_num<T: FromStr>(name: &str, value: &str) -> Result<T> {
-    value.parse().map_err(|_| {
-        Error::invalid_config(format!("parameter {name} must be a non-negative integer"))
-    })
+#[async_trait::async_trait]
+impl StoreConfig for S3Config {
+    type Store = S3Store;
+    const BACKEND: Backend = Backend::S3;
+
+    fn validate(&self) -> Result<()> {
+        S3Config::validate(self)
+    }
+
+    /// [`S3Store::open`].
+    async fn open(self) -> Result<S3Store> {
+        S3Store::open(self).await
+    }
 }
 
-fn parse_bool(name: &str, value: &str) -> Result<bool> {
-    match value {
-        "true" | "1" | "yes" => Ok(true),
-        "false" | "0" | "no" => Ok(false),
-        _ => Err(Error::invalid_config(format!(
-            "parameter {name} must be true or false"
-        ))),
-    }
+/// A duration of the URL grammar as whole milliseconds (it has no finer unit).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -362,11 +364,28 @@ mod tests {
     }
 
     #[test]
-    fn serde_round_trips() {
-        let cfg =
-            S3Config::from_url("s3://bkt/p?access_key_id=a&secret_access_key=b&region=r").unwrap();
+    fn serde_round_trips_without_credentials_and_never_writes_them() {
+        let cfg = S3Config::from_url("s3://bkt/p?region=r&max_attempts=2").unwrap();
         let json = serde_json::to_string(&cfg).unwrap();
         let back: S3Config = serde_json::from_str(&json).unwrap();
         assert_eq!(back, cfg);
+        let cfg = S3Config::from_url(
+            "s3://bkt/p?access_key_id=AKIDXYZ&secret_access_key=s3cr3t&session_token=t0k3n",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.session_token.as_ref().map(Secret::expose),
+            Some("t0k3n")
+        );
+        let json = serde_json::to_string(&cfg).unwrap();
+        assert!(
+            !json.contains("s3cr3t") && !json.contains("t0k3n"),
+            "{json}"
+        );
+        assert!(serde_json::from_str::<S3Config>(&json).is_err());
+        let dbg = format!("{cfg:?}");
+        assert!(!dbg.contains("s3cr3t") && !dbg.contains("t0k3n"), "{dbg}");
+        let e = S3Config::from_url("s3://bkt?session_token=t0k3n").unwrap_err();
+        assert!(e.message().contains("session_token"), "{e}");
     }
 }

@@ -178,4 +178,22 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn mapped_errors_say_each_thing_once() {
+        let timeout: SdkError<PutObjectError, HttpResponse> =
+            SdkError::timeout_error(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let mut errors = vec![
+            classify(timeout, "bkt", "PutObject").into_error("bkt", "PutObject"),
+            dispatch(std::io::ErrorKind::ConnectionReset).into_error("bkt", "PutObject"),
+            Failure::Precondition.into_error("bkt", "PutObject"),
+            Failure::Missing.into_error("bkt", "GetObject"),
+        ];
+        // As the checkpoint writer hands a failed run's error to a second caller.
+        errors.push(errors[0].clone());
+        for e in errors {
+            let s = e.to_string();
+            assert_eq!(afk_core::repeated_phrase(&s, 12), None, "{s}");
+        }
+    }
 }

@@ -15,7 +15,7 @@ mod threads;
 
 pub use config::{
     DEFAULT_ATTEMPT_TIMEOUT_MS, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_OPERATION_TIMEOUT_MS, S3Config, SCHEME, Secret,
+    DEFAULT_OPERATION_TIMEOUT_MS, PARAMETERS, S3Config, SCHEME, Secret,
 };
 pub use ops::S3Traffic;
 pub use store::{MAX_VALUE_SIZE, S3Store};

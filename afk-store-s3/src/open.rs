@@ -40,7 +40,7 @@ pub(crate) async fn client(cfg: &S3Config) -> Result<Client> {
         loader = loader.credentials_provider(Credentials::new(
             id.clone(),
             secret.expose().to_owned(),
-            None,
+            cfg.session_token.as_ref().map(|t| t.expose().to_owned()),
             None,
             "afk-s3-config",
         ));

@@ -3,35 +3,30 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use afk_core::redact::redact_urls;
+use afk_core::config::Backend;
+#[cfg(any(feature = "rocksdb", feature = "redis", feature = "s3"))]
+use afk_core::config::StoreConfig;
 use afk_core::{Error, MemoryStore, Result, store::Store};
-
-/// The URL schemes [`open`] knows, with the Cargo feature each needs (`None`: always there).
-const SCHEMES: [(&str, Option<&str>); 7] = [
-    ("memory", None),
-    ("rocksdb", Some("rocksdb")),
-    ("redis", Some("redis")),
-    ("rediss", Some("redis")),
-    ("redis+cluster", Some("redis")),
-    ("rediss+cluster", Some("redis")),
-    ("s3", Some("s3")),
-];
 
 /// Open the store a URL names:
 ///
 /// | URL | store | feature |
 /// | --- | --- | --- |
 /// | `memory://` or `memory://<name>` | a process-local [`MemoryStore`]; the same name gives the same store within this process | always |
-/// | `rocksdb:///abs/path`, `rocksdb://./rel/path` | `RocksDbStore` (options as query parameters) | `rocksdb` (default) |
+/// | `rocksdb:///abs/path`, `rocksdb://./rel/path` | `RocksDbStore` | `rocksdb` (default) |
 /// | `redis://`, `rediss://`, `redis+cluster://`, `rediss+cluster://` | `RedisStore` | `redis` |
-/// | `s3://bucket/prefix?…` | `S3Store` | `s3` |
+/// | `s3://bucket/prefix` | `S3Store` | `s3` |
 ///
-/// Each backend parses the rest of its URL itself (see its config type).
+/// The schemes are those of [`Backend`] (the one scheme table). Each store's configuration
+/// parses the rest of its URL with the shared parser ([`afk_core::config::StoreUrl`]); the
+/// crate README lists every query parameter. Every store opens the same way here:
+/// [`StoreConfig::open`] of its configuration (RocksDB opens on a blocking thread).
 ///
 /// Errors: `Unsupported` naming the Cargo feature to enable when the scheme's backend is not
-/// compiled in; `InvalidConfig` for a URL without a scheme or with an unknown one (the message
-/// shows the URL with any password replaced by `***`, see [`redact_urls`]); the backend's own
-/// errors when it cannot open (`InvalidConfig`, `Unavailable`, …).
+/// compiled in; `InvalidConfig` for a URL without a scheme, with an unknown one, or with a bad
+/// part (the message shows the URL with its secrets replaced by `***`, see
+/// [`afk_core::redact::redact_urls`]); the backend's own errors when it cannot open
+/// (`InvalidConfig`, `Unavailable`, …).
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
     open_as(url, true).await
 }
@@ -48,40 +43,39 @@ pub async fn open_existing(url: &str) -> Result<Arc<dyn Store>> {
 
 async fn open_as(url: &str, create: bool) -> Result<Arc<dyn Store>> {
     let url = url.trim();
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(Error::invalid_config(format!(
-            "store URL {} has no scheme; expected one of {}",
-            redact_urls(url),
-            known_schemes()
-        )));
-    };
-    let scheme = scheme.to_ascii_lowercase();
-    let Some((_, feature)) = SCHEMES.iter().find(|(s, _)| *s == scheme) else {
-        return Err(Error::invalid_config(format!(
-            "store URL {} has an unknown scheme `{scheme}`; expected one of {}",
-            redact_urls(url),
-            known_schemes()
-        )));
-    };
-    match (scheme.as_str(), feature) {
-        ("memory", _) => Ok(memory(rest)),
-        ("rocksdb", _) if cfg!(feature = "rocksdb") => open_rocksdb(url, create).await,
-        ("s3", _) if cfg!(feature = "s3") => open_s3(url).await,
-        (_, Some("redis")) if cfg!(feature = "redis") => open_redis(url).await,
-        (_, feature) => Err(Error::unsupported(format!(
-            "store URL scheme `{scheme}` needs the `{f}` Cargo feature of the `afk` crate \
-             (afk = {{ features = [\"{f}\"] }}, or `cargo install afk-cli --features {f}` for the command line)",
-            f = feature.unwrap_or("?"),
-        ))),
+    #[cfg(not(feature = "rocksdb"))]
+    let _ = create; // Only RocksDB creates a store by opening it.
+    match Backend::of_url(url)? {
+        Backend::Memory => Ok(memory(url.split_once("://").map_or("", |(_, rest)| rest))),
+        #[cfg(feature = "rocksdb")]
+        Backend::RocksDb => {
+            let mut config: afk_store_rocksdb::RocksDbConfig = url.parse()?;
+            // `create` only ever takes creation away: `create=false` in the URL stands.
+            config.create_if_missing &= create;
+            Ok(Arc::new(config.open().await?))
+        }
+        #[cfg(feature = "redis")]
+        Backend::Redis => open_url::<afk_store_redis::RedisConfig>(url).await,
+        #[cfg(feature = "s3")]
+        Backend::S3 => open_url::<afk_store_s3::S3Config>(url).await,
+        backend => {
+            let f = backend.feature().unwrap_or("?");
+            Err(Error::unsupported(format!(
+                "store URL scheme `{}://` needs the `{f}` Cargo feature of the `afk` crate \
+                 (afk = {{ features = [\"{f}\"] }}, or `cargo install afk-cli --features {f}` for the command line)",
+                url.split_once("://")
+                    .map_or("", |(s, _)| s)
+                    .to_ascii_lowercase(),
+            )))
+        }
     }
 }
 
-fn known_schemes() -> String {
-    SCHEMES
-        .iter()
-        .map(|(s, _)| format!("{s}://"))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Parse `url` as a `C` and open it.
+#[cfg(any(feature = "redis", feature = "s3"))]
+async fn open_url<C: StoreConfig>(url: &str) -> Result<Arc<dyn Store>> {
+    let config: C = url.parse()?;
+    Ok(Arc::new(config.open().await?))
 }
 
 /// The named in-memory stores of this process.
@@ -92,42 +86,6 @@ fn memory(name: &str) -> Arc<dyn Store> {
     map.entry(name.trim_end_matches('/').to_owned())
         .or_insert_with(|| Arc::new(MemoryStore::new()))
         .clone()
-}
-
-#[cfg(feature = "rocksdb")]
-async fn open_rocksdb(url: &str, create: bool) -> Result<Arc<dyn Store>> {
-    let mut config = afk_store_rocksdb::RocksDbConfig::from_url(url)?;
-    // `create` only ever takes creation away: `create=false` in the URL stands.
-    config.create_if_missing &= create;
-    let store = tokio::task::spawn_blocking(move || afk_store_rocksdb::RocksDbStore::open(config))
-        .await
-        .map_err(|e| Error::unexpected("opening RocksDB panicked").with_source(e))??;
-    Ok(Arc::new(store))
-}
-
-#[cfg(not(feature = "rocksdb"))]
-async fn open_rocksdb(_url: &str, _create: bool) -> Result<Arc<dyn Store>> {
-    Err(Error::unexpected("rocksdb is not compiled in"))
-}
-
-#[cfg(feature = "redis")]
-async fn open_redis(url: &str) -> Result<Arc<dyn Store>> {
-    Ok(Arc::new(afk_store_redis::RedisStore::from_url(url).await?))
-}
-
-#[cfg(not(feature = "redis"))]
-async fn open_redis(_url: &str) -> Result<Arc<dyn Store>> {
-    Err(Error::unexpected("redis is not compiled in"))
-}
-
-#[cfg(feature = "s3")]
-async fn open_s3(url: &str) -> Result<Arc<dyn Store>> {
-    Ok(Arc::new(afk_store_s3::S3Store::from_url(url).await?))
-}
-
-#[cfg(not(feature = "s3"))]
-async fn open_s3(_url: &str) -> Result<Arc<dyn Store>> {
-    Err(Error::unexpected("s3 is not compiled in"))
 }
 
 #[cfg(test)]

@@ -407,10 +407,7 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
     /// faults aimed at [`Op::CommitBatch`] (which fail every commit of the batch).
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
         if let Err(e) = self.enter(Op::CommitBatch).await {
-            return commits
-                .iter()
-                .map(|_| Err(Error::new(e.kind(), e.message())))
-                .collect();
+            return commits.iter().map(|_| Err(e.clone())).collect();
         }
         let mut out = Vec::with_capacity(commits.len());
         for c in commits {

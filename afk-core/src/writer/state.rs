@@ -154,14 +154,10 @@ impl State {
     }
 }
 
-/// The error returned for a run that failed earlier: same kind, message and key, with the
-/// original as its source.
+/// The error returned for a run that failed earlier: the same error again (kind, message, key
+/// and source), not a wrapper that would say it twice.
 pub(crate) fn replay(e: &Arc<Error>) -> Error {
-    let mut out = Error::new(e.kind(), e.message()).with_source(e.clone());
-    if let Some(key) = e.key() {
-        out = out.with_key(key);
-    }
-    out
+    Error::clone(e)
 }
 
 /// The error for calls that can no longer be served because the background task is gone.

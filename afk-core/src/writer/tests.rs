@@ -607,3 +607,58 @@ async fn no_retry_policy_fails_at_the_first_error() {
     );
     assert_eq!(fs.calls(Op::Commit), 1);
 }
+
+/// Every way a write fails says each thing once: the fault store's crash and injected failure,
+/// the retry wrapper giving up, and the writer reporting a failed run again to a later caller.
+#[tokio::test(start_paused = true)]
+async fn failed_writes_say_each_thing_once() {
+    let says_once = |e: &Error| {
+        let s = e.to_string();
+        assert_eq!(crate::repeated_phrase(&s, 12), None, "{s}");
+        s
+    };
+    // The fault store crashed (what the demo shows), first answer and replayed answers.
+    let (fs, w) = writer(CheckpointConfig::default());
+    let (t, r) = (tid("t1"), rid("r1"));
+    let e = claimed(&fs, &t, &r).await;
+    fs.crash_after_commits(0, crate::store::CrashMode::Down);
+    w.submit(record(&t, &r, e, 0, "pre_llm"), false)
+        .await
+        .unwrap();
+    let first = w
+        .flush(&t, &r, e, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        says_once(&first).starts_with("unavailable: FaultStore: "),
+        "{first}"
+    );
+    let again = w.barrier(&t, &r, e).await.unwrap_err();
+    assert_eq!(says_once(&again), first.to_string());
+    let refused = w
+        .submit(record(&t, &r, e, 1, "pre_llm"), false)
+        .await
+        .unwrap_err();
+    says_once(&refused);
+    says_once(&w.shutdown(Duration::from_secs(1)).await.unwrap_err());
+
+    // The retry wrapper gives up after its attempts.
+    let fs = Arc::new(FaultStore::new(MemoryStore::new()));
+    let e = claimed(&fs, &t, &r).await;
+    fs.fail_with_probability(Some(Op::Commit), 1.0, 1, ErrorKind::Unavailable);
+    let retry = crate::store::RetryStore::from_arc(
+        fs.clone(),
+        RetryPolicy::default().with_max_attempts(3),
+        RandomSource::seeded(1),
+    );
+    let gave_up = retry
+        .commit(&record(&t, &r, e, 0, "pre_llm"))
+        .await
+        .unwrap_err();
+    assert!(
+        says_once(&gave_up).contains("injected failure"),
+        "{gave_up}"
+    );
+    let batch = retry.commit_batch(&[record(&t, &r, e, 0, "pre_llm")]).await;
+    says_once(batch[0].as_ref().unwrap_err());
+}
