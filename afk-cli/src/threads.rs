@@ -3,7 +3,8 @@
 
 use std::process::ExitCode;
 
-use afk_core::store::StoreExt;
+use afk_core::ThreadId;
+use afk_core::store::{Store, StoreExt};
 use serde_json::json;
 
 use super::output::{Ctx, Report, table, utc};
@@ -50,22 +51,7 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
         let mut rows = Vec::new();
         for (i, thread) in threads.iter().enumerate() {
             progress.tick("reading threads", i, Some(threads.len()));
-            let mut row = Row {
-                thread: thread.to_string(),
-                ..Row::default()
-            };
-            for run in store.list_runs(thread).await? {
-                let st = run_status(store.as_ref(), thread, &run).await?;
-                row.runs += 1;
-                match st.state.as_str() {
-                    "paused" => row.paused += 1,
-                    "uncertain" => row.uncertain += 1,
-                    "failed" | "unreadable" => row.failed += 1,
-                    "in_progress" | "suspended" | "claimed" => row.in_progress += 1,
-                    _ => {}
-                }
-                row.last_activity_ms = row.last_activity_ms.max(st.timestamp_ms);
-            }
+            let row = thread_row(store.as_ref(), thread).await?;
             if row.runs > 0 {
                 rows.push(row);
             }
@@ -85,32 +71,7 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
         if rows.is_empty() {
             human.push_str(&format!("no threads in {store_name}\n"));
         } else {
-            let cells: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.thread.clone(),
-                        r.runs.to_string(),
-                        r.paused.to_string(),
-                        r.uncertain.to_string(),
-                        r.failed.to_string(),
-                        r.in_progress.to_string(),
-                        r.last_activity_ms.map_or_else(|| "-".to_owned(), utc),
-                    ]
-                })
-                .collect();
-            human.push_str(&table(
-                &[
-                    "THREAD",
-                    "RUNS",
-                    "PAUSED",
-                    "UNCERTAIN",
-                    "FAILED",
-                    "IN_PROGRESS",
-                    "LAST_ACTIVITY",
-                ],
-                &cells,
-            ));
+            human.push_str(&rows_table(&rows));
         }
         let mut doc = json!({"store": store_name, "threads": rows});
         if let Some((added, removed)) = rebuilt {
@@ -120,14 +81,68 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
     })
 }
 
+/// One thread's row: its runs counted by state, and its newest activity.
+async fn thread_row(store: &dyn Store, thread: &ThreadId) -> afk_core::Result<Row> {
+    let mut row = Row {
+        thread: thread.to_string(),
+        ..Row::default()
+    };
+    for run in store.list_runs(thread).await? {
+        let st = run_status(store, thread, &run).await?;
+        row.runs += 1;
+        match st.state.as_str() {
+            "paused" => row.paused += 1,
+            "uncertain" => row.uncertain += 1,
+            "failed" | "unreadable" => row.failed += 1,
+            "in_progress" | "suspended" | "claimed" => row.in_progress += 1,
+            _ => {}
+        }
+        row.last_activity_ms = row.last_activity_ms.max(st.timestamp_ms);
+    }
+    Ok(row)
+}
+
+/// The rows as a table for people.
+fn rows_table(rows: &[Row]) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.thread.clone(),
+                r.runs.to_string(),
+                r.paused.to_string(),
+                r.uncertain.to_string(),
+                r.failed.to_string(),
+                r.in_progress.to_string(),
+                r.last_activity_ms.map_or_else(|| "-".to_owned(), utc),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "THREAD",
+            "RUNS",
+            "PAUSED",
+            "UNCERTAIN",
+            "FAILED",
+            "IN_PROGRESS",
+            "LAST_ACTIVITY",
+        ],
+        &cells,
+    )
+}
+
 /// `--rebuild-index`: (threads added, threads removed). Only Redis keeps a thread index; the
 /// other stores list threads from their data and have nothing to rebuild.
 async fn rebuild_index(url: &str) -> afk_core::Result<(u64, u64)> {
-    let backend = afk_core::config::Backend::of_url(url)?;
-    if backend != afk_core::config::Backend::Redis {
+    let scheme = url
+        .split_once("://")
+        .map_or("", |(s, _)| s)
+        .to_ascii_lowercase();
+    if !scheme.starts_with("redis") {
         return Err(afk_core::Error::unsupported(format!(
-            "--rebuild-index is for Redis stores; a {backend} store lists threads from its \
-             data and keeps no index"
+            "--rebuild-index is for Redis stores; `{scheme}://` lists threads from its data \
+             and keeps no index"
         )));
     }
     #[cfg(feature = "redis")]

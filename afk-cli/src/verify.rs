@@ -11,10 +11,10 @@
 
 use std::process::ExitCode;
 
-use afk_core::store::StoreExt;
-use afk_core::verify::{NoteKind, verify_run};
-use afk_core::{Error, ThreadId};
-use serde_json::json;
+use afk_core::store::{Store, StoreExt};
+use afk_core::verify::{self, Note, NoteKind, verify_run};
+use afk_core::{Error, RunId, ThreadId};
+use serde_json::{Value, json};
 
 use super::common::ids;
 use super::output::{Ctx, Report, wl};
@@ -39,25 +39,7 @@ pub struct Args {
 pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
     let progress = ctx.progress();
     ctx.run("verify", |store| async move {
-        let mut targets: Vec<(ThreadId, afk_core::RunId)> = Vec::new();
-        match &args.thread {
-            Some(t) => {
-                let (thread, run) = ids(t, args.run.as_deref())?;
-                let runs = match run {
-                    Some(r) => vec![r],
-                    None => store.list_runs(&thread).await?,
-                };
-                targets.extend(runs.into_iter().map(|r| (thread.clone(), r)));
-            }
-            None if args.all => {
-                for thread in store.list_all_threads().await? {
-                    for r in store.list_runs(&thread).await? {
-                        targets.push((thread.clone(), r));
-                    }
-                }
-            }
-            None => return Err(Error::invalid_input("say --thread T or --all")),
-        }
+        let targets = targets(store.as_ref(), &args).await?;
         let (mut problems, mut uncertain) = (0, 0);
         let mut o = String::new();
         let mut docs = Vec::new();
@@ -70,39 +52,10 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
             } else {
                 run.to_string()
             };
-            for p in &report.problems {
-                wl!(o, "PROBLEM {name}: {p}");
-            }
-            for u in report.uncertain() {
-                wl!(o, "uncertain {name}: {u}");
-            }
-            let others: Vec<_> = report
-                .notes
-                .iter()
-                .filter(|n| n.kind != NoteKind::UncertainEffect)
-                .collect();
-            for n in &others {
-                wl!(o, "note {name}: {n}");
-            }
-            if report.is_clean() {
-                wl!(o, "ok {name}");
-            }
+            say_run(&mut o, &name, &report);
             problems += report.problems.len();
             uncertain += report.uncertain().count();
-            docs.push(json!({
-                "thread": thread.as_str(),
-                "run": run.as_str(),
-                "ok": report.is_clean(),
-                "problems": report.problems.iter().map(|p| json!({
-                    "kind": format!("{:?}", p.kind), "key": p.key, "message": p.message,
-                })).collect::<Vec<_>>(),
-                "uncertain": report.uncertain().map(|n| json!({
-                    "key": n.key, "message": n.message,
-                })).collect::<Vec<_>>(),
-                "notes": others.iter().map(|n| json!({
-                    "key": n.key, "message": n.message,
-                })).collect::<Vec<_>>(),
-            }));
+            docs.push(run_doc(thread, run, &report));
         }
         progress.done();
         wl!(
@@ -115,5 +68,73 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
         let mut report = Report::ok(doc, o);
         report.failed = problems > 0;
         Ok(report)
+    })
+}
+
+/// The runs to check: `--run` of `--thread`, every run of `--thread`, or with `--all` every
+/// run of every thread.
+async fn targets(store: &dyn Store, args: &Args) -> afk_core::Result<Vec<(ThreadId, RunId)>> {
+    let mut targets: Vec<(ThreadId, RunId)> = Vec::new();
+    match &args.thread {
+        Some(t) => {
+            let (thread, run) = ids(t, args.run.as_deref())?;
+            let runs = match run {
+                Some(r) => vec![r],
+                None => store.list_runs(&thread).await?,
+            };
+            targets.extend(runs.into_iter().map(|r| (thread.clone(), r)));
+        }
+        None if args.all => {
+            for thread in store.list_all_threads().await? {
+                for r in store.list_runs(&thread).await? {
+                    targets.push((thread.clone(), r));
+                }
+            }
+        }
+        None => return Err(Error::invalid_input("say --thread T or --all")),
+    }
+    Ok(targets)
+}
+
+/// The notes of a run's report other than its uncertain effects.
+fn other_notes(report: &verify::Report) -> Vec<&Note> {
+    report
+        .notes
+        .iter()
+        .filter(|n| n.kind != NoteKind::UncertainEffect)
+        .collect()
+}
+
+/// The `PROBLEM`, `uncertain`, `note` and `ok` lines of the run called `name`.
+fn say_run(o: &mut String, name: &str, report: &verify::Report) {
+    for p in &report.problems {
+        wl!(o, "PROBLEM {name}: {p}");
+    }
+    for u in report.uncertain() {
+        wl!(o, "uncertain {name}: {u}");
+    }
+    for n in &other_notes(report) {
+        wl!(o, "note {name}: {n}");
+    }
+    if report.is_clean() {
+        wl!(o, "ok {name}");
+    }
+}
+
+/// A run's entry in `runs` of the JSON document.
+fn run_doc(thread: &ThreadId, run: &RunId, report: &verify::Report) -> Value {
+    json!({
+        "thread": thread.as_str(),
+        "run": run.as_str(),
+        "ok": report.is_clean(),
+        "problems": report.problems.iter().map(|p| json!({
+            "kind": format!("{:?}", p.kind), "key": p.key, "message": p.message,
+        })).collect::<Vec<_>>(),
+        "uncertain": report.uncertain().map(|n| json!({
+            "key": n.key, "message": n.message,
+        })).collect::<Vec<_>>(),
+        "notes": other_notes(report).iter().map(|n| json!({
+            "key": n.key, "message": n.message,
+        })).collect::<Vec<_>>(),
     })
 }

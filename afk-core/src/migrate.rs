@@ -187,6 +187,44 @@ struct Plan {
 /// Read the run and plan its migration; `None` when it has no v1 record.
 async fn plan(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result<Option<Plan>> {
     let lk = latest_key(run);
+    let (mut v1, has_v2_log) = read_checkpoints(store, thread, run).await?;
+    if v1.is_empty() {
+        return Ok(None);
+    }
+    let mut log = read_log(store, thread, run).await?;
+    let existing = log.len();
+    // Step order, the latest pointer after the step records of its step.
+    v1.sort_by_key(|(k, r)| (r.step, *k == lk, k.clone()));
+    let (mut records, mut latest, mut inline) = (Vec::new(), None, 0);
+    for (key, rec) in v1 {
+        let (bytes, kept_inline) = migrate_record(&mut log, rec, !has_v2_log)?;
+        inline += usize::from(kept_inline);
+        if key == lk {
+            latest = Some(bytes);
+        } else {
+            records.push((key, bytes));
+        }
+    }
+    let n_records = records.len() + usize::from(latest.is_some());
+    let entries = encode_entries(run, &log[existing..])?;
+    let done = Migration {
+        records: n_records,
+        log_entries: entries.len(),
+        inline,
+        written: false,
+    };
+    let mut puts = entries;
+    puts.extend(records);
+    Ok(Some(Plan { puts, latest, done }))
+}
+
+/// The run's v1 checkpoint records (the latest pointer among them when it is v1), and whether
+/// a v2 snapshot of the run references a transcript log (our runner writes the log).
+async fn read_checkpoints(
+    store: &dyn Store,
+    thread: &ThreadId,
+    run: &RunId,
+) -> Result<(Vec<(String, CheckpointRecord)>, bool)> {
     let mut v1: Vec<(String, CheckpointRecord)> = Vec::new();
     let mut has_v2_log = false;
     for key in store.list_all(thread, &checkpoint_prefix(run)).await? {
@@ -200,74 +238,73 @@ async fn plan(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result<Optio
             has_v2_log = true;
         }
     }
-    if v1.is_empty() {
-        return Ok(None);
-    }
+    Ok((v1, has_v2_log))
+}
+
+/// The run's transcript log as stored, in index order.
+async fn read_log(
+    store: &dyn Store,
+    thread: &ThreadId,
+    run: &RunId,
+) -> Result<Vec<TranscriptEntry>> {
     let mut log = Vec::new();
     for key in store.list_all(thread, &messages_prefix(run)).await? {
         if let Some(bytes) = store.get(thread, &key).await? {
             log.push(normalize_transcript_entry(&bytes, &key)?);
         }
     }
-    let existing = log.len();
-    // Step order, the latest pointer after the step records of its step.
-    v1.sort_by_key(|(k, r)| (r.step, *k == lk, k.clone()));
-    let (mut records, mut latest, mut inline) = (Vec::new(), None, 0);
-    for (key, rec) in v1 {
-        // `v1_to_v2` moves the inline messages and records into one entry; they go into the
-        // shared log.
-        let migrated = v1_to_v2(rec);
-        let (msgs, recs) = match migrated.transcript.into_iter().next() {
-            Some(e) => (
-                e.messages,
-                StepRecords {
-                    tool_executions: e.tool_executions,
-                    subagent_executions: e.subagent_executions,
-                    skill_reads: e.skill_reads,
-                    skill_command_executions: e.skill_command_executions,
-                },
-            ),
-            None => (Vec::new(), StepRecords::default()),
-        };
-        let mut m = migrated.record;
-        if let PhasePayload::RuntimeState(s) = &mut m.payload {
-            match place(&mut log, &msgs, &recs, m.step, !has_v2_log) {
-                Some(tref) => s.transcript = Some(tref),
-                None => {
-                    s.transcript = None;
-                    s.messages = Some(msgs);
-                    s.tool_executions = recs.tool_executions;
-                    s.subagent_executions = recs.subagent_executions;
-                    s.skill_reads = recs.skill_reads;
-                    s.skill_command_executions = recs.skill_command_executions;
-                    inline += 1;
-                }
+    Ok(log)
+}
+
+/// One v1 record as v2 bytes. A snapshot's messages and records go into the shared `log`
+/// (appended to it only when `append`) or stay inline: `true` beside the bytes.
+fn migrate_record(
+    log: &mut Vec<TranscriptEntry>,
+    rec: CheckpointRecord,
+    append: bool,
+) -> Result<(Vec<u8>, bool)> {
+    // `v1_to_v2` moves the inline messages and records into one entry; they go into the
+    // shared log.
+    let migrated = v1_to_v2(rec);
+    let (msgs, recs) = match migrated.transcript.into_iter().next() {
+        Some(e) => (
+            e.messages,
+            StepRecords {
+                tool_executions: e.tool_executions,
+                subagent_executions: e.subagent_executions,
+                skill_reads: e.skill_reads,
+                skill_command_executions: e.skill_command_executions,
+            },
+        ),
+        None => (Vec::new(), StepRecords::default()),
+    };
+    let mut m = migrated.record;
+    let mut inline = false;
+    if let PhasePayload::RuntimeState(s) = &mut m.payload {
+        match place(log, &msgs, &recs, m.step, append) {
+            Some(tref) => s.transcript = Some(tref),
+            None => {
+                s.transcript = None;
+                s.messages = Some(msgs);
+                s.tool_executions = recs.tool_executions;
+                s.subagent_executions = recs.subagent_executions;
+                s.skill_reads = recs.skill_reads;
+                s.skill_command_executions = recs.skill_command_executions;
+                inline = true;
             }
         }
-        let bytes = m.to_bytes()?;
-        if key == lk {
-            latest = Some(bytes);
-        } else {
-            records.push((key, bytes));
-        }
     }
-    let n_records = records.len() + usize::from(latest.is_some());
-    let entries: Vec<(String, Vec<u8>)> = log[existing..]
-        .iter()
+    Ok((m.to_bytes()?, inline))
+}
+
+/// The log entries to write, under their keys.
+fn encode_entries(run: &RunId, new: &[TranscriptEntry]) -> Result<Vec<(String, Vec<u8>)>> {
+    new.iter()
         .map(|e| {
             let bytes = serde_json::to_vec(e).map_err(|err| {
                 Error::unexpected("cannot encode a transcript entry").with_source(err)
             })?;
             Ok((messages_key(run, e.index), bytes))
         })
-        .collect::<Result<_>>()?;
-    let done = Migration {
-        records: n_records,
-        log_entries: entries.len(),
-        inline,
-        written: false,
-    };
-    let mut puts = entries;
-    puts.extend(records);
-    Ok(Some(Plan { puts, latest, done }))
+        .collect::<Result<_>>()
 }

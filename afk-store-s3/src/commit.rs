@@ -10,12 +10,13 @@
 use std::borrow::Cow;
 
 use afk_core::store::{Commit, latest_key, validate_commit};
-use afk_core::{Error, ErrorKind, Result};
+use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use futures::{StreamExt, TryStreamExt, stream};
 
 use crate::head::{Head, INLINE_LATEST_MAX, Slot, garbage, new_nonce, object_suffix, pack_suffix};
 use crate::index::Flush;
 use crate::store::{MAX_VALUE_SIZE, PARALLEL, S3Store};
+use crate::swap::Read;
 
 /// `InvalidInput` for a value over [`MAX_VALUE_SIZE`].
 pub(crate) fn check_sizes(commit: &Commit) -> Result<()> {
@@ -175,6 +176,17 @@ fn flushed(head: &Head, flush: Option<&Flush>) -> bool {
     flush.is_some_and(|f| head.segs.iter().any(|s| s.id == f.seg.id))
 }
 
+/// One commit attempt, staged on the head it read: the head slots it writes and the index
+/// segment it flushes.
+struct Attempt<'a> {
+    commit: &'a Commit,
+    /// The head the attempt starts from (empty when the run has none).
+    read: Head,
+    nonce: String,
+    slots: Vec<(String, Slot)>,
+    flush: Option<Flush>,
+}
+
 impl S3Store {
     /// [`afk_core::store::Store::commit`] on S3.
     pub(crate) async fn commit_one(&self, commit: &Commit) -> Result<()> {
@@ -182,21 +194,8 @@ impl S3Store {
         check_sizes(commit)?;
         let (thread, run) = (&commit.thread, &commit.run);
         let empty = commit.puts.is_empty() && commit.latest.is_none();
-        // The cached head only where the swap checks it again: an empty commit swaps nothing,
-        // and a fence check that fails on a cached head is made again on the head as it is.
-        let cached = if empty {
-            None
-        } else {
-            self.heads
-                .take(thread, run)
-                .filter(|(head, _)| check_epoch(commit, head).is_ok())
-        };
-        let from_cache = cached.is_some();
-        let (head, etag) = match cached {
-            Some((head, etag)) => (Some(head), Some(etag)),
-            None => self.read_head(thread, run).await?,
-        };
-        let read = head.clone().unwrap_or_else(Head::empty);
+        let (first, from_cache) = self.commit_head(commit, empty).await?;
+        let read = first.0.clone().unwrap_or_else(Head::empty);
         check_epoch(commit, &read)?;
         if empty {
             return Ok(());
@@ -210,6 +209,85 @@ impl S3Store {
         let flush = self
             .plan_flush(thread, run, &read, &slots, seq, &nonce)
             .await?;
+        let objects = self
+            .write_objects(thread, run, bodies, flush.as_ref())
+            .await?;
+        let attempt = Attempt {
+            commit,
+            read,
+            nonce,
+            slots,
+            flush,
+        };
+        let latest = latest_key(run);
+        let mut superseded: Vec<String> = Vec::new();
+        let swapped = self
+            .swap_head(
+                thread,
+                run,
+                &attempt.nonce,
+                Some(first),
+                from_cache,
+                |current| {
+                    superseded.clear();
+                    let current = current.cloned().unwrap_or_else(Head::empty);
+                    check_epoch(commit, &current)?;
+                    Ok(Some(apply(
+                        &current,
+                        &attempt.read,
+                        &attempt.slots,
+                        attempt.flush.as_ref(),
+                        &latest,
+                        &mut superseded,
+                    )))
+                },
+            )
+            .await;
+        match swapped {
+            Ok(new) => {
+                self.clean_up_landed(&attempt, &superseded, new.as_ref())
+                    .await;
+                Ok(())
+            }
+            Err(e) => {
+                if !e.is_retryable() || e.kind() == ErrorKind::Conflict {
+                    self.discard(objects).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The head a commit starts from, as read (with its ETag), and whether it came from the
+    /// head cache.
+    async fn commit_head(&self, commit: &Commit, empty: bool) -> Result<(Read, bool)> {
+        let (thread, run) = (&commit.thread, &commit.run);
+        // The cached head only where the swap checks it again: an empty commit swaps nothing,
+        // and a fence check that fails on a cached head is made again on the head as it is.
+        let cached = if empty {
+            None
+        } else {
+            self.heads
+                .take(thread, run)
+                .filter(|(head, _)| check_epoch(commit, head).is_ok())
+        };
+        let from_cache = cached.is_some();
+        let first = match cached {
+            Some((head, etag)) => (Some(head), Some(etag)),
+            None => self.read_head(thread, run).await?,
+        };
+        Ok((first, from_cache))
+    }
+
+    /// Write a commit attempt's objects (`bodies`, by suffix) and the segment of its `flush`,
+    /// all at once. Returns their keys; when a write fails, they are discarded.
+    async fn write_objects(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        bodies: Vec<(String, Cow<'_, [u8]>)>,
+        flush: Option<&Flush>,
+    ) -> Result<Vec<String>> {
         let mut objects: Vec<String> = Vec::with_capacity(bodies.len() + 1);
         let mut writes: Vec<_> = Vec::with_capacity(bodies.len() + 1);
         for (suffix, body) in bodies {
@@ -218,7 +296,7 @@ impl S3Store {
             writes.push(self.put_record(key.clone(), body.into_owned()));
             objects.push(key);
         }
-        if let Some(f) = &flush {
+        if let Some(f) = flush {
             let name = self.layout.segment(thread, run, &f.seg.id);
             writes.push(self.put_record(name.clone(), f.body.clone()));
             objects.push(name);
@@ -231,65 +309,46 @@ impl S3Store {
             self.discard(objects).await;
             return Err(e);
         }
-        let latest = latest_key(run);
-        let mut superseded: Vec<String> = Vec::new();
-        let swapped = self
-            .swap_head(
-                thread,
-                run,
-                &nonce,
-                Some((head, etag)),
-                from_cache,
-                |current| {
-                    superseded.clear();
-                    let current = current.cloned().unwrap_or_else(Head::empty);
-                    check_epoch(commit, &current)?;
-                    Ok(Some(apply(
-                        &current,
-                        &read,
-                        &slots,
-                        flush.as_ref(),
-                        &latest,
-                        &mut superseded,
-                    )))
-                },
-            )
-            .await;
-        match swapped {
-            Ok(new) => {
-                let mut old: Vec<String> = superseded
-                    .iter()
-                    .map(|s| self.layout.object(thread, run, s))
-                    .collect();
-                if let Some(f) = &flush {
-                    if new.as_ref().is_some_and(|h| flushed(h, Some(f))) {
-                        self.cache_segment(thread, run, &f.seg.id, f.content.clone());
-                        old.extend(
-                            f.shadowed
-                                .iter()
-                                .map(|s| self.layout.object(thread, run, s)),
-                        );
-                        old.extend(
-                            read.segs
-                                .iter()
-                                .take(f.consumed)
-                                .map(|s| self.layout.segment(thread, run, &s.id)),
-                        );
-                    } else {
-                        // Raced: the head moved, the slots went into its recent keys instead.
-                        old.push(self.layout.segment(thread, run, &f.seg.id));
-                    }
-                }
-                self.discard(old).await;
-                Ok(())
-            }
-            Err(e) => {
-                if !e.is_retryable() || e.kind() == ErrorKind::Conflict {
-                    self.discard(objects).await;
-                }
-                Err(e)
+        Ok(objects)
+    }
+
+    /// After `attempt` swapped in the head `new`: cache the segment it flushed, if the head
+    /// lists it, and discard what the commit made unreachable (the `superseded` objects, and
+    /// with the flush the objects it shadowed and the segments it merged; without it, the
+    /// unused segment).
+    async fn clean_up_landed(
+        &self,
+        attempt: &Attempt<'_>,
+        superseded: &[String],
+        new: Option<&Head>,
+    ) {
+        let (thread, run) = (&attempt.commit.thread, &attempt.commit.run);
+        let mut old: Vec<String> = superseded
+            .iter()
+            .map(|s| self.layout.object(thread, run, s))
+            .collect();
+        if let Some(f) = &attempt.flush {
+            if new.is_some_and(|h| flushed(h, Some(f))) {
+                self.cache_segment(thread, run, &f.seg.id, f.content.clone());
+                old.extend(
+                    f.shadowed
+                        .iter()
+                        .map(|s| self.layout.object(thread, run, s)),
+                );
+                old.extend(
+                    attempt
+                        .read
+                        .segs
+                        .iter()
+                        .take(f.consumed)
+                        .map(|s| self.layout.segment(thread, run, &s.id)),
+                );
+            } else {
+                // Raced: the head moved, the slots went into its recent keys instead.
+                old.push(self.layout.segment(thread, run, &f.seg.id));
             }
         }
+        self.discard(old).await;
     }
 }
 

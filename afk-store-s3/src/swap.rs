@@ -190,17 +190,7 @@ impl S3Store {
         for attempt in 0..MAX_SWAPS {
             let (current, etag) = match first.take() {
                 Some(read) => read,
-                None => {
-                    let read = self.read_head(thread, run).await?;
-                    if let Some(v) = cached_version.take()
-                        && is_version(read.0.as_ref(), &v)
-                    {
-                        // 412 for the very head the cache named: its ETag is not one this
-                        // service's If-Match takes.
-                        self.heads.distrust(&self.ops.bucket);
-                    }
-                    read
-                }
+                None => self.reread_head(thread, run, &mut cached_version).await?,
             };
             if let Some(h) = &current
                 && h.shows(nonce)
@@ -233,20 +223,7 @@ impl S3Store {
                     ambiguous: true,
                 }) => {
                     self.heads.forget(thread, run);
-                    tracing::debug!(%thread, %run, error = %error, "ambiguous head write; reading back");
-                    let ((current, _), error) = self.read_back(thread, run, error).await?;
-                    if let Some(h) = current
-                        && h.shows(nonce)
-                    {
-                        return Ok(Some(h));
-                    }
-                    // Not applied. The SDK already retried the request; another round here
-                    // would multiply its attempts (and time) for a service that keeps failing.
-                    return Err(Error::unavailable(format!(
-                        "run {run} of thread {thread}: the head write failed and reading the head \
-                         back shows it was not applied"
-                    ))
-                    .with_source(error));
+                    return self.landed_after_all(thread, run, nonce, error).await;
                 }
                 Err(Failure::Other {
                     error,
@@ -257,6 +234,62 @@ impl S3Store {
                 }
             }
         }
+        self.after_lost_races(thread, run, nonce).await
+    }
+
+    /// Read the head again for the next attempt of a swap. The first re-read after starting
+    /// from a cached head checks the cache: `cached_version` (taken here) is the version the
+    /// cached head claimed to be.
+    async fn reread_head(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        cached_version: &mut Option<(u64, String)>,
+    ) -> Result<Read> {
+        let read = self.read_head(thread, run).await?;
+        if let Some(v) = cached_version.take()
+            && is_version(read.0.as_ref(), &v)
+        {
+            // 412 for the very head the cache named: its ETag is not one this
+            // service's If-Match takes.
+            self.heads.distrust(&self.ops.bucket);
+        }
+        Ok(read)
+    }
+
+    /// Read the head back after an ambiguous write of the head with `nonce` (it failed with
+    /// `error`): that head when it shows the write landed, else `Unavailable`.
+    async fn landed_after_all(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        nonce: &str,
+        error: Error,
+    ) -> Result<Option<Head>> {
+        tracing::debug!(%thread, %run, error = %error, "ambiguous head write; reading back");
+        let ((current, _), error) = self.read_back(thread, run, error).await?;
+        if let Some(h) = current
+            && h.shows(nonce)
+        {
+            return Ok(Some(h));
+        }
+        // Not applied. The SDK already retried the request; another round here
+        // would multiply its attempts (and time) for a service that keeps failing.
+        Err(Error::unavailable(format!(
+            "run {run} of thread {thread}: the head write failed and reading the head \
+             back shows it was not applied"
+        ))
+        .with_source(error))
+    }
+
+    /// After [`MAX_SWAPS`] lost races of the swap writing `nonce`: the head, if it shows the
+    /// write landed after all, else a retryable `Conflict`.
+    async fn after_lost_races(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        nonce: &str,
+    ) -> Result<Option<Head>> {
         // The last attempt's 412 may have answered an SDK retry of a write that landed.
         if let (Some(h), _) = self.read_head(thread, run).await?
             && h.shows(nonce)

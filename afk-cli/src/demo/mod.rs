@@ -233,11 +233,64 @@ async fn demo(store: Arc<dyn Store>, crash_after: Option<u64>, name: String) -> 
         out,
         "== 1. first process: run the agent; the store crashes after {n} commits =="
     );
+    let (first_proc, first_doc) = first_process(&mut out, &store, &thread, &run, n).await?;
+
+    say!(out, "");
+    say!(out, "== 2. what the store holds now ==");
+    let (durable, stored) = report::stored(&mut out, store.as_ref(), &thread, &run).await?;
+
+    say!(out, "");
+    say!(
+        out,
+        "== 3. second process: a NEW Runner resumes the run from the same store =="
+    );
+    let second = second_process(&mut out, &store, &thread, &run).await?;
+
+    say!(out, "");
+    say!(out, "== 4. summary ==");
+    let reference = (&base.result, base.llm_calls, &base.tools);
+    let summary = report::summary(
+        &mut out,
+        &second.result,
+        &first_proc,
+        &second.process,
+        &durable,
+        reference,
+    );
+    let mut resume = summary.resume;
+    for (k, v) in second.events {
+        resume[k] = v;
+    }
+    let ok = summary.problems.is_empty();
+    let doc = json!({
+        "mode": "crash_and_resume", "store": name, "thread": THREAD, "run": RUN,
+        "ok": ok, "problems": summary.problems, "crash_after": n,
+        "reference": {"commits": base.commits.len(), "llm_calls": base.llm_calls,
+            "tool_executions": base.tools.total()},
+        "first_process": first_doc, "stored": stored, "resume": resume,
+        "model_calls": summary.model_calls, "tools": summary.tools,
+    });
+    Ok(Report {
+        json: doc,
+        human: out,
+        failed: !ok,
+    })
+}
+
+/// Section 1: run the agent on `store` made to crash after `n` commits, saying each commit it
+/// saved and how it ended. What the process did, and the `first_process` of `--json`.
+async fn first_process(
+    out: &mut String,
+    store: &Arc<dyn Store>,
+    thread: &ThreadId,
+    run: &RunId,
+    n: u64,
+) -> Result<(Process, Value)> {
     let fault = Arc::new(FaultStore::from_arc(store.clone()));
     fault.crash_after_commits(n, CrashMode::Down);
     let counter1 = InvocationCounter::new();
     let rig1 = rig(&counter1)?;
-    let mut handle = runner(fault.clone()).run_with_id(&rig1.agent, &thread, run.clone(), INPUT);
+    let mut handle = runner(fault.clone()).run_with_id(&rig1.agent, thread, run.clone(), INPUT);
     let events = handle.events();
     let first = handle.result().await;
     let mut commits = Vec::new();
@@ -255,21 +308,29 @@ async fn demo(store: Arc<dyn Store>, crash_after: Option<u64>, name: String) -> 
         tools: counter1.clone(),
         events: drain(events),
     };
-    let mut first_doc = report::crash(&mut out, &first, fault.persisted_commits(), &first_proc);
+    let mut first_doc = report::crash(out, &first, fault.persisted_commits(), &first_proc);
     first_doc["commits"] = json!(commits);
+    Ok((first_proc, first_doc))
+}
 
-    say!(out, "");
-    say!(out, "== 2. what the store holds now ==");
-    let (durable, stored) = report::stored(&mut out, store.as_ref(), &thread, &run).await?;
+/// The second process: how it ended, what it did, and the `model_answers` and
+/// `tool_results` of `--json`'s `resume`.
+struct Second {
+    result: Result<Outcome>,
+    process: Process,
+    events: [(&'static str, Value); 2],
+}
 
-    say!(out, "");
-    say!(
-        out,
-        "== 3. second process: a NEW Runner resumes the run from the same store =="
-    );
+/// Section 3: a new runner resumes the run from `store`; says what each of its events did.
+async fn second_process(
+    out: &mut String,
+    store: &Arc<dyn Store>,
+    thread: &ThreadId,
+    run: &RunId,
+) -> Result<Second> {
     let counter2 = InvocationCounter::new();
     let rig2 = rig(&counter2)?;
-    let mut handle = runner(store.clone()).resume(&rig2.agent, &thread, &run);
+    let mut handle = runner(store.clone()).resume(&rig2.agent, thread, run);
     let events = handle.events();
     let second = handle.result().await;
     let second_proc = Process {
@@ -277,35 +338,10 @@ async fn demo(store: Arc<dyn Store>, crash_after: Option<u64>, name: String) -> 
         tools: counter2,
         events: drain(events),
     };
-    let resumed = report::resume_events(&mut out, &second_proc);
-
-    say!(out, "");
-    say!(out, "== 4. summary ==");
-    let reference = (&base.result, base.llm_calls, &base.tools);
-    let summary = report::summary(
-        &mut out,
-        &second,
-        &first_proc,
-        &second_proc,
-        &durable,
-        reference,
-    );
-    let mut resume = summary.resume;
-    for (k, v) in resumed {
-        resume[k] = v;
-    }
-    let ok = summary.problems.is_empty();
-    let doc = json!({
-        "mode": "crash_and_resume", "store": name, "thread": THREAD, "run": RUN,
-        "ok": ok, "problems": summary.problems, "crash_after": n,
-        "reference": {"commits": base.commits.len(), "llm_calls": base.llm_calls,
-            "tool_executions": base.tools.total()},
-        "first_process": first_doc, "stored": stored, "resume": resume,
-        "model_calls": summary.model_calls, "tools": summary.tools,
-    });
-    Ok(Report {
-        json: doc,
-        human: out,
-        failed: !ok,
+    let resumed = report::resume_events(out, &second_proc);
+    Ok(Second {
+        result: second,
+        process: second_proc,
+        events: resumed,
     })
 }

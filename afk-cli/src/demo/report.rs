@@ -255,99 +255,140 @@ pub fn summary(
         "  model calls: {a} before the crash + {b} on resume = {} (uncrashed run: {base_llm}); {reused} saved answer(s) reused without calling the model",
         a + b,
     );
-    let mut problems = Vec::new();
-    let mut problem = |out: &mut String, p: String| {
-        say!(out, "  PROBLEM: {p}");
-        problems.push(p);
+    let mut closing = Closing {
+        out,
+        problems: Vec::new(),
     };
-    let mut tools = Vec::new();
-    for (id, tool, policy) in CALLS {
-        let (t1, t2) = (first.tools.get(id), resumed.tools.get(id));
-        say!(
-            out,
-            "  {tool} ({policy}): executed {} before the crash, {} {} on resume, {} in total (uncrashed run: {})",
-            times(t1),
-            times(t2),
-            if t1 > 0 {
-                "again"
-            } else {
-                "for the first time"
-            },
-            t1 + t2,
-            base_tools.get(id)
-        );
-        tools.push(
-            json!({"call": id, "tool": tool, "policy": policy, "before_crash": t1,
-            "on_resume": t2, "total": t1 + t2, "uncrashed": base_tools.get(id)}),
-        );
-        if durable.iter().any(|d| d == id) && t2 > 0 {
-            problem(out, format!("{tool} had a saved result and ran again"));
-        }
-    }
+    let tools = closing.tools(first, resumed, durable, base_tools);
     if first.tools.get("call_charge") + resumed.tools.get("call_charge") > 1 {
-        problem(out, "the at-most-once charge ran more than once".to_owned());
+        closing.problem("the at-most-once charge ran more than once".to_owned());
     }
-    let mut resume = json!({
-        "outcome": "failed", "error": second.as_ref().err().map(ToString::to_string),
-        "llm_calls": b, "saved_answers_reused": reused, "replayed_effects": null,
-        "final_text": null, "identical_to_uncrashed": null,
-    });
-    match second {
-        Ok(Outcome::Completed(r)) => {
-            let replayed = r.state_snapshot.replayed_effect_count;
-            say!(out, "  effects replayed from the journal: {replayed}");
-            say!(out, "  final answer: {}", r.final_text);
-            let same = essence(r) == essence(base);
-            say!(
-                out,
-                "  result identical to the uncrashed run: {}",
-                if same { "yes" } else { "NO" }
-            );
-            if !same {
-                problem(out, "the result differs from the uncrashed run".to_owned());
-            }
-            resume["outcome"] = json!("completed");
-            resume["replayed_effects"] = json!(replayed);
-            resume["final_text"] = json!(r.final_text);
-            resume["identical_to_uncrashed"] = json!(same);
-        }
-        Err(e) if e.kind() == ErrorKind::EffectUncertain => {
-            say!(
-                out,
-                "  resume stopped with EffectUncertain: the at-most-once charge_card has an intent \
-                 but no result, so it may have charged the card; a person must decide ({e})"
-            );
-            if b != 0 {
-                problem(out, "resume called the model before stopping".to_owned());
-            }
-            resume["outcome"] = json!("effect_uncertain");
-        }
-        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Corrupt) => {
-            say!(
-                out,
-                "  nothing to resume: the crash came before the first snapshot, so the request \
-                 was never durable ({e})"
-            );
-            if b != 0 || resumed.tools.total() != 0 {
-                problem(
-                    out,
-                    "a run with nothing saved called the model or a tool on resume".to_owned(),
-                );
-            }
-            resume["outcome"] = json!("nothing_to_resume");
-        }
-        Ok(Outcome::Paused { .. }) => {
-            problem(out, "the demo run paused".to_owned());
-            resume["outcome"] = json!("paused");
-        }
-        Ok(other) => problem(out, format!("the demo run ended {other:?}")),
-        Err(e) => problem(out, format!("resume failed: {e}")),
-    }
+    let resume = closing.resume(second, resumed, base, reused);
     Summary {
-        problems,
+        problems: closing.problems,
         resume,
         model_calls: json!({"before_crash": a, "on_resume": b, "total": a + b,
             "uncrashed": base_llm}),
         tools: json!(tools),
+    }
+}
+
+/// The closing lines being written, and the problems found so far.
+struct Closing<'a> {
+    out: &'a mut String,
+    problems: Vec<String>,
+}
+
+impl Closing<'_> {
+    /// Note what did not hold, also as a `PROBLEM:` line.
+    fn problem(&mut self, p: String) {
+        say!(self.out, "  PROBLEM: {p}");
+        self.problems.push(p);
+    }
+
+    /// One line per tool call: how often it ran before the crash, on resume, in total and in
+    /// the uncrashed run (`base_tools`); a problem when a call with a result in `durable` ran
+    /// again. The `tools` rows of `--json`.
+    fn tools(
+        &mut self,
+        first: &Process,
+        resumed: &Process,
+        durable: &[String],
+        base_tools: &InvocationCounter,
+    ) -> Vec<Value> {
+        let mut tools = Vec::new();
+        for (id, tool, policy) in CALLS {
+            let (t1, t2) = (first.tools.get(id), resumed.tools.get(id));
+            say!(
+                self.out,
+                "  {tool} ({policy}): executed {} before the crash, {} {} on resume, {} in total (uncrashed run: {})",
+                times(t1),
+                times(t2),
+                if t1 > 0 {
+                    "again"
+                } else {
+                    "for the first time"
+                },
+                t1 + t2,
+                base_tools.get(id)
+            );
+            tools.push(
+                json!({"call": id, "tool": tool, "policy": policy, "before_crash": t1,
+                "on_resume": t2, "total": t1 + t2, "uncrashed": base_tools.get(id)}),
+            );
+            if durable.iter().any(|d| d == id) && t2 > 0 {
+                self.problem(format!("{tool} had a saved result and ran again"));
+            }
+        }
+        tools
+    }
+
+    /// How the resume (`second`) ended, with the problems that shows (another result than the
+    /// uncrashed `base`, a model or tool call where there should be none). The `resume` of
+    /// `--json`, without its events; `reused` is the saved answers it reused.
+    fn resume(
+        &mut self,
+        second: &Result<Outcome>,
+        resumed: &Process,
+        base: &AgentResult,
+        reused: u64,
+    ) -> Value {
+        let b = resumed.llm.calls();
+        let mut resume = json!({
+            "outcome": "failed", "error": second.as_ref().err().map(ToString::to_string),
+            "llm_calls": b, "saved_answers_reused": reused, "replayed_effects": null,
+            "final_text": null, "identical_to_uncrashed": null,
+        });
+        match second {
+            Ok(Outcome::Completed(r)) => {
+                let replayed = r.state_snapshot.replayed_effect_count;
+                say!(self.out, "  effects replayed from the journal: {replayed}");
+                say!(self.out, "  final answer: {}", r.final_text);
+                let same = essence(r) == essence(base);
+                say!(
+                    self.out,
+                    "  result identical to the uncrashed run: {}",
+                    if same { "yes" } else { "NO" }
+                );
+                if !same {
+                    self.problem("the result differs from the uncrashed run".to_owned());
+                }
+                resume["outcome"] = json!("completed");
+                resume["replayed_effects"] = json!(replayed);
+                resume["final_text"] = json!(r.final_text);
+                resume["identical_to_uncrashed"] = json!(same);
+            }
+            Err(e) if e.kind() == ErrorKind::EffectUncertain => {
+                say!(
+                    self.out,
+                    "  resume stopped with EffectUncertain: the at-most-once charge_card has an intent \
+                     but no result, so it may have charged the card; a person must decide ({e})"
+                );
+                if b != 0 {
+                    self.problem("resume called the model before stopping".to_owned());
+                }
+                resume["outcome"] = json!("effect_uncertain");
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Corrupt) => {
+                say!(
+                    self.out,
+                    "  nothing to resume: the crash came before the first snapshot, so the request \
+                     was never durable ({e})"
+                );
+                if b != 0 || resumed.tools.total() != 0 {
+                    self.problem(
+                        "a run with nothing saved called the model or a tool on resume".to_owned(),
+                    );
+                }
+                resume["outcome"] = json!("nothing_to_resume");
+            }
+            Ok(Outcome::Paused { .. }) => {
+                self.problem("the demo run paused".to_owned());
+                resume["outcome"] = json!("paused");
+            }
+            Ok(other) => self.problem(format!("the demo run ended {other:?}")),
+            Err(e) => self.problem(format!("resume failed: {e}")),
+        }
+        resume
     }
 }

@@ -57,6 +57,32 @@ pub async fn racing_resumers_one_finishes(store: Arc<dyn Store>) -> CaseResult {
         Arc::new(MemoryStore::new()) as Arc<dyn Store>
     ));
     let want = essence(&drive(model.clone(), &script, &unique_thread("model"), &run).await?);
+    let crash_at = crash_point(&model)?;
+
+    let mut fenced_total = 0;
+    for round in 0..3 {
+        let race = Round {
+            store: &store,
+            script: &script,
+            run: &run,
+            thread: unique_thread("race"),
+            round,
+        };
+        race.crash_start(crash_at).await?;
+        fenced_total += race.resume_at_once(&want).await?;
+        terminal_resume_does_nothing(&store, &script, &race.thread, &run, &want)
+            .await
+            .map_err(|e| fail!("round {round}: {e}"))?;
+    }
+    ensure!(
+        fenced_total > 0,
+        "no resumer was fenced in three rounds of {RESUMERS}: they never overlapped"
+    );
+    Ok(())
+}
+
+/// How many commits of the model run the crashed start makes.
+fn crash_point(model: &FaultStore) -> Result<u64, String> {
     // Crash right after the first snapshot that holds a model answer: commits of the log up
     // to and including the first commit with a `runtime_state` pointer after a `post_llm`.
     let commits: Vec<_> = model
@@ -71,19 +97,46 @@ pub async fn racing_resumers_one_finishes(store: Arc<dyn Store>) -> CaseResult {
         .iter()
         .position(|c| c.puts.iter().any(|(k, _)| k.ends_with(":post_llm")))
         .ok_or("the model run wrote no post_llm record")?;
-    let crash_at = post_llm as u64 + 2;
+    Ok(post_llm as u64 + 2)
+}
 
-    let mut fenced_total = 0;
-    for round in 0..3 {
-        let thread = unique_thread("race");
-        let first = Arc::new(FaultStore::from_arc(store.clone()));
+/// One round of the racing resumers, on a thread of its own.
+struct Round<'a> {
+    store: &'a Arc<dyn Store>,
+    script: &'a Script,
+    run: &'a RunId,
+    thread: ThreadId,
+    round: u32,
+}
+
+/// A runner resuming the run in a task of its own, with its own model and tools.
+struct Resumer {
+    rig: Rig,
+    calls: Calls,
+    task: tokio::task::JoinHandle<crate::agents::Attempt>,
+}
+
+/// How a racing resumer may end.
+enum Ended {
+    /// With the result, having finished the run.
+    Finished,
+    /// With the result the run already had.
+    Returned,
+    Fenced,
+}
+
+impl Round<'_> {
+    /// Start the run and crash it after `crash_at` commits.
+    async fn crash_start(&self, crash_at: u64) -> CaseResult {
+        let round = self.round;
+        let first = Arc::new(FaultStore::from_arc(self.store.clone()));
         first.crash_after_commits(crash_at, CrashMode::Down);
-        let rig = Rig::new(&script, &Calls::default(), Duration::ZERO)?;
+        let rig = Rig::new(self.script, &Calls::default(), Duration::ZERO)?;
         let a = attempt(
             &crate::agents::runner(first),
             &rig.agent,
-            &thread,
-            &run,
+            &self.thread,
+            self.run,
             &Start::Fresh,
         )
         .await;
@@ -91,50 +144,26 @@ pub async fn racing_resumers_one_finishes(store: Arc<dyn Store>) -> CaseResult {
             a.result.is_err(),
             "round {round}: the run did not crash after {crash_at} commits"
         );
+        Ok(())
+    }
 
-        let mut rigs = Vec::with_capacity(RESUMERS);
-        let mut pending = Vec::with_capacity(RESUMERS);
+    /// [`RESUMERS`] runners resume the crashed run at once and exactly one finishes it, with
+    /// the uncrashed result `want`. Returns how many were fenced.
+    async fn resume_at_once(&self, want: &Value) -> Result<u32, String> {
+        let round = self.round;
+        let mut resumers = Vec::with_capacity(RESUMERS);
         for _ in 0..RESUMERS {
-            let calls = Calls::default();
-            let rig = Rig::new(&script, &calls, Duration::from_millis(20))?;
-            let runner = crate::agents::runner(store.clone());
-            let (agent, thread, run) = (rig.agent.clone(), thread.clone(), run.clone());
-            pending.push(tokio::spawn(async move {
-                attempt(&runner, &agent, &thread, &run, &Start::Resume).await
-            }));
-            rigs.push((rig, calls));
+            resumers.push(self.spawn_resumer()?);
         }
-        let mut finished = 0;
-        for (i, (join, (rig, calls))) in pending.into_iter().zip(&rigs).enumerate() {
-            let a = join
+        let (mut finished, mut fenced) = (0, 0);
+        for (i, resumer) in resumers.iter_mut().enumerate() {
+            let a = (&mut resumer.task)
                 .await
                 .map_err(|e| fail!("round {round}: resumer {i} task failed: {e}"))?;
-            match &a.result {
-                Ok(Outcome::Completed(r)) => {
-                    ensure!(
-                        essence(r) == want,
-                        "round {round}: resumer {i} returned {}, the uncrashed run {want}",
-                        essence(r)
-                    );
-                    if a.finished() {
-                        finished += 1;
-                    } else {
-                        ensure!(
-                            rig.llm.calls() == 0 && calls.snapshot().is_empty(),
-                            "round {round}: resumer {i} returned the stored result but made \
-                             {} model calls and ran {:?}",
-                            rig.llm.calls(),
-                            calls.snapshot()
-                        );
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Fenced => fenced_total += 1,
-                other => {
-                    return Err(fail!(
-                        "round {round}: resumer {i} ended with {other:?}, want the result or \
-                         Fenced"
-                    ));
-                }
+            match self.ended(i, &a, resumer, want)? {
+                Ended::Finished => finished += 1,
+                Ended::Returned => {}
+                Ended::Fenced => fenced += 1,
             }
         }
         ensure!(
@@ -142,15 +171,59 @@ pub async fn racing_resumers_one_finishes(store: Arc<dyn Store>) -> CaseResult {
             "round {round}: {finished} of {RESUMERS} racing resumers finished the run, want \
              exactly one"
         );
-        terminal_resume_does_nothing(&store, &script, &thread, &run, &want)
-            .await
-            .map_err(|e| fail!("round {round}: {e}"))?;
+        Ok(fenced)
     }
-    ensure!(
-        fenced_total > 0,
-        "no resumer was fenced in three rounds of {RESUMERS}: they never overlapped"
-    );
-    Ok(())
+
+    fn spawn_resumer(&self) -> Result<Resumer, String> {
+        let calls = Calls::default();
+        let rig = Rig::new(self.script, &calls, Duration::from_millis(20))?;
+        let runner = crate::agents::runner(self.store.clone());
+        let (agent, thread, run) = (rig.agent.clone(), self.thread.clone(), self.run.clone());
+        let task =
+            tokio::spawn(
+                async move { attempt(&runner, &agent, &thread, &run, &Start::Resume).await },
+            );
+        Ok(Resumer { rig, calls, task })
+    }
+
+    /// How resumer `i` ended (`a`): with the uncrashed result `want` (having finished the run,
+    /// or with no model or tool call) or fenced; `Err` for anything else.
+    fn ended(
+        &self,
+        i: usize,
+        a: &crate::agents::Attempt,
+        resumer: &Resumer,
+        want: &Value,
+    ) -> Result<Ended, String> {
+        let round = self.round;
+        let Resumer { rig, calls, .. } = resumer;
+        match &a.result {
+            Ok(Outcome::Completed(r)) => {
+                ensure!(
+                    essence(r) == *want,
+                    "round {round}: resumer {i} returned {}, the uncrashed run {want}",
+                    essence(r)
+                );
+                if a.finished() {
+                    Ok(Ended::Finished)
+                } else {
+                    ensure!(
+                        rig.llm.calls() == 0 && calls.snapshot().is_empty(),
+                        "round {round}: resumer {i} returned the stored result but made \
+                         {} model calls and ran {:?}",
+                        rig.llm.calls(),
+                        calls.snapshot()
+                    );
+                    Ok(Ended::Returned)
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Fenced => Ok(Ended::Fenced),
+            other => Err(fail!(
+                "round {round}: resumer {i} ended with {other:?}, want the result or \
+                 Fenced"
+            )),
+        }
+    }
 }
 
 /// The script of the racing starters: an at-most-once `charge` alone (so the order of its
@@ -225,25 +298,7 @@ pub async fn racing_starters_run_it_once(store: Arc<dyn Store>) -> CaseResult {
         Arc::new(MemoryStore::new()) as Arc<dyn Store>
     ));
     let want = essence(&drive(model.clone(), &script, &unique_thread("model"), &run).await?);
-    // A's commit that holds the charge's result: the second one writing its effect row (the
-    // intent is the first). The runner commits synchronously, so A makes the same commits.
-    let effect = format!(":{charge}");
-    let result_commit = model
-        .log()
-        .into_iter()
-        .filter_map(|e| match e {
-            FaultEvent::Commit(c) => Some(c),
-            FaultEvent::Claim { .. } => None,
-        })
-        .enumerate()
-        .filter(|(_, c)| {
-            c.puts
-                .iter()
-                .any(|(k, _)| k.starts_with("effect:") && k.ends_with(&effect))
-        })
-        .nth(1)
-        .map(|(i, _)| i as u64 + 1)
-        .ok_or("the model run wrote no result row for its charge")?;
+    let result_commit = charge_result_commit(&model, &charge)?;
 
     let thread = unique_thread("start_race");
     let b = HeldStarter::spawn(&store, &script, &thread, &run, Op::Claim, 1)?;
@@ -261,8 +316,53 @@ pub async fn racing_starters_run_it_once(store: Arc<dyn Store>) -> CaseResult {
         a_calls.snapshot()
     );
 
+    b_conflicts(b).await?;
+    a_is_fenced(a).await?;
+    let calls = Calls::default();
+    let after = AfterRace {
+        store: &store,
+        script: &script,
+        thread: &thread,
+        run: &run,
+        charge: &charge,
+    };
+    after.resume_and_settle(&calls, &want).await?;
+    let total: u64 = [&a_calls, &b_calls, &calls]
+        .iter()
+        .filter_map(|c| c.snapshot().get(&charge).copied())
+        .sum();
+    ensure!(total == 1, "the charge ran {total} times, want once");
+    terminal_resume_does_nothing(&store, &script, &thread, &run, &want).await
+}
+
+/// The commit of the model run that holds the result of the `charge` call (1-based).
+fn charge_result_commit(model: &FaultStore, charge: &str) -> Result<u64, String> {
+    // A's commit that holds the charge's result: the second one writing its effect row (the
+    // intent is the first). The runner commits synchronously, so A makes the same commits.
+    let effect = format!(":{charge}");
+    model
+        .log()
+        .into_iter()
+        .filter_map(|e| match e {
+            FaultEvent::Commit(c) => Some(c),
+            FaultEvent::Claim { .. } => None,
+        })
+        .enumerate()
+        .filter(|(_, c)| {
+            c.puts
+                .iter()
+                .any(|(k, _)| k.starts_with("effect:") && k.ends_with(&effect))
+        })
+        .nth(1)
+        .map(|(i, _)| i as u64 + 1)
+        .ok_or_else(|| "the model run wrote no result row for its charge".to_owned())
+}
+
+/// Release runner B, held before its claim: it ends with `Conflict`, having run nothing.
+async fn b_conflicts(b: HeldStarter) -> CaseResult {
     b.hold.release();
     let llm = b.rig.llm.clone();
+    let b_calls = b.calls;
     let b = b
         .task
         .await
@@ -283,59 +383,73 @@ pub async fn racing_starters_run_it_once(store: Arc<dyn Store>) -> CaseResult {
         "runner B lost the race but made {b_llm_calls} model calls and ran {:?}",
         b_calls.snapshot()
     );
+    Ok(())
+}
 
+/// Release runner A, held before committing its charge's result after B's claim: it ends
+/// `Fenced`.
+async fn a_is_fenced(a: HeldStarter) -> CaseResult {
     a.hold.release();
     let a = a
         .task
         .await
         .map_err(|e| fail!("runner A's task failed: {e}"))?;
     match &a.result {
-        Err(e) if e.kind() == ErrorKind::Fenced => {}
-        other => {
-            return Err(fail!(
-                "runner A committed after runner B's claim and ended with {}, want Fenced",
-                show_outcome(other)
-            ));
-        }
+        Err(e) if e.kind() == ErrorKind::Fenced => Ok(()),
+        other => Err(fail!(
+            "runner A committed after runner B's claim and ended with {}, want Fenced",
+            show_outcome(other)
+        )),
     }
+}
 
-    let calls = Calls::default();
-    let rig = Rig::new(&script, &calls, Duration::ZERO)?;
-    let runner = crate::agents::runner(store.clone());
-    let resumed = attempt(&runner, &rig.agent, &thread, &run, &Start::Resume).await;
-    match &resumed.result {
-        Err(e) if e.kind() == ErrorKind::EffectUncertain => {}
-        other => {
-            return Err(fail!(
-                "a resume after the race ended with {}, want EffectUncertain (the charge ran; \
-                 its result was fenced)",
-                show_outcome(other)
-            ));
+/// The raced run, once both starters ended.
+struct AfterRace<'a> {
+    store: &'a Arc<dyn Store>,
+    script: &'a Script,
+    thread: &'a ThreadId,
+    run: &'a RunId,
+    charge: &'a str,
+}
+
+impl AfterRace<'_> {
+    /// A resume stops with `EffectUncertain` (the charge ran, its result was fenced); settled
+    /// as ran, the run ends with the uncrashed result `want`. The tools count their calls in
+    /// `calls`.
+    async fn resume_and_settle(&self, calls: &Calls, want: &Value) -> CaseResult {
+        let (thread, run) = (self.thread, self.run);
+        let rig = Rig::new(self.script, calls, Duration::ZERO)?;
+        let runner = crate::agents::runner(self.store.clone());
+        let resumed = attempt(&runner, &rig.agent, thread, run, &Start::Resume).await;
+        match &resumed.result {
+            Err(e) if e.kind() == ErrorKind::EffectUncertain => {}
+            other => {
+                return Err(fail!(
+                    "a resume after the race ended with {}, want EffectUncertain (the charge \
+                     ran; its result was fenced)",
+                    show_outcome(other)
+                ));
+            }
         }
-    }
-    let output: Option<Value> = script.charge_output(&charge);
-    let settle = Start::Settle {
-        call: charge.clone(),
-        output,
-    };
-    let settled = attempt(&runner, &rig.agent, &thread, &run, &settle).await;
-    match &settled.result {
-        Ok(Outcome::Completed(r)) => ensure!(
-            essence(r) == want,
-            "the settled run returned {}, the uncrashed run {want}",
-            essence(r)
-        ),
-        other => {
-            return Err(fail!(
-                "the settled resume ended with {}",
-                show_outcome(other)
-            ));
+        let output: Option<Value> = self.script.charge_output(self.charge);
+        let settle = Start::Settle {
+            call: self.charge.to_owned(),
+            output,
+        };
+        let settled = attempt(&runner, &rig.agent, thread, run, &settle).await;
+        match &settled.result {
+            Ok(Outcome::Completed(r)) => ensure!(
+                essence(r) == *want,
+                "the settled run returned {}, the uncrashed run {want}",
+                essence(r)
+            ),
+            other => {
+                return Err(fail!(
+                    "the settled resume ended with {}",
+                    show_outcome(other)
+                ));
+            }
         }
+        Ok(())
     }
-    let total: u64 = [&a_calls, &b_calls, &calls]
-        .iter()
-        .filter_map(|c| c.snapshot().get(&charge).copied())
-        .sum();
-    ensure!(total == 1, "the charge ran {total} times, want once");
-    terminal_resume_does_nothing(&store, &script, &thread, &run, &want).await
 }

@@ -333,13 +333,44 @@ async fn check(
 ) -> CaseResult {
     let t = thread_of(dir);
     for w in 0..writers {
-        let run = run_of(w);
-        let mut present: BTreeMap<u64, BTreeSet<usize>> = BTreeMap::new();
+        let c = RunCheck {
+            store,
+            t: &t,
+            w,
+            run: run_of(w),
+        };
+        let (present, all) = c.records(life).await?;
+        c.whole_commits(&present)?;
+        c.bytes_written(&all).await?;
+        c.acknowledged_there(&present, acked)?;
+        c.pointer_on_newest(&present).await?;
+    }
+    Ok(())
+}
+
+/// The checks of one writer's run `run` in the reopened store.
+struct RunCheck<'a> {
+    store: &'a dyn Store,
+    t: &'a ThreadId,
+    /// The writer.
+    w: usize,
+    run: RunId,
+}
+
+/// The parts of each commit found, by step.
+type Present = BTreeMap<u64, BTreeSet<usize>>;
+
+impl RunCheck<'_> {
+    /// The run's records: the parts of every commit found, and the key, step and part of each
+    /// record written in `life`.
+    async fn records(&self, life: u64) -> Result<(Present, Vec<(String, u64, usize)>), String> {
+        let (store, t, run) = (self.store, self.t, &self.run);
+        let mut present: Present = BTreeMap::new();
         let mut all = Vec::new();
         for family in ["checkpoint", "messages", "effect"] {
             let prefix = format!("{family}:{run}:");
-            for key in list_all(store, &t, &prefix, 1000).await? {
-                if let Some((step, part)) = parse(&run, &key) {
+            for key in list_all(store, t, &prefix, 1000).await? {
+                if let Some((step, part)) = parse(run, &key) {
                     present.entry(step).or_default().insert(part);
                     if step / LIFE_STRIDE == life {
                         all.push((key, step, part));
@@ -347,23 +378,33 @@ async fn check(
                 }
             }
         }
-        for (step, parts) in &present {
+        Ok((present, all))
+    }
+
+    /// No commit is partly visible.
+    fn whole_commits(&self, present: &Present) -> CaseResult {
+        let run = &self.run;
+        for (step, parts) in present {
             if parts.len() != PARTS {
-                let have: Vec<String> = parts
-                    .iter()
-                    .map(|p| keys(&run, *step)[*p].clone())
-                    .collect();
+                let have: Vec<String> =
+                    parts.iter().map(|p| keys(run, *step)[*p].clone()).collect();
                 return Err(fail!(
                     "run {run}: {} is partly visible: it has {have:?} of its {PARTS} records",
                     describe(*step)
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Every record of `all` reads the bytes written.
+    async fn bytes_written(&self, all: &[(String, u64, usize)]) -> CaseResult {
+        let run = &self.run;
         for chunk in all.chunks(200) {
             let ks: Vec<String> = chunk.iter().map(|(k, _, _)| k.clone()).collect();
-            let got = store.get_many(&t, &ks).await.ctx("get_many")?;
+            let got = self.store.get_many(self.t, &ks).await.ctx("get_many")?;
             for ((key, step, part), value_got) in chunk.iter().zip(got) {
-                let want = value(w, *step, *part);
+                let want = value(self.w, *step, *part);
                 if value_got.as_deref() != Some(want.as_slice()) {
                     return Err(fail!(
                         "run {run}: {key} ({}) reads {}, not the {} bytes written",
@@ -374,7 +415,13 @@ async fn check(
                 }
             }
         }
-        for (_, step) in acked.iter().filter(|(aw, _)| *aw == w) {
+        Ok(())
+    }
+
+    /// Every commit of this writer in `acked` (writer, step) is there.
+    fn acknowledged_there(&self, present: &Present, acked: &[(usize, u64)]) -> CaseResult {
+        let run = &self.run;
+        for (_, step) in acked.iter().filter(|(aw, _)| *aw == self.w) {
             if !present.contains_key(step) {
                 return Err(fail!(
                     "run {run}: {} was acknowledged (commit returned Ok) but is gone",
@@ -382,8 +429,14 @@ async fn check(
                 ));
             }
         }
-        let latest = afk_core::store::latest_key(&run);
-        let pointer = store.get(&t, &latest).await.ctx("get latest")?;
+        Ok(())
+    }
+
+    /// The latest pointer names a commit that is there, and the newest one.
+    async fn pointer_on_newest(&self, present: &Present) -> CaseResult {
+        let run = &self.run;
+        let latest = afk_core::store::latest_key(run);
+        let pointer = self.store.get(self.t, &latest).await.ctx("get latest")?;
         let newest = present.keys().next_back().copied();
         match (pointer, newest) {
             (None, None) => {}
@@ -395,7 +448,7 @@ async fn check(
             }
             (Some(p), newest) => {
                 let key = String::from_utf8_lossy(&p).into_owned();
-                let named = parse(&run, &key).filter(|(_, part)| *part == 0);
+                let named = parse(run, &key).filter(|(_, part)| *part == 0);
                 let Some((step, _)) = named else {
                     return Err(fail!("run {run}: the pointer reads {}", show_bytes(&p)));
                 };
@@ -415,8 +468,8 @@ async fn check(
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The child: open the store, run the writers until killed (or the parent is gone).

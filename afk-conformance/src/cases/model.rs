@@ -21,7 +21,7 @@ use crate::support::{
 mod ops;
 mod reads;
 
-use ops::{CommitSpec, Op, ops_strategy};
+use ops::{CommitSpec, KeySpec, Op, PrefixSpec, ops_strategy};
 
 /// Threads per sequence.
 const THREADS: usize = 2;
@@ -174,174 +174,58 @@ struct Reached {
 }
 
 async fn replay(store: &dyn Store, ops: &[Op]) -> Result<Reached, String> {
-    let mut reached = Reached::default();
+    let reached = Reached::default();
     let model_store = MemoryStore::new();
     let threads: Vec<ThreadId> = (0..THREADS)
         .map(|i| unique_thread(&format!("model{i}")))
         .collect();
     let runs: Vec<RunId> = RUNS.iter().map(|r| named_run(r)).collect();
-    let mut sut = Side::new(store);
-    let mut model = Side::new(&model_store);
+    let mut replay = Replay {
+        sut: Side::new(store),
+        model: Side::new(&model_store),
+        threads,
+        runs,
+        reached,
+    };
     for (i, op) in ops.iter().enumerate() {
+        replay.apply(i, op).await?;
+    }
+    replay.compare_final_keys().await?;
+    Ok(replay.reached)
+}
+
+/// A replay in progress: both sides, the threads and runs the operations index into, and
+/// what the sequence reached so far.
+struct Replay<'a> {
+    sut: Side<'a>,
+    model: Side<'a>,
+    threads: Vec<ThreadId>,
+    runs: Vec<RunId>,
+    reached: Reached,
+}
+
+impl Replay<'_> {
+    /// Apply operation `i` to both sides and compare their answers.
+    async fn apply(&mut self, i: usize, op: &Op) -> CaseResult {
         match op {
-            Op::Claim { thread, run, slot } => {
-                let (t, r) = (&threads[*thread], &runs[*run]);
-                let got = sut
-                    .store
-                    .claim(t, r)
-                    .await
-                    .map_err(|e| fail!("op {i}: claim {r}: {e}"))?;
-                let want = model
-                    .store
-                    .claim(t, r)
-                    .await
-                    .map_err(|e| fail!("op {i}: model claim: {e}"))?;
-                claimed(&mut sut, &mut model, (*thread, *run, *slot), (got, want))
-                    .map_err(|prev| fail!("op {i}: claim {r} returned {got}, not above {prev}"))?;
-            }
+            Op::Claim { thread, run, slot } => self.claim(i, (*thread, *run, *slot)).await,
             Op::ClaimIfNew { thread, run, slot } => {
-                let (t, r) = (&threads[*thread], &runs[*run]);
-                let got = sut
-                    .store
-                    .claim_if_new(t, r)
-                    .await
-                    .map_err(|e| fail!("op {i}: claim_if_new {r}: {e}"))?;
-                let want = model
-                    .store
-                    .claim_if_new(t, r)
-                    .await
-                    .map_err(|e| fail!("op {i}: model claim_if_new: {e}"))?;
-                match (got, want) {
-                    (None, None) => reached.refused_if_new += 1,
-                    (Some(got), Some(want)) => {
-                        reached.claimed_if_new += 1;
-                        claimed(&mut sut, &mut model, (*thread, *run, *slot), (got, want))
-                            .map_err(|prev| {
-                                fail!("op {i}: claim_if_new {r} returned {got}, not above {prev}")
-                            })?;
-                    }
-                    (got, want) => {
-                        return Err(fail!(
-                            "op {i}: claim_if_new {r}: the store answered {got:?}, the model \
-                             {want:?} (None: the run's pointer exists)"
-                        ));
-                    }
-                }
+                self.claim_if_new(i, (*thread, *run, *slot)).await
             }
-            Op::Commit(spec) => {
-                let stale = model.is_stale(spec);
-                let (c, mc) = (
-                    sut.build(&threads, &runs, spec),
-                    model.build(&threads, &runs, spec),
-                );
-                let got = sut.store.commit(&c).await;
-                let want = model.store.commit(&mc).await;
-                compare_commit(i, &c, &got, &want, stale)?;
-                if want.is_ok() && mc.latest.is_some() {
-                    reached.pointers += 1;
-                }
-            }
-            Op::CommitOwned(spec) => {
-                let stale = model.is_stale(spec);
-                let (c, mc) = (
-                    sut.build(&threads, &runs, spec),
-                    model.build(&threads, &runs, spec),
-                );
-                let got = match sut.store.commit_owned(c.clone()).await {
-                    Ok(()) => {
-                        reached.owned_applied += 1;
-                        Ok(())
-                    }
-                    Err(rejected) if *rejected.commit == c => {
-                        reached.owned_refused += 1;
-                        Err(rejected.error)
-                    }
-                    Err(rejected) => {
-                        return Err(fail!(
-                            "op {i}: commit_owned {c:?} refused ({}) handed back another \
-                             commit: {:?}",
-                            rejected.error,
-                            rejected.commit
-                        ));
-                    }
-                };
-                let want = model.store.commit(&mc).await;
-                compare_commit(i, &c, &got, &want, stale)?;
-            }
-            Op::Batch(specs) => {
-                let mut stale = Vec::new();
-                for s in specs {
-                    stale.push(model.is_stale(s));
-                }
-                let cs: Vec<Commit> = specs
-                    .iter()
-                    .map(|s| sut.build(&threads, &runs, s))
-                    .collect();
-                let ms: Vec<Commit> = specs
-                    .iter()
-                    .map(|s| model.build(&threads, &runs, s))
-                    .collect();
-                let got = sut.store.commit_batch(&cs).await;
-                let want = model.store.commit_batch(&ms).await;
-                if got.len() != want.len() {
-                    return Err(fail!(
-                        "op {i}: commit_batch of {} answered {} results",
-                        cs.len(),
-                        got.len()
-                    ));
-                }
-                for (j, c) in cs.iter().enumerate() {
-                    compare_commit(i, c, &got[j], &want[j], stale[j])?;
-                }
-            }
-            Op::Get { thread, key } => {
-                let k = key.render(&runs[0], &runs);
-                let t = &threads[*thread];
-                let got = sut
-                    .store
-                    .get(t, &k)
-                    .await
-                    .map_err(|e| fail!("op {i}: get {k}: {e}"))?;
-                let want = model
-                    .store
-                    .get(t, &k)
-                    .await
-                    .map_err(|e| fail!("op {i}: model get: {e}"))?;
-                let same = if is_fence(&k) {
-                    got.is_some() == want.is_some()
-                } else {
-                    got == want
-                };
-                if !same {
-                    return Err(fail!(
-                        "op {i}: get {k}: the store has {}, the model {}",
-                        crate::support::show(&got),
-                        crate::support::show(&want)
-                    ));
-                }
-            }
+            Op::Commit(spec) => self.commit(i, spec).await,
+            Op::CommitOwned(spec) => self.commit_owned(i, spec).await,
+            Op::Batch(specs) => self.batch(i, specs).await,
+            Op::Get { thread, key } => self.get(i, *thread, key).await,
             Op::List {
                 thread,
                 prefix,
                 limit,
-            } => {
-                let t = &threads[*thread];
-                let p = prefix.render(&runs);
-                let got = list_all(sut.store, t, &p, *limit)
-                    .await
-                    .map_err(|e| fail!("op {i}: {e}"))?;
-                let want = list_all(model.store, t, &p, *limit)
-                    .await
-                    .map_err(|e| fail!("op {i}: model: {e}"))?;
-                if got != want {
-                    return Err(fail!(
-                        "op {i}: list {p:?}: the store has {got:?}, the model {want:?}"
-                    ));
-                }
-            }
+            } => self.list(i, *thread, prefix, *limit).await,
             Op::GetMany { thread, keys } => {
-                let ks: Vec<String> = keys.iter().map(|k| k.render(&runs[0], &runs)).collect();
-                reads::get_many(i, store, &model_store, &threads[*thread], &ks).await?;
+                let runs = &self.runs;
+                let ks: Vec<String> = keys.iter().map(|k| k.render(&runs[0], runs)).collect();
+                let (store, model) = (self.sut.store, self.model.store);
+                reads::get_many(i, store, model, &self.threads[*thread], &ks).await
             }
             Op::Page {
                 thread,
@@ -349,69 +233,267 @@ async fn replay(store: &dyn Store, ops: &[Op]) -> Result<Reached, String> {
                 cursor,
                 limit,
             } => {
-                let p = prefix.render(&runs);
-                let c = cursor.render(&runs);
-                reads::page(i, store, &model_store, &threads[*thread], &p, c, *limit).await?;
+                let p = prefix.render(&self.runs);
+                let c = cursor.render(&self.runs);
+                let (store, model) = (self.sut.store, self.model.store);
+                reads::page(i, store, model, &self.threads[*thread], &p, c, *limit).await
             }
-            Op::Delete { thread, keys } => {
-                let t = &threads[*thread];
-                let ks: Vec<String> = keys.iter().map(|k| k.render(&runs[0], &runs)).collect();
-                sut.store
-                    .delete(t, &ks)
-                    .await
-                    .map_err(|e| fail!("op {i}: delete {ks:?}: {e}"))?;
-                model
-                    .store
-                    .delete(t, &ks)
-                    .await
-                    .map_err(|e| fail!("op {i}: model delete: {e}"))?;
-                for k in ks.iter().filter(|k| is_fence(k)) {
-                    if let Some(r) = runs.iter().position(|r| run_of_key(k) == Some(r.as_str())) {
-                        sut.reset(*thread, r);
-                        model.reset(*thread, r);
-                    }
-                }
-            }
-            Op::DeleteRun { thread, run } => {
-                let (t, r) = (&threads[*thread], &runs[*run]);
-                let got = sut
-                    .store
-                    .delete_run(t, r)
-                    .await
-                    .map_err(|e| fail!("op {i}: delete_run {r}: {e}"))?;
-                let want = model
-                    .store
-                    .delete_run(t, r)
-                    .await
-                    .map_err(|e| fail!("op {i}: model delete_run: {e}"))?;
-                if got != want {
-                    return Err(fail!(
-                        "op {i}: delete_run {r}: the store removed {got} keys, the model {want}"
-                    ));
-                }
-                sut.reset(*thread, *run);
-                model.reset(*thread, *run);
-            }
+            Op::Delete { thread, keys } => self.delete(i, *thread, keys).await,
+            Op::DeleteRun { thread, run } => self.delete_run(i, *thread, *run).await,
         }
     }
-    // Final check: both sides hold the same keys in every thread.
-    for t in &threads {
-        let got = list_all(store, t, "", 1000).await?;
-        let want = list_all(&model_store, t, "", 1000).await?;
-        if got != want {
+
+    async fn claim(&mut self, i: usize, (thread, run, slot): (usize, usize, usize)) -> CaseResult {
+        let (t, r) = (&self.threads[thread], &self.runs[run]);
+        let got = self
+            .sut
+            .store
+            .claim(t, r)
+            .await
+            .map_err(|e| fail!("op {i}: claim {r}: {e}"))?;
+        let want = self
+            .model
+            .store
+            .claim(t, r)
+            .await
+            .map_err(|e| fail!("op {i}: model claim: {e}"))?;
+        claimed(
+            &mut self.sut,
+            &mut self.model,
+            (thread, run, slot),
+            (got, want),
+        )
+        .map_err(|prev| fail!("op {i}: claim {r} returned {got}, not above {prev}"))
+    }
+
+    async fn claim_if_new(
+        &mut self,
+        i: usize,
+        (thread, run, slot): (usize, usize, usize),
+    ) -> CaseResult {
+        let (t, r) = (&self.threads[thread], &self.runs[run]);
+        let got = self
+            .sut
+            .store
+            .claim_if_new(t, r)
+            .await
+            .map_err(|e| fail!("op {i}: claim_if_new {r}: {e}"))?;
+        let want = self
+            .model
+            .store
+            .claim_if_new(t, r)
+            .await
+            .map_err(|e| fail!("op {i}: model claim_if_new: {e}"))?;
+        match (got, want) {
+            (None, None) => self.reached.refused_if_new += 1,
+            (Some(got), Some(want)) => {
+                self.reached.claimed_if_new += 1;
+                claimed(
+                    &mut self.sut,
+                    &mut self.model,
+                    (thread, run, slot),
+                    (got, want),
+                )
+                .map_err(|prev| {
+                    fail!("op {i}: claim_if_new {r} returned {got}, not above {prev}")
+                })?;
+            }
+            (got, want) => {
+                return Err(fail!(
+                    "op {i}: claim_if_new {r}: the store answered {got:?}, the model \
+                     {want:?} (None: the run's pointer exists)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn commit(&mut self, i: usize, spec: &CommitSpec) -> CaseResult {
+        let stale = self.model.is_stale(spec);
+        let (c, mc) = (
+            self.sut.build(&self.threads, &self.runs, spec),
+            self.model.build(&self.threads, &self.runs, spec),
+        );
+        let got = self.sut.store.commit(&c).await;
+        let want = self.model.store.commit(&mc).await;
+        compare_commit(i, &c, &got, &want, stale)?;
+        if want.is_ok() && mc.latest.is_some() {
+            self.reached.pointers += 1;
+        }
+        Ok(())
+    }
+
+    async fn commit_owned(&mut self, i: usize, spec: &CommitSpec) -> CaseResult {
+        let stale = self.model.is_stale(spec);
+        let (c, mc) = (
+            self.sut.build(&self.threads, &self.runs, spec),
+            self.model.build(&self.threads, &self.runs, spec),
+        );
+        let got = match self.sut.store.commit_owned(c.clone()).await {
+            Ok(()) => {
+                self.reached.owned_applied += 1;
+                Ok(())
+            }
+            Err(rejected) if *rejected.commit == c => {
+                self.reached.owned_refused += 1;
+                Err(rejected.error)
+            }
+            Err(rejected) => {
+                return Err(fail!(
+                    "op {i}: commit_owned {c:?} refused ({}) handed back another \
+                     commit: {:?}",
+                    rejected.error,
+                    rejected.commit
+                ));
+            }
+        };
+        let want = self.model.store.commit(&mc).await;
+        compare_commit(i, &c, &got, &want, stale)
+    }
+
+    async fn batch(&mut self, i: usize, specs: &[CommitSpec]) -> CaseResult {
+        let mut stale = Vec::new();
+        for s in specs {
+            stale.push(self.model.is_stale(s));
+        }
+        let cs: Vec<Commit> = specs
+            .iter()
+            .map(|s| self.sut.build(&self.threads, &self.runs, s))
+            .collect();
+        let ms: Vec<Commit> = specs
+            .iter()
+            .map(|s| self.model.build(&self.threads, &self.runs, s))
+            .collect();
+        let got = self.sut.store.commit_batch(&cs).await;
+        let want = self.model.store.commit_batch(&ms).await;
+        if got.len() != want.len() {
             return Err(fail!(
-                "at the end: the store holds {got:?}, the model {want:?}"
+                "op {i}: commit_batch of {} answered {} results",
+                cs.len(),
+                got.len()
             ));
         }
-        for k in got.iter().filter(|k| !is_fence(k)) {
-            let (g, w) = (store.get(t, k).await, model_store.get(t, k).await);
-            if g.as_ref().ok() != w.as_ref().ok() {
-                return Err(fail!("at the end: {k} differs from the model"));
+        for (j, c) in cs.iter().enumerate() {
+            compare_commit(i, c, &got[j], &want[j], stale[j])?;
+        }
+        Ok(())
+    }
+
+    async fn get(&self, i: usize, thread: usize, key: &KeySpec) -> CaseResult {
+        let k = key.render(&self.runs[0], &self.runs);
+        let t = &self.threads[thread];
+        let got = self
+            .sut
+            .store
+            .get(t, &k)
+            .await
+            .map_err(|e| fail!("op {i}: get {k}: {e}"))?;
+        let want = self
+            .model
+            .store
+            .get(t, &k)
+            .await
+            .map_err(|e| fail!("op {i}: model get: {e}"))?;
+        let same = if is_fence(&k) {
+            got.is_some() == want.is_some()
+        } else {
+            got == want
+        };
+        if !same {
+            return Err(fail!(
+                "op {i}: get {k}: the store has {}, the model {}",
+                crate::support::show(&got),
+                crate::support::show(&want)
+            ));
+        }
+        Ok(())
+    }
+
+    async fn list(&self, i: usize, thread: usize, prefix: &PrefixSpec, limit: usize) -> CaseResult {
+        let t = &self.threads[thread];
+        let p = prefix.render(&self.runs);
+        let got = list_all(self.sut.store, t, &p, limit)
+            .await
+            .map_err(|e| fail!("op {i}: {e}"))?;
+        let want = list_all(self.model.store, t, &p, limit)
+            .await
+            .map_err(|e| fail!("op {i}: model: {e}"))?;
+        if got != want {
+            return Err(fail!(
+                "op {i}: list {p:?}: the store has {got:?}, the model {want:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    async fn delete(&mut self, i: usize, thread: usize, keys: &[KeySpec]) -> CaseResult {
+        let t = &self.threads[thread];
+        let runs = &self.runs;
+        let ks: Vec<String> = keys.iter().map(|k| k.render(&runs[0], runs)).collect();
+        self.sut
+            .store
+            .delete(t, &ks)
+            .await
+            .map_err(|e| fail!("op {i}: delete {ks:?}: {e}"))?;
+        self.model
+            .store
+            .delete(t, &ks)
+            .await
+            .map_err(|e| fail!("op {i}: model delete: {e}"))?;
+        for k in ks.iter().filter(|k| is_fence(k)) {
+            if let Some(r) = runs.iter().position(|r| run_of_key(k) == Some(r.as_str())) {
+                self.sut.reset(thread, r);
+                self.model.reset(thread, r);
             }
         }
-        let _ = store.delete(t, &got).await; // tidy up a shared server; best effort
+        Ok(())
     }
-    Ok(reached)
+
+    async fn delete_run(&mut self, i: usize, thread: usize, run: usize) -> CaseResult {
+        let (t, r) = (&self.threads[thread], &self.runs[run]);
+        let got = self
+            .sut
+            .store
+            .delete_run(t, r)
+            .await
+            .map_err(|e| fail!("op {i}: delete_run {r}: {e}"))?;
+        let want = self
+            .model
+            .store
+            .delete_run(t, r)
+            .await
+            .map_err(|e| fail!("op {i}: model delete_run: {e}"))?;
+        if got != want {
+            return Err(fail!(
+                "op {i}: delete_run {r}: the store removed {got} keys, the model {want}"
+            ));
+        }
+        self.sut.reset(thread, run);
+        self.model.reset(thread, run);
+        Ok(())
+    }
+
+    /// Final check: both sides hold the same keys in every thread.
+    async fn compare_final_keys(&self) -> CaseResult {
+        let (store, model_store) = (self.sut.store, self.model.store);
+        for t in &self.threads {
+            let got = list_all(store, t, "", 1000).await?;
+            let want = list_all(model_store, t, "", 1000).await?;
+            if got != want {
+                return Err(fail!(
+                    "at the end: the store holds {got:?}, the model {want:?}"
+                ));
+            }
+            for k in got.iter().filter(|k| !is_fence(k)) {
+                let (g, w) = (store.get(t, k).await, model_store.get(t, k).await);
+                if g.as_ref().ok() != w.as_ref().ok() {
+                    return Err(fail!("at the end: {k} differs from the model"));
+                }
+            }
+            let _ = store.delete(t, &got).await; // tidy up a shared server; best effort
+        }
+        Ok(())
+    }
 }
 
 /// Record a claim the store (`got`) and the model (`want`) made for `(thread, run, slot)`;

@@ -41,13 +41,14 @@
 //! Seeded: the seed is printed, `AFK_CONFORMANCE_SEED=<seed>` replays it; `PROPTEST_CASES`
 //! sets the number of cases (default 16).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use afk_core::normalize::normalize_record;
 use afk_core::runner::Outcome;
+use afk_core::schema::AgentResult;
 use afk_core::store::{CrashMode, FaultEvent, FaultStore, Op, Store};
 use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use proptest::prelude::*;
@@ -55,7 +56,8 @@ use proptest::test_runner::TestCaseError;
 use serde_json::Value;
 
 use crate::agents::{
-    Calls, Mirror, Rig, Script, Start, ToolKind, attempt, drive, dump, durable_in, essence,
+    Attempt, Calls, Durable, Mirror, Rig, Script, Start, ToolKind, attempt, drive, dump,
+    durable_in, essence,
 };
 use crate::support::{
     CaseResult, cases_from_env, ensure, named_run, seed_from_env, test_runner, unique_thread,
@@ -378,7 +380,47 @@ async fn one_case(
     ));
     let model_thread = unique_thread("model");
     let want = essence(&drive(model.clone(), script, &model_thread, &run).await?);
-    let mut faults: VecDeque<Fault> = std::iter::once(first_fault(input, i, &model, &model_thread))
+    let faults = crash_plan(input, i, &model, &model_thread);
+
+    let mut case = Resumed {
+        store: &store,
+        script,
+        thread: unique_thread("resume"),
+        run: &run,
+        calls: Calls::default(),
+        mirror: Mirror::default(),
+    };
+    let (result, crashes) = case.until_done(faults, stats).await?;
+    stats.longest = stats.longest.max(crashes);
+    let Some(got) = result else {
+        return Err(case.ctx(format!("did not finish in {} processes", MOST + 24)));
+    };
+    ensure!(
+        essence(&got) == want,
+        "{}",
+        case.ctx(format!(
+            "result after {crashes} crashes {}\n  differs from the uncrashed {want}",
+            essence(&got)
+        ))
+    );
+    let stored = stored_as_acknowledged(&*store, &case.thread, &case.mirror)
+        .await
+        .map_err(|e| case.ctx(e))?;
+    terminal_resume_keeps(&store, script, &case.thread, &run, &want, stored)
+        .await
+        .map_err(|e| case.ctx(e))
+}
+
+/// The faults of case `i`'s processes, in order: the first crash, aimed by the model run,
+/// then the generated crash points of the later processes (the long sequence in a
+/// `long_case`).
+fn crash_plan(
+    input: &Input,
+    i: u32,
+    model: &FaultStore,
+    model_thread: &ThreadId,
+) -> VecDeque<Fault> {
+    std::iter::once(first_fault(input, i, model, model_thread))
         .chain(
             if long_case(i) {
                 &input.long
@@ -388,149 +430,218 @@ async fn one_case(
             .iter()
             .map(|&k| Fault::CrashAfter(k)),
         )
-        .collect();
+        .collect()
+}
 
-    let thread = unique_thread("resume");
-    let calls = Calls::default();
-    let mut mirror = Mirror::default();
-    let mut start = Start::Fresh;
-    let mut fault = wrap(&store, faults.pop_front());
-    let ctx = |what: String| format!("script {script:?}: {what}");
-    let mut result = None;
-    let mut crashes = 0;
-    // Every crash costs one process; pauses and settlements a few more.
-    for _ in 0..MOST + 24 {
-        let before = durable_in(&mirror.keys, &thread, &run).map_err(ctx)?;
-        let ran_before = calls.snapshot();
-        let rig = Rig::new(script, &calls, Duration::ZERO)?;
-        let runner = crate::agents::runner(fault.clone());
-        let a = attempt(&runner, &rig.agent, &thread, &run, &start).await;
-        mirror.apply(&fault.log());
-        let ran = calls.since(&ran_before);
-        let asked = rig.llm.asked();
-        if start != Start::Fresh {
-            for id in &before.results {
-                ensure!(
-                    !ran.contains_key(id),
-                    "{}",
-                    ctx(format!("call {id} had a stored result and ran again"))
-                );
+/// A case's run on the store under test, continued by new processes under the same run id,
+/// and what those processes left behind.
+struct Resumed<'a> {
+    store: &'a Arc<dyn Store>,
+    script: &'a Script,
+    thread: ThreadId,
+    run: &'a RunId,
+    /// How often each tool call ran, across all processes.
+    calls: Calls,
+    /// What the store under test acknowledged, across all processes.
+    mirror: Mirror,
+}
+
+/// What one process found and did, as the checks after it need.
+struct Observed {
+    /// What the run had stored before the process.
+    before: Durable,
+    /// The tool calls the process ran.
+    ran: BTreeMap<String, u64>,
+    /// The model answers the process asked for.
+    asked: Vec<usize>,
+}
+
+impl Resumed<'_> {
+    /// A failure message naming the case's script.
+    fn ctx(&self, what: String) -> String {
+        format!("script {:?}: {what}", self.script)
+    }
+
+    /// Run processes, each failing as the next of `faults` says (an approval after a pause
+    /// goes on with the paused process's fault), until the run completes: its result (`None`
+    /// when it did not finish) and the crashes it took.
+    async fn until_done(
+        &mut self,
+        mut faults: VecDeque<Fault>,
+        stats: &mut ResumeStats,
+    ) -> Result<(Option<Box<AgentResult>>, u32), String> {
+        let mut start = Start::Fresh;
+        let mut fault = wrap(self.store, faults.pop_front());
+        let mut result = None;
+        let mut crashes = 0;
+        // Every crash costs one process; pauses and settlements a few more.
+        for _ in 0..MOST + 24 {
+            let (a, seen) = self.process(&fault, &start).await?;
+            if start != Start::Fresh {
+                self.check_no_rework(&start, &a, &seen, stats)?;
             }
-            for k in &asked {
-                ensure!(
-                    !before.answers.contains(k),
-                    "{}",
-                    ctx(format!(
-                        "model answer #{k} was stored and was requested again by {start:?} \
-                         (stored before: {before:?}; events {:?})",
-                        a.events
-                    ))
-                );
+            self.check_at_most_once()?;
+            let crashed = fault.crashed()
+                || matches!(&a.result, Err(e) if e.kind() == ErrorKind::Unexpected
+                    && e.message().contains("panicked"));
+            match a.result {
+                Ok(Outcome::Completed(r)) => {
+                    result = Some(r);
+                    break;
+                }
+                Ok(Outcome::Paused { .. }) => start = Start::Approve,
+                Ok(other) => return Err(self.ctx(format!("the run ended {other:?}"))),
+                Err(_) if crashed => {
+                    crashes += 1;
+                    start = self.after_crash(&start, stats)?;
+                }
+                Err(e) if e.kind() == ErrorKind::EffectUncertain => {
+                    start = self.settle(&e, &seen, stats)?;
+                }
+                Err(e) => return Err(self.ctx(format!("{start:?} failed: {e}"))),
             }
-            if let Some(step) = before.pending_step
-                && a.answered(step)
-            {
-                stats.reused_pending += 1;
-            }
-            if a.replayed() {
-                stats.replayed += 1;
+            if !matches!(start, Start::Approve) || crashed {
+                fault = wrap(self.store, faults.pop_front());
             }
         }
-        for (id, n) in calls.snapshot() {
-            let charge = script.is_charge(&id);
+        Ok((result, crashes))
+    }
+
+    /// Run one process started as `start` on the store under test through `fault`, and
+    /// mirror the commits it got accepted.
+    async fn process(
+        &mut self,
+        fault: &Arc<FaultStore>,
+        start: &Start,
+    ) -> Result<(Attempt, Observed), String> {
+        let before =
+            durable_in(&self.mirror.keys, &self.thread, self.run).map_err(|e| self.ctx(e))?;
+        let ran_before = self.calls.snapshot();
+        let rig = Rig::new(self.script, &self.calls, Duration::ZERO)?;
+        let runner = crate::agents::runner(fault.clone());
+        let a = attempt(&runner, &rig.agent, &self.thread, self.run, start).await;
+        self.mirror.apply(&fault.log());
+        let ran = self.calls.since(&ran_before);
+        let asked = rig.llm.asked();
+        Ok((a, Observed { before, ran, asked }))
+    }
+
+    /// A process continuing the run (`start` is not fresh) ran no call whose successful
+    /// result was stored before it and asked for no model answer stored before it; counts
+    /// the stored pending answers it used and the results it replayed.
+    fn check_no_rework(
+        &self,
+        start: &Start,
+        a: &Attempt,
+        seen: &Observed,
+        stats: &mut ResumeStats,
+    ) -> CaseResult {
+        let Observed { before, ran, asked } = seen;
+        for id in &before.results {
+            ensure!(
+                !ran.contains_key(id),
+                "{}",
+                self.ctx(format!("call {id} had a stored result and ran again"))
+            );
+        }
+        for k in asked {
+            ensure!(
+                !before.answers.contains(k),
+                "{}",
+                self.ctx(format!(
+                    "model answer #{k} was stored and was requested again by {start:?} \
+                     (stored before: {before:?}; events {:?})",
+                    a.events
+                ))
+            );
+        }
+        if let Some(step) = before.pending_step
+            && a.answered(step)
+        {
+            stats.reused_pending += 1;
+        }
+        if a.replayed() {
+            stats.replayed += 1;
+        }
+        Ok(())
+    }
+
+    /// No at-most-once call ran more than once, in all processes so far.
+    fn check_at_most_once(&self) -> CaseResult {
+        for (id, n) in self.calls.snapshot() {
+            let charge = self.script.is_charge(&id);
             ensure!(
                 !charge || n <= 1,
                 "{}",
-                ctx(format!("at-most-once call {id} ran {n} times"))
+                self.ctx(format!("at-most-once call {id} ran {n} times"))
             );
         }
-        let crashed = fault.crashed()
-            || matches!(&a.result, Err(e) if e.kind() == ErrorKind::Unexpected
-                && e.message().contains("panicked"));
-        match a.result {
-            Ok(Outcome::Completed(r)) => {
-                result = Some(r);
-                break;
-            }
-            Ok(Outcome::Paused { .. }) => start = Start::Approve,
-            Ok(other) => ensure!(false, "{}", ctx(format!("the run ended {other:?}"))),
-            Err(_) if crashed => {
-                stats.crashes += 1;
-                crashes += 1;
-                if start != Start::Fresh {
-                    stats.resume_crashes += 1;
-                }
-                let after = durable_in(&mirror.keys, &thread, &run).map_err(ctx)?;
-                if !after.intents.is_empty() {
-                    stats.mid_batch += 1;
-                }
-                // The SAME run id goes on: resumed from whatever it committed, or, when it
-                // committed nothing, started again.
-                start = if mirror.exists(&run) {
-                    if !mirror.has_snapshot(&run, 1) {
-                        stats.first_commit_only += 1;
-                    }
-                    Start::Resume
-                } else {
-                    stats.before_first_commit += 1;
-                    Start::Fresh
-                };
-            }
-            Err(e) if e.kind() == ErrorKind::EffectUncertain => {
-                ensure!(
-                    script.has_charge() && ran.is_empty() && asked.is_empty(),
-                    "{}",
-                    ctx(format!(
-                        "EffectUncertain ({e}) but ran {ran:?} and asked {asked:?}"
-                    ))
-                );
-                let call = e
-                    .key()
-                    .and_then(|k| k.rsplit(':').next())
-                    .unwrap_or_default()
-                    .to_owned();
-                ensure!(
-                    script.is_charge(&call) && before.intents.contains(&call),
-                    "{}",
-                    ctx(format!(
-                        "EffectUncertain ({e}) without a stored at-most-once intent for its \
-                         call: {before:?}"
-                    ))
-                );
-                stats.uncertain += 1;
-                stats.settled += 1;
-                // The operator reads the ledger: did the call run?
-                let output = if calls.snapshot().get(&call).copied().unwrap_or(0) > 0 {
-                    script.charge_output(&call)
-                } else {
-                    None
-                };
-                start = Start::Settle { call, output };
-            }
-            Err(e) => return Err(ctx(format!("{start:?} failed: {e}"))),
-        }
-        if !matches!(start, Start::Approve) || crashed {
-            fault = wrap(&store, faults.pop_front());
-        }
+        Ok(())
     }
-    stats.longest = stats.longest.max(crashes);
-    let Some(got) = result else {
-        return Err(ctx(format!("did not finish in {} processes", MOST + 24)));
-    };
-    ensure!(
-        essence(&got) == want,
-        "{}",
-        ctx(format!(
-            "result after {crashes} crashes {}\n  differs from the uncrashed {want}",
-            essence(&got)
-        ))
-    );
-    let stored = stored_as_acknowledged(&*store, &thread, &mirror)
-        .await
-        .map_err(ctx)?;
-    terminal_resume_keeps(&store, script, &thread, &run, &want, stored)
-        .await
-        .map_err(ctx)
+
+    /// Count a crash of a process started as `start`, and how the next process continues.
+    fn after_crash(&self, start: &Start, stats: &mut ResumeStats) -> Result<Start, String> {
+        stats.crashes += 1;
+        if *start != Start::Fresh {
+            stats.resume_crashes += 1;
+        }
+        let after =
+            durable_in(&self.mirror.keys, &self.thread, self.run).map_err(|e| self.ctx(e))?;
+        if !after.intents.is_empty() {
+            stats.mid_batch += 1;
+        }
+        // The SAME run id goes on: resumed from whatever it committed, or, when it
+        // committed nothing, started again.
+        Ok(if self.mirror.exists(self.run) {
+            if !self.mirror.has_snapshot(self.run, 1) {
+                stats.first_commit_only += 1;
+            }
+            Start::Resume
+        } else {
+            stats.before_first_commit += 1;
+            Start::Fresh
+        })
+    }
+
+    /// A process stopped with `EffectUncertain` (`e`) only for a stored at-most-once intent,
+    /// having run and asked nothing; the operator settles the call from the tools' ledger.
+    fn settle(
+        &self,
+        e: &afk_core::Error,
+        seen: &Observed,
+        stats: &mut ResumeStats,
+    ) -> Result<Start, String> {
+        let Observed { before, ran, asked } = seen;
+        ensure!(
+            self.script.has_charge() && ran.is_empty() && asked.is_empty(),
+            "{}",
+            self.ctx(format!(
+                "EffectUncertain ({e}) but ran {ran:?} and asked {asked:?}"
+            ))
+        );
+        let call = e
+            .key()
+            .and_then(|k| k.rsplit(':').next())
+            .unwrap_or_default()
+            .to_owned();
+        ensure!(
+            self.script.is_charge(&call) && before.intents.contains(&call),
+            "{}",
+            self.ctx(format!(
+                "EffectUncertain ({e}) without a stored at-most-once intent for its \
+                 call: {before:?}"
+            ))
+        );
+        stats.uncertain += 1;
+        stats.settled += 1;
+        // The operator reads the ledger: did the call run?
+        let output = if self.calls.snapshot().get(&call).copied().unwrap_or(0) > 0 {
+            self.script.charge_output(&call)
+        } else {
+            None
+        };
+        Ok(Start::Settle { call, output })
+    }
 }
 
 /// Every key of the thread but the fences is what the accepted commits wrote, byte for byte.
