@@ -110,6 +110,62 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// A connection to the Cluster `cfg` names, with the client's own retries.
+async fn open_cluster(
+    cfg: &RedisConfig,
+    certs: Option<redis::TlsCertificates>,
+    deadline: Duration,
+) -> RedisResult<Conn> {
+    let mut infos = Vec::new();
+    for (h, p) in &cfg.nodes {
+        infos.push(node_info(cfg, h, *p)?);
+    }
+    let mut b = ClusterClientBuilder::new(infos)
+        .connection_timeout(cfg.connect_timeout())
+        .response_timeout(cfg.response_timeout())
+        .overall_response_timeout(Some(deadline))
+        .retries(3)
+        .min_retry_wait(20)
+        .max_retry_wait(500);
+    if let Some(u) = &cfg.username {
+        b = b.username(u);
+    }
+    if let Some(p) = &cfg.password {
+        b = b.password(p.expose());
+    }
+    if let Some(certs) = certs.clone() {
+        b = b.certs(certs);
+    }
+    let client = b.build()?;
+    match client.get_async_connection().await {
+        Ok(c) => Ok(Conn::Cluster(c)),
+        Err(e) if cfg.tls => Err(diagnose_tls(cfg, certs, e).await),
+        Err(e) => Err(e),
+    }
+}
+
+/// A reconnecting connection to the single node `cfg` names.
+async fn open_single(
+    cfg: &RedisConfig,
+    certs: Option<redis::TlsCertificates>,
+) -> RedisResult<Conn> {
+    let (h, p) = &cfg.nodes[0];
+    let info = node_info(cfg, h, *p)?;
+    let client = match certs {
+        Some(certs) => redis::Client::build_with_tls(info, certs)?,
+        None => redis::Client::open(info)?,
+    };
+    let mc = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(cfg.connect_timeout()))
+        .set_response_timeout(Some(cfg.response_timeout()))
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(200));
+    Ok(Conn::Single(
+        ConnectionManager::new_with_config(client, mc).await?,
+    ))
+}
+
 fn node_info(cfg: &RedisConfig, host: &str, port: u16) -> RedisResult<ConnectionInfo> {
     let addr = if cfg.tls {
         ConnectionAddr::TcpTls {
@@ -283,48 +339,9 @@ impl Client {
         let certs = tls::certificates(cfg)?;
         let fut = async {
             if cfg.cluster {
-                let mut infos = Vec::new();
-                for (h, p) in &cfg.nodes {
-                    infos.push(node_info(cfg, h, *p)?);
-                }
-                let mut b = ClusterClientBuilder::new(infos)
-                    .connection_timeout(cfg.connect_timeout())
-                    .response_timeout(cfg.response_timeout())
-                    .overall_response_timeout(Some(deadline))
-                    .retries(3)
-                    .min_retry_wait(20)
-                    .max_retry_wait(500);
-                if let Some(u) = &cfg.username {
-                    b = b.username(u);
-                }
-                if let Some(p) = &cfg.password {
-                    b = b.password(p.expose());
-                }
-                if let Some(certs) = certs.clone() {
-                    b = b.certs(certs);
-                }
-                let client = b.build()?;
-                match client.get_async_connection().await {
-                    Ok(c) => Ok::<_, RedisError>(Conn::Cluster(c)),
-                    Err(e) if cfg.tls => Err(diagnose_tls(cfg, certs, e).await),
-                    Err(e) => Err(e),
-                }
+                open_cluster(cfg, certs, deadline).await
             } else {
-                let (h, p) = &cfg.nodes[0];
-                let info = node_info(cfg, h, *p)?;
-                let client = match certs {
-                    Some(certs) => redis::Client::build_with_tls(info, certs)?,
-                    None => redis::Client::open(info)?,
-                };
-                let mc = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(cfg.connect_timeout()))
-                    .set_response_timeout(Some(cfg.response_timeout()))
-                    .set_number_of_retries(1)
-                    .set_min_delay(Duration::from_millis(10))
-                    .set_max_delay(Duration::from_millis(200));
-                Ok(Conn::Single(
-                    ConnectionManager::new_with_config(client, mc).await?,
-                ))
+                open_single(cfg, certs).await
             }
         };
         let conn = match tokio::time::timeout(deadline, fut).await {
@@ -333,32 +350,34 @@ impl Client {
             Err(_) => return Err(timeout_err(what, deadline)),
         };
         let client = Client { conn, deadline };
-        if !cfg.cluster {
-            // One round trip proves the credentials and that the server is not a Cluster node:
-            // through a single-node URL such a node would list only its own keys (a console
-            // would show part of the store as all of it) and answer MOVED to writes.
-            let info = redis::cmd("CLUSTER").arg("INFO").clone();
-            match tokio::time::timeout(deadline, client.raw::<Value>(&info)).await {
-                Err(_) => return Err(timeout_err(what, deadline)),
-                // A Cluster node describes its cluster (`cluster_state:ok`, …); anything else
-                // (a proxy's own answer) is not taken for one.
-                Ok(Ok(reply)) if is_cluster_info(&reply) => {
-                    return Err(Error::invalid_config(format!(
-                        "redis: {what} failed: the server is a Redis Cluster node; use a \
-                         redis+cluster:// URL (rediss+cluster:// with TLS)"
-                    )));
-                }
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) if not_a_cluster(&e) => return Ok(client),
-                // Denied to this user, unknown to this server, or an authentication error: PING
-                // proves what it can (and reports the authentication error as such).
-                Ok(Err(_)) => {}
-            }
+        if !cfg.cluster && client.answers_as_single_node(what).await? {
+            return Ok(client);
         }
         let _: Value = client
             .query_mapped(&redis::cmd("PING"), what, connect_err)
             .await?;
         Ok(client)
+    }
+
+    /// One round trip proves the credentials and that the server is not a Cluster node:
+    /// through a single-node URL such a node would list only its own keys (a console would
+    /// show part of the store as all of it) and answer MOVED to writes. `Ok(true)`: the
+    /// server answered as a single node; `Ok(false)`: it did not say (denied to this user,
+    /// unknown to this server, or an authentication error), so PING must prove what it can.
+    async fn answers_as_single_node(&self, what: &str) -> Result<bool> {
+        let info = redis::cmd("CLUSTER").arg("INFO").clone();
+        match tokio::time::timeout(self.deadline, self.raw::<Value>(&info)).await {
+            Err(_) => Err(timeout_err(what, self.deadline)),
+            // A Cluster node describes its cluster (`cluster_state:ok`, …); anything else (a
+            // proxy's own answer) is not taken for one.
+            Ok(Ok(reply)) if is_cluster_info(&reply) => Err(Error::invalid_config(format!(
+                "redis: {what} failed: the server is a Redis Cluster node; use a \
+                 redis+cluster:// URL (rediss+cluster:// with TLS)"
+            ))),
+            Ok(Ok(_)) => Ok(false),
+            Ok(Err(e)) if not_a_cluster(&e) => Ok(true),
+            Ok(Err(_)) => Ok(false),
+        }
     }
 
     /// Every key matching `pattern` (`SCAN MATCH`, on every primary of a Cluster), as UTF-8

@@ -187,6 +187,68 @@ impl RedisStore {
 
     /// Check a commit and turn it into the commit script's KEYS and ARGV (the values borrowed
     /// from the commit).
+    /// The commits sent as one pipeline each, by position: everything on a single node; per
+    /// thread (one hash slot, hence one node) on Cluster. Order is kept inside a group.
+    fn pipeline_groups(&self, commits: &[Commit]) -> Vec<Vec<usize>> {
+        let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, c) in commits.iter().enumerate() {
+            let g = if self.client.is_cluster() {
+                c.thread.as_str()
+            } else {
+                ""
+            };
+            groups.entry(g).or_default().push(i);
+        }
+        groups.into_values().collect()
+    }
+
+    /// Record in `out` what one pipeline of the commits at `sent` answered (`r`): each
+    /// commit's answer, resolved by reading back where it is uncertain.
+    async fn pipeline_answers(
+        &self,
+        commits: &[Commit],
+        sent: Vec<usize>,
+        r: Result<Vec<RedisResult<Value>>>,
+        out: &mut [Option<Result<()>>],
+    ) {
+        match r {
+            Ok(answers) if answers.len() == sent.len() => {
+                for (i, a) in sent.into_iter().zip(answers) {
+                    let c = &commits[i];
+                    out[i] = Some(match Self::commit_answer(c, a) {
+                        Err(e) if e.is_retryable() => self.resolve(c, e).await,
+                        other => other,
+                    });
+                }
+            }
+            Ok(answers) => {
+                let n = answers.len();
+                for i in sent {
+                    out[i] = Some(Err(Error::unexpected(format!(
+                        "redis: a pipeline of commits answered {n} results"
+                    ))));
+                }
+            }
+            Err(e) => {
+                // Read back commit by commit while the server answers; once a read-back
+                // fails too, the rest are reported as they are (no n-fold wait).
+                let mut answering = e.is_retryable();
+                for i in sent {
+                    let err = e.clone();
+                    let r = if answering {
+                        self.resolve(&commits[i], err).await
+                    } else {
+                        Err(err)
+                    };
+                    if matches!(&r, Err(x) if x.message().contains("unknown outcome")) {
+                        answering = false;
+                    }
+                    out[i] = Some(r);
+                }
+            }
+        }
+    }
+
     fn commit_call<'c>(&self, c: &'c Commit) -> Result<ScriptCall<'c>> {
         validate_commit(c)?;
         let run = c.run.as_str();
@@ -502,19 +564,8 @@ impl Store for RedisStore {
 
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
         let mut out: Vec<Option<Result<()>>> = (0..commits.len()).map(|_| None).collect();
-        // Groups of commits sent as one pipeline: everything on a single node; per thread (one
-        // hash slot, hence one node) on Cluster. Order is kept inside a group.
-        let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        for (i, c) in commits.iter().enumerate() {
-            let g = if self.client.is_cluster() {
-                c.thread.as_str()
-            } else {
-                ""
-            };
-            groups.entry(g).or_default().push(i);
-        }
         let mut futs = Vec::new();
-        for idx in groups.into_values() {
+        for idx in self.pipeline_groups(commits) {
             let mut calls = Vec::new();
             let mut sent = Vec::new();
             for i in idx {
@@ -538,42 +589,7 @@ impl Store for RedisStore {
             });
         }
         for (sent, r) in futures::future::join_all(futs).await {
-            match r {
-                Ok(answers) if answers.len() == sent.len() => {
-                    for (i, a) in sent.into_iter().zip(answers) {
-                        let c = &commits[i];
-                        out[i] = Some(match Self::commit_answer(c, a) {
-                            Err(e) if e.is_retryable() => self.resolve(c, e).await,
-                            other => other,
-                        });
-                    }
-                }
-                Ok(answers) => {
-                    let n = answers.len();
-                    for i in sent {
-                        out[i] = Some(Err(Error::unexpected(format!(
-                            "redis: a pipeline of commits answered {n} results"
-                        ))));
-                    }
-                }
-                Err(e) => {
-                    // Read back commit by commit while the server answers; once a read-back
-                    // fails too, the rest are reported as they are (no n-fold wait).
-                    let mut answering = e.is_retryable();
-                    for i in sent {
-                        let err = e.clone();
-                        let r = if answering {
-                            self.resolve(&commits[i], err).await
-                        } else {
-                            Err(err)
-                        };
-                        if matches!(&r, Err(x) if x.message().contains("unknown outcome")) {
-                            answering = false;
-                        }
-                        out[i] = Some(r);
-                    }
-                }
-            }
+            self.pipeline_answers(commits, sent, r, &mut out).await;
         }
         out.into_iter()
             .map(|r| {
