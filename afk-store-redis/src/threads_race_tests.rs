@@ -15,13 +15,7 @@ use crate::RedisStore;
 fn stores_env() -> Vec<String> {
     let mut out = Vec::new();
     for var in ["AFK_TEST_REDIS_URL", "AFK_TEST_REDIS_CLUSTER_URLS"] {
-        match std::env::var(var) {
-            Ok(v) if !v.trim().is_empty() => out.push(v),
-            _ if std::env::var("AFK_REQUIRE_INTEGRATION").as_deref() == Ok("1") => {
-                panic!("AFK_REQUIRE_INTEGRATION=1 but {var} is not set")
-            }
-            _ => println!("skipped: set {var} to run this test"),
-        }
+        out.extend(afk_conformance::require_env(var));
     }
     out
 }

@@ -297,7 +297,7 @@ fn errors_name_the_store_and_hide_the_password() {
 #[cfg(feature = "redis")]
 #[test]
 fn console_on_redis() {
-    if let Some(url) = cli_ops::env_or_skip("AFK_TEST_REDIS_URL") {
+    if let Some(url) = cli_ops::require_env("AFK_TEST_REDIS_URL") {
         let url = format!("{url}?prefix={}", cli_ops::unique("cons"));
         console(&url, "c");
     }
@@ -306,7 +306,7 @@ fn console_on_redis() {
 #[cfg(feature = "redis")]
 #[test]
 fn console_on_redis_cluster() {
-    if let Some(urls) = cli_ops::env_or_skip("AFK_TEST_REDIS_CLUSTER_URLS") {
+    if let Some(urls) = cli_ops::require_env("AFK_TEST_REDIS_CLUSTER_URLS") {
         let url = cluster_url(&urls);
         console(&url, "c");
     }
@@ -354,7 +354,7 @@ fn export_from_s3_import_into_redis() {
     let dir = tempfile::tempdir().unwrap();
     if let (Some(s3), Some(redis)) = (
         cli_ops::s3_url(),
-        cli_ops::env_or_skip("AFK_TEST_REDIS_URL"),
+        cli_ops::require_env("AFK_TEST_REDIS_URL"),
     ) {
         let redis = format!("{redis}?prefix={}", cli_ops::unique("move"));
         export_import(dir.path(), &s3, &redis, "moved");

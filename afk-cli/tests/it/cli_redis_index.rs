@@ -85,7 +85,7 @@ fn check(url: &str, nodes: &[String], cluster: bool, prefix: &str) {
 
 #[test]
 fn prune_and_rebuild_keep_the_redis_thread_index_exact() {
-    if let Some(url) = cli_ops::env_or_skip("AFK_TEST_REDIS_URL") {
+    if let Some(url) = cli_ops::require_env("AFK_TEST_REDIS_URL") {
         let prefix = cli_ops::unique("idx");
         check(
             &format!("{url}?prefix={prefix}"),
@@ -98,7 +98,7 @@ fn prune_and_rebuild_keep_the_redis_thread_index_exact() {
 
 #[test]
 fn prune_and_rebuild_keep_the_redis_cluster_thread_index_exact() {
-    if let Some(urls) = cli_ops::env_or_skip("AFK_TEST_REDIS_CLUSTER_URLS") {
+    if let Some(urls) = cli_ops::require_env("AFK_TEST_REDIS_CLUSTER_URLS") {
         let prefix = cli_ops::unique("idx");
         let nodes: Vec<String> = urls.split(',').map(|u| u.trim().to_owned()).collect();
         let hosts: Vec<&str> = nodes

@@ -6,20 +6,8 @@
 
 use crate::common;
 
+use afk_core::testkit::require_env;
 use common::{afk_in, corpus};
-
-fn env_or_skip(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ if std::env::var("AFK_REQUIRE_INTEGRATION").as_deref() == Ok("1") => {
-            panic!("{name} is not set and AFK_REQUIRE_INTEGRATION=1")
-        }
-        _ => {
-            println!("skipped: set {name}");
-            None
-        }
-    }
-}
 
 fn corpus_passes_on(url: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -41,7 +29,7 @@ fn corpus_passes_on(url: &str) {
 #[cfg(feature = "redis")]
 #[test]
 fn the_corpus_passes_on_redis() {
-    if let Some(url) = env_or_skip("AFK_TEST_REDIS_URL") {
+    if let Some(url) = require_env("AFK_TEST_REDIS_URL") {
         corpus_passes_on(&url);
     }
 }
@@ -49,7 +37,7 @@ fn the_corpus_passes_on_redis() {
 #[cfg(feature = "s3")]
 #[test]
 fn the_corpus_passes_on_s3() {
-    let Some(endpoint) = env_or_skip("AFK_TEST_S3_ENDPOINT") else {
+    let Some(endpoint) = require_env("AFK_TEST_S3_ENDPOINT") else {
         return;
     };
     let var = |n: &str| std::env::var(n).unwrap_or_default();

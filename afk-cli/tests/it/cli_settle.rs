@@ -225,7 +225,7 @@ fn settle_and_decide_on_rocksdb() {
 #[cfg(feature = "redis")]
 #[test]
 fn settle_and_decide_on_redis() {
-    if let Some(url) = cli_ops::env_or_skip("AFK_TEST_REDIS_URL") {
+    if let Some(url) = cli_ops::require_env("AFK_TEST_REDIS_URL") {
         all(&url, &cli_ops::unique("ops"));
     }
 }

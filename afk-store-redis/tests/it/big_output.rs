@@ -20,7 +20,7 @@ fn answer(v: Value) -> LlmResponse {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_output_over_the_value_limit_fails_its_call_and_the_run_completes() {
-    let Some(url) = env_or_skip("AFK_TEST_REDIS_URL") else {
+    let Some(url) = require_env("AFK_TEST_REDIS_URL") else {
         return;
     };
     let store: Arc<dyn Store> = Arc::new(connect(config(&url)).await);

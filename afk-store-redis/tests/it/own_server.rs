@@ -51,7 +51,7 @@ async fn step_commit(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_restart_mid_stream_fails_fast_then_recovers_without_half_writes() {
-    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
         return;
     }
     let mut server = OwnServer::start(&[]);
@@ -219,7 +219,7 @@ async fn server_restart_mid_stream_fails_fast_then_recovers_without_half_writes(
 
 #[tokio::test]
 async fn flushed_script_cache_is_reloaded_transparently() {
-    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
         return;
     }
     let server = OwnServer::start(&[]);
@@ -291,7 +291,7 @@ async fn flushed_script_cache_is_reloaded_transparently() {
 
 #[tokio::test]
 async fn passwords_never_appear_and_bad_credentials_are_invalid_config() {
-    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
         return;
     }
     let secret = "s3cr3t-Pass-word";
@@ -338,7 +338,7 @@ async fn passwords_never_appear_and_bad_credentials_are_invalid_config() {
 
 #[tokio::test]
 async fn no_server_is_unavailable_quickly() {
-    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
         return;
     }
     let port = free_port();
@@ -358,7 +358,7 @@ async fn no_server_is_unavailable_quickly() {
 /// was doing by then. Each read kind is tried as the very first request after a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_request_after_a_server_restart_is_served() {
-    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
         return;
     }
     let mut server = OwnServer::start(&[]);

@@ -32,7 +32,7 @@ fn problems(reports: &[Report]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_run_across_a_server_restart_verifies_clean() {
-    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");

@@ -335,7 +335,7 @@ async fn commit_batch_answers_each_commit_in_order_across_threads() {
 
 #[tokio::test]
 async fn single_node_url_pointed_at_a_cluster_node_is_invalid_config() {
-    let Some(urls) = env_or_skip("AFK_TEST_REDIS_CLUSTER_URLS") else {
+    let Some(urls) = require_env("AFK_TEST_REDIS_CLUSTER_URLS") else {
         return;
     };
     let first = urls.split(',').next().unwrap_or_default().to_string();
@@ -348,7 +348,7 @@ async fn single_node_url_pointed_at_a_cluster_node_is_invalid_config() {
 
 #[tokio::test]
 async fn cluster_url_pointed_at_a_single_server_is_invalid_config() {
-    let Some(url) = env_or_skip("AFK_TEST_REDIS_URL") else {
+    let Some(url) = require_env("AFK_TEST_REDIS_URL") else {
         return;
     };
     let cluster = url.replacen("redis://", "redis+cluster://", 1);
@@ -431,7 +431,7 @@ async fn ttl_expires_a_run_as_a_whole() {
 
 #[tokio::test]
 async fn a_fence_that_is_not_an_integer_is_corrupt() {
-    let Some(url) = env_or_skip("AFK_TEST_REDIS_URL") else {
+    let Some(url) = require_env("AFK_TEST_REDIS_URL") else {
         return;
     };
     let cfg = config(&url);

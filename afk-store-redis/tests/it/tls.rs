@@ -82,7 +82,7 @@ async fn round_trip(s: &RedisStore, tag: &str) {
 
 #[tokio::test]
 async fn private_ca_round_trip_and_refusals() {
-    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
         return;
     }
     let pki = TestPki::new();
@@ -156,7 +156,7 @@ async fn private_ca_round_trip_and_refusals() {
 
 #[tokio::test]
 async fn mutual_tls_needs_the_client_certificate() {
-    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
         return;
     }
     let pki = TestPki::new();
@@ -245,7 +245,7 @@ async fn bad_tls_files_are_invalid_config_naming_the_option() {
 
 #[tokio::test]
 async fn mismatched_client_key_is_invalid_config() {
-    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
         return;
     }
     let pki = TestPki::new();
@@ -285,7 +285,7 @@ fn cli(pki: &TestPki, port: u16, args: &[&str]) -> String {
 /// holds every slot and talks TLS on its client and bus ports.
 #[tokio::test]
 async fn cluster_over_tls_with_private_ca() {
-    if env_or_skip("AFK_TEST_REDIS_URL").is_none() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
         return;
     }
     let pki = TestPki::new();

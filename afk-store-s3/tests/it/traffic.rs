@@ -36,10 +36,7 @@ async fn traffic_matches_the_bytes_the_server_received() {
     };
     let endpoint = cfg.endpoint.clone().unwrap();
     if http(&endpoint, "POST", "/moto-api/recorder/start-recording").is_empty() {
-        assert!(
-            std::env::var("AFK_REQUIRE_INTEGRATION").as_deref() != Ok("1"),
-            "the S3 test server has no request recorder (not moto?)"
-        );
+        afk_conformance::skip_or_fail("the S3 test server has no request recorder (not moto?)");
         return;
     }
     let (t, r) = (ThreadId::new("t").unwrap(), RunId::new("run_tr").unwrap());

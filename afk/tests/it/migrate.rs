@@ -186,18 +186,7 @@ async fn migration_on_rocksdb_resumes_alike_and_finishes_after_a_crash() {
 }
 
 #[cfg(any(feature = "redis", feature = "s3"))]
-fn env_or_skip(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ if std::env::var("AFK_REQUIRE_INTEGRATION").as_deref() == Ok("1") => {
-            panic!("{name} is not set and AFK_REQUIRE_INTEGRATION=1")
-        }
-        _ => {
-            println!("skipped: set {name}");
-            None
-        }
-    }
-}
+use afk_core::testkit::require_env;
 
 #[cfg(any(feature = "redis", feature = "s3"))]
 fn unique() -> u128 {
@@ -217,7 +206,7 @@ fn open_blocking(url: String) -> Arc<dyn Store> {
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migration_on_redis_resumes_alike_and_finishes_after_a_crash() {
-    let Some(url) = env_or_skip("AFK_TEST_REDIS_URL") else {
+    let Some(url) = require_env("AFK_TEST_REDIS_URL") else {
         return;
     };
     let base = unique();
@@ -232,7 +221,7 @@ async fn migration_on_redis_resumes_alike_and_finishes_after_a_crash() {
 #[cfg(feature = "s3")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migration_on_s3_resumes_alike_and_finishes_after_a_crash() {
-    let Some(endpoint) = env_or_skip("AFK_TEST_S3_ENDPOINT") else {
+    let Some(endpoint) = require_env("AFK_TEST_S3_ENDPOINT") else {
         return;
     };
     let var = |n: &str| std::env::var(n).unwrap_or_default();

@@ -173,23 +173,11 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}_{}_{nanos}", std::process::id())
 }
 
-/// The server URLs of the environment, or `None` (printed) unless `AFK_REQUIRE_INTEGRATION=1`.
-pub fn env_or_skip(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ if std::env::var("AFK_REQUIRE_INTEGRATION").as_deref() == Ok("1") => {
-            panic!("{name} is not set and AFK_REQUIRE_INTEGRATION=1")
-        }
-        _ => {
-            println!("skipped: set {name}");
-            None
-        }
-    }
-}
+pub use afk_core::testkit::require_env;
 
 /// A fresh bucket on the test S3 server, as a store URL.
 pub fn s3_url() -> Option<String> {
-    let endpoint = env_or_skip("AFK_TEST_S3_ENDPOINT")?;
+    let endpoint = require_env("AFK_TEST_S3_ENDPOINT")?;
     let var = |n: &str| std::env::var(n).unwrap_or_default();
     Some(format!(
         "s3://{}/cli?endpoint={endpoint}&region={}&force_path_style=true\

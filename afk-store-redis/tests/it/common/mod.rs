@@ -13,20 +13,7 @@ use afk_core::store::{Commit, Epoch};
 use afk_core::{RunId, ThreadId};
 use afk_store_redis::{RedisConfig, RedisStore};
 
-/// The value of `var`, or `None` after printing a skip line; panics instead when
-/// `AFK_REQUIRE_INTEGRATION=1` (a missing server is a failure in CI).
-pub fn env_or_skip(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) if !v.trim().is_empty() => Some(v),
-        _ => {
-            if std::env::var("AFK_REQUIRE_INTEGRATION").as_deref() == Ok("1") {
-                panic!("AFK_REQUIRE_INTEGRATION=1 but {var} is not set");
-            }
-            println!("skipped: set {var} to run this test");
-            None
-        }
-    }
-}
+pub use afk_conformance::require_env;
 
 /// A name unique to this process and call.
 pub fn unique(tag: &str) -> String {
@@ -60,10 +47,10 @@ pub fn config(url: &str) -> RedisConfig {
 /// The topologies configured in the environment: `("single", config)`, `("cluster", config)`.
 pub fn topologies() -> Vec<(&'static str, RedisConfig)> {
     let mut out = Vec::new();
-    if let Some(u) = env_or_skip("AFK_TEST_REDIS_URL") {
+    if let Some(u) = require_env("AFK_TEST_REDIS_URL") {
         out.push(("single", config(&u)));
     }
-    if let Some(u) = env_or_skip("AFK_TEST_REDIS_CLUSTER_URLS") {
+    if let Some(u) = require_env("AFK_TEST_REDIS_CLUSTER_URLS") {
         out.push(("cluster", config(&u)));
     }
     out

@@ -41,16 +41,7 @@ pub fn step(t: &ThreadId, r: &RunId, epoch: Epoch, i: u32) -> Commit {
 /// Endpoint, region, key id and secret of the test server, or `None` (test skipped) when
 /// `AFK_TEST_S3_ENDPOINT` is unset. Panics instead when `AFK_REQUIRE_INTEGRATION=1`.
 pub fn server() -> Option<(String, String, String, String)> {
-    let Ok(endpoint) = std::env::var("AFK_TEST_S3_ENDPOINT") else {
-        assert!(
-            std::env::var("AFK_REQUIRE_INTEGRATION").as_deref() != Ok("1"),
-            "AFK_REQUIRE_INTEGRATION=1 but AFK_TEST_S3_ENDPOINT is not set"
-        );
-        eprintln!(
-            "skipped: set AFK_TEST_S3_ENDPOINT (and AFK_TEST_S3_REGION, AFK_TEST_S3_ACCESS_KEY_ID, AFK_TEST_S3_SECRET_ACCESS_KEY)"
-        );
-        return None;
-    };
+    let endpoint = afk_conformance::require_env("AFK_TEST_S3_ENDPOINT")?;
     let var =
         |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
     Some((
