@@ -1,13 +1,22 @@
 //! Scaffolding every crate's tests share (feature `test-kit`): the rule for tests that need a
-//! server.
+//! server, and the deterministic runner set-up.
 //!
 //! It lives here, not in `afk-conformance`, because every crate with tests can reach
 //! `afk-core`'s test kit (`afk` and `afk-cli` do not depend on `afk-conformance`, and
 //! `afk-core`'s own tests cannot); `afk-conformance` re-exports [`require_env`].
 
+use std::sync::Arc;
+
+use crate::CheckpointConfig;
+use crate::runner::{ManualClock, Runner, RunnerConfig, SequentialIds};
+use crate::store::Store;
+
 /// The environment variable that turns a test that cannot run (a missing server) from a skip
 /// into a failure: `AFK_REQUIRE_INTEGRATION=1`, as `cargo xtask test` sets it.
 pub const REQUIRE_INTEGRATION: &str = "AFK_REQUIRE_INTEGRATION";
+
+/// The time a [`deterministic_config`] clock starts at (milliseconds since the epoch).
+pub const START_MS: u64 = 1_700_000_000_000;
 
 /// Whether `AFK_REQUIRE_INTEGRATION=1`: a test that cannot run must fail.
 pub fn integration_required() -> bool {
@@ -41,6 +50,20 @@ pub fn require_env(name: &str) -> Option<String> {
     }
 }
 
+/// The deterministic runner set-up of tests and benchmarks: a [`ManualClock`] standing at
+/// [`START_MS`] and [`SequentialIds`]; otherwise [`RunnerConfig::default`]. Chain
+/// `with_checkpoint`, or `with_clock` for a clock the test moves itself.
+pub fn deterministic_config() -> RunnerConfig {
+    RunnerConfig::default()
+        .with_clock(ManualClock::new(START_MS))
+        .with_ids(Arc::new(SequentialIds::default()))
+}
+
+/// A runner over `store` with [`deterministic_config`] and `checkpoint`.
+pub fn deterministic_runner(store: Arc<dyn Store>, checkpoint: CheckpointConfig) -> Runner {
+    Runner::new(store, deterministic_config().with_checkpoint(checkpoint))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +86,14 @@ mod tests {
         } else {
             assert_eq!(result.ok(), Some(None), "a missing variable is a skip");
         }
+    }
+
+    #[test]
+    fn the_deterministic_config_has_a_manual_clock_and_sequential_ids() {
+        let config = deterministic_config();
+        assert_eq!(config.clock.now_ms(), START_MS);
+        assert_eq!(config.clock.now_ms(), START_MS, "the clock stands still");
+        assert_eq!(config.ids.new_id("run"), "run_1");
+        assert_eq!(config.ids.new_id("run"), "run_2");
     }
 }

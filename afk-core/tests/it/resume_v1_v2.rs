@@ -15,10 +15,11 @@ use std::sync::Arc;
 use afk_core::fixture::load_state;
 use afk_core::normalize::normalize_record;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{Agent, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
+use afk_core::runner::{Agent, ManualClock, Outcome, Runner};
 use afk_core::schema::Phase;
 use afk_core::schema::migrate::v1_to_v2;
 use afk_core::store::Store;
+use afk_core::testkit::deterministic_config;
 use afk_core::{MemoryStore, RunId, ThreadId};
 use common::limited::LimitedStore;
 use serde_json::{Map, Value, json};
@@ -87,9 +88,7 @@ async fn resume(fx: &Value, state: &Map<String, Value>, store: Arc<dyn Store>) -
         .unwrap_or(0);
     let runner = Runner::new(
         store,
-        RunnerConfig::default()
-            .with_clock(ManualClock::new(ts))
-            .with_ids(Arc::new(SequentialIds::default())),
+        deterministic_config().with_clock(ManualClock::new(ts)),
     );
     let out = runner.resume(&agent, &thread, &run).result().await;
     let res = match out {

@@ -8,8 +8,9 @@ use crate::common;
 use std::sync::Arc;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{Agent, EffectPolicy, ManualClock, Outcome, Runner, RunnerConfig};
+use afk_core::runner::{Agent, EffectPolicy, ManualClock, Outcome, Runner};
 use afk_core::schema::LlmResponse;
+use afk_core::testkit::{START_MS, deterministic_config};
 use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use common::{latest_terminal, resp};
 use serde_json::json;
@@ -37,7 +38,7 @@ struct Case {
 fn case() -> Case {
     let counter = InvocationCounter::new();
     let llm = ScriptedLlm::new(script());
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(START_MS);
     let c = clock.clone();
     // `add` takes 700 ms of (manual) active time.
     let slow_add = ScriptedTool::new("add", EffectPolicy::Idempotent, counter.clone(), move |a| {
@@ -60,7 +61,7 @@ fn case() -> Case {
 async fn exceeds(c: &Case, id: &str, message: &str) {
     let runner = Runner::new(
         c.store.clone(),
-        RunnerConfig::default().with_clock(c.clock.clone()),
+        deterministic_config().with_clock(c.clock.clone()),
     );
     let thread = ThreadId::new("t_budget").unwrap();
     let run = RunId::new(id).unwrap();

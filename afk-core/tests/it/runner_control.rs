@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
-use afk_core::runner::{LlmClient, LlmRequest, ManualClock, Outcome, Runner, RunnerConfig};
+use afk_core::runner::{LlmClient, LlmRequest, ManualClock, Outcome, Runner};
 use afk_core::schema::LlmResponse;
+use afk_core::testkit::{START_MS, deterministic_config};
 use afk_core::{ErrorKind, MemoryStore, Result, RunId, ThreadId};
 use async_trait::async_trait;
 use common::{agent_with, essence, latest_terminal, script};
@@ -56,10 +57,10 @@ struct Rig {
 
 fn rig(id: &str) -> Rig {
     let store = Arc::new(MemoryStore::new());
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(START_MS);
     let runner = Runner::new(
         store.clone(),
-        RunnerConfig::default().with_clock(clock.clone()),
+        deterministic_config().with_clock(clock.clone()),
     );
     Rig {
         store,

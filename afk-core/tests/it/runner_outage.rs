@@ -10,10 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{
-    EffectPolicy, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds, ToolRef,
-};
+use afk_core::runner::{EffectPolicy, Outcome, Runner, ToolRef};
 use afk_core::store::{FaultStore, Op, RetryPolicy, Store};
+use afk_core::testkit::deterministic_runner;
 use afk_core::{CheckpointConfig, ErrorKind, MemoryStore, RunId, ThreadId};
 use common::{agent_with, essence, script};
 use serde_json::{Value, json};
@@ -30,13 +29,7 @@ fn runner(store: Arc<dyn Store>, async_writes: bool) -> Runner {
                 .with_initial_backoff(Duration::from_millis(10))
                 .with_max_elapsed(Duration::from_millis(500)),
         );
-    Runner::new(
-        store,
-        RunnerConfig::default()
-            .with_clock(ManualClock::new(1_700_000_000_000))
-            .with_ids(Arc::new(SequentialIds::default()))
-            .with_checkpoint(checkpoint),
-    )
+    deterministic_runner(store, checkpoint)
 }
 
 async fn outage_then_resume_on_the_same_runner(async_writes: bool, outage_op: Option<Op>) {

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
 use afk_core::runner::{
-    Agent, Decision, EffectPolicy, GateDecision, ManualClock, Outcome, Runner, RunnerConfig,
-    SequentialIds, ToolGate,
+    Agent, Decision, EffectPolicy, GateDecision, ManualClock, Outcome, Runner, ToolGate,
 };
 use afk_core::schema::{LlmResponse, ToolCall};
+use afk_core::testkit::{START_MS, deterministic_config};
 use afk_core::{MemoryStore, RunId, ThreadId, store::Store};
 use serde_json::{Value, json};
 
@@ -45,17 +45,12 @@ fn agent(counter: &InvocationCounter) -> (Agent, Arc<ScriptedLlm>) {
 }
 
 fn runner(store: Arc<dyn Store>, clock: Arc<ManualClock>) -> Runner {
-    Runner::new(
-        store,
-        RunnerConfig::default()
-            .with_clock(clock)
-            .with_ids(Arc::new(SequentialIds::default())),
-    )
+    Runner::new(store, deterministic_config().with_clock(clock))
 }
 
 async fn paused_run(decision: Decision) -> (Outcome, InvocationCounter, u64) {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(START_MS);
     let thread = ThreadId::new("t_pause").unwrap();
     let run = RunId::new("run_pause").unwrap();
     let counter = InvocationCounter::new();

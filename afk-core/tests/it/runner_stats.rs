@@ -10,10 +10,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{
-    Agent, EffectPolicy, ManualClock, Runner, RunnerConfig, RunnerStats, SequentialIds,
-};
+use afk_core::runner::{Agent, EffectPolicy, Runner, RunnerStats};
 use afk_core::store::{FaultStore, Op, RetryPolicy, Store};
+use afk_core::testkit::deterministic_runner;
 use afk_core::{CheckpointConfig, ErrorKind, MemoryStore, ThreadId};
 use common::{agent_with, runner, script};
 use serde_json::{Value, json};
@@ -157,13 +156,7 @@ async fn retried_store_calls_are_counted() {
     fault.fail_nth(Some(Op::Commit), 1, ErrorKind::Unavailable);
     let checkpoint = CheckpointConfig::default()
         .with_retry(RetryPolicy::default().with_initial_backoff(Duration::from_millis(1)));
-    let r = Runner::new(
-        fault.clone(),
-        RunnerConfig::default()
-            .with_clock(ManualClock::new(1_700_000_000_000))
-            .with_ids(Arc::new(SequentialIds::default()))
-            .with_checkpoint(checkpoint),
-    );
+    let r = deterministic_runner(fault.clone(), checkpoint);
     let counter = InvocationCounter::new();
     let agent = agent_with(ScriptedLlm::new(script()), &counter);
     r.run(&agent, &thread(), "go").result().await.unwrap();

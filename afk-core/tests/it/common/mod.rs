@@ -9,12 +9,10 @@ pub mod limited;
 use std::sync::Arc;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{
-    Agent, EffectPolicy, Limits, ManualClock, RunHandle, Runner, RunnerConfig, SequentialIds,
-    ToolRef,
-};
+use afk_core::runner::{Agent, EffectPolicy, Limits, RunHandle, Runner, ToolRef};
 use afk_core::schema::LlmResponse;
 use afk_core::store::{RetryPolicy, Store};
+use afk_core::testkit::deterministic_runner;
 use afk_core::{CheckpointConfig, MemoryStore, RunId, ThreadId};
 use serde_json::{Value, json};
 
@@ -102,13 +100,7 @@ pub fn runner(store: Arc<dyn Store>, async_writes: bool) -> Runner {
     let checkpoint = CheckpointConfig::default()
         .with_async_writes(async_writes)
         .with_retry(RetryPolicy::none());
-    Runner::new(
-        store,
-        RunnerConfig::default()
-            .with_clock(ManualClock::new(1_700_000_000_000))
-            .with_ids(Arc::new(SequentialIds::default()))
-            .with_checkpoint(checkpoint),
-    )
+    deterministic_runner(store, checkpoint)
 }
 
 /// What must be equal between a crashed-and-resumed run and the uncrashed one.
