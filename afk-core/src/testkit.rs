@@ -4,6 +4,10 @@
 //! It lives here, not in `afk-conformance`, because every crate with tests can reach
 //! `afk-core`'s test kit (`afk` and `afk-cli` do not depend on `afk-conformance`, and
 //! `afk-core`'s own tests cannot); `afk-conformance` re-exports [`require_env`].
+//!
+//! Store wrappers for tests are in [`store`](crate::store): [`FaultStore`](crate::store::FaultStore)
+//! (injected faults) and [`HookStore`](crate::store::HookStore) (hooks before and after each
+//! forwarded call).
 
 use std::sync::Arc;
 

@@ -7,79 +7,39 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::{
-    Capabilities, Commit, CommitRejected, Epoch, FaultStore, ListPage, MemoryStore, RandomSource,
-    RetryPolicy, RetryStore, Store, StoreExt, ThreadPage,
+    Call, Commit, FaultStore, HookStore, Hooks, MemoryStore, RandomSource, RetryPolicy, RetryStore,
+    Store, StoreExt,
 };
 use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
 
-/// A memory store that records which of its methods were called.
+/// Records the name of every call that reaches the store it hooks.
 #[derive(Debug, Default)]
-struct Recorder {
-    inner: MemoryStore,
-    calls: Mutex<Vec<&'static str>>,
-}
-
-impl Recorder {
-    fn saw(&self, name: &'static str) {
-        self.calls.lock().unwrap().push(name);
-    }
-
-    fn take(&self) -> Vec<&'static str> {
-        std::mem::take(&mut *self.calls.lock().unwrap())
-    }
-}
+struct Record(Mutex<Vec<&'static str>>);
 
 #[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Store for Recorder {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Hooks for Record {
+    type Note = ();
+
+    async fn before(&self, call: Call<'_>) -> Result<()> {
+        self.0.lock().unwrap().push(call.name());
+        Ok(())
     }
-    async fn get(&self, t: &ThreadId, k: &str) -> Result<Option<Vec<u8>>> {
-        self.saw("get");
-        self.inner.get(t, k).await
-    }
-    async fn get_many(&self, t: &ThreadId, k: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
-        self.saw("get_many");
-        self.inner.get_many(t, k).await
-    }
-    async fn list(&self, t: &ThreadId, p: &str, c: Option<&str>, l: usize) -> Result<ListPage> {
-        self.saw("list");
-        self.inner.list(t, p, c, l).await
-    }
-    async fn delete(&self, t: &ThreadId, k: &[String]) -> Result<()> {
-        self.saw("delete");
-        self.inner.delete(t, k).await
-    }
-    async fn delete_run(&self, t: &ThreadId, r: &RunId) -> Result<u64> {
-        self.saw("delete_run");
-        self.inner.delete_run(t, r).await
-    }
-    async fn claim(&self, t: &ThreadId, r: &RunId) -> Result<Epoch> {
-        self.saw("claim");
-        self.inner.claim(t, r).await
-    }
-    async fn claim_if_new(&self, t: &ThreadId, r: &RunId) -> Result<Option<Epoch>> {
-        self.saw("claim_if_new");
-        self.inner.claim_if_new(t, r).await
-    }
-    async fn commit(&self, c: &Commit) -> Result<()> {
-        self.saw("commit");
-        self.inner.commit(c).await
-    }
-    async fn commit_owned(&self, c: Commit) -> std::result::Result<(), CommitRejected> {
-        self.saw("commit_owned");
-        self.inner.commit_owned(c).await
-    }
-    async fn list_threads(&self, c: Option<&str>, l: usize) -> Result<ThreadPage> {
-        self.saw("list_threads");
-        self.inner.list_threads(c, l).await
-    }
-    async fn commit_batch(&self, c: &[Commit]) -> Vec<Result<()>> {
-        self.saw("commit_batch");
-        self.inner.commit_batch(c).await
-    }
+}
+
+/// A memory store that records which of its methods were called.
+type Recorder = HookStore<Record, MemoryStore>;
+
+fn recorder() -> Arc<Recorder> {
+    Arc::new(HookStore::new(
+        Arc::new(MemoryStore::default()),
+        Record::default(),
+    ))
+}
+
+/// The calls recorded since the last `take`.
+fn take(recorder: &Recorder) -> Vec<&'static str> {
+    std::mem::take(&mut *recorder.hooks().0.lock().unwrap())
 }
 
 fn t(s: &str) -> ThreadId {
@@ -133,12 +93,12 @@ async fn through(wrapper: &dyn Store, inner: &Recorder) -> Vec<&'static str> {
     let mut threads = wrapper.list_all_threads().await.unwrap();
     threads.sort();
     assert_eq!(threads, [t("t_a"), t("t_b")], "the inner store's threads");
-    inner.take()
+    take(inner)
 }
 
 #[tokio::test]
 async fn retry_store_forwards_get_many_commit_batch_commit_owned_list_threads_and_claim_if_new() {
-    let inner = Arc::new(Recorder::default());
+    let inner = recorder();
     let store = RetryStore::from_arc(
         inner.clone(),
         RetryPolicy::default(),
@@ -162,11 +122,71 @@ async fn retry_store_forwards_get_many_commit_batch_commit_owned_list_threads_an
 
 #[tokio::test]
 async fn fault_store_forwards_get_many_and_list_threads() {
-    let inner = Arc::new(Recorder::default());
+    let inner = recorder();
     let store = FaultStore::from_arc(inner.clone());
     let calls = through(&store, &inner).await;
     // `commit_batch`, `claim_if_new` and `commit_owned` go through the fault store's own
     // per-call faults by design.
+    assert_eq!(
+        calls,
+        [
+            "claim",
+            "claim",
+            "commit",
+            "commit",
+            "get",
+            "claim",
+            "commit",
+            "get",
+            "get_many",
+            "list_threads"
+        ]
+    );
+}
+
+/// No hooks: a plain forwarding wrapper.
+#[derive(Debug, Default)]
+struct NoHooks {
+    through_primitives: bool,
+}
+
+#[async_trait]
+impl Hooks for NoHooks {
+    type Note = ();
+
+    fn through_primitives(&self) -> bool {
+        self.through_primitives
+    }
+}
+
+#[tokio::test]
+async fn hook_store_forwards_every_method_to_the_same_method() {
+    let inner = recorder();
+    let store = HookStore::new(inner.clone(), NoHooks::default());
+    let calls = through(&store, &inner).await;
+    assert_eq!(
+        calls,
+        [
+            "claim",
+            "claim",
+            "commit_batch",
+            "claim_if_new",
+            "commit_owned",
+            "get",
+            "get_many",
+            "list_threads"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn hook_store_through_primitives_makes_composites_of_its_own_calls() {
+    let inner = recorder();
+    let hooks = NoHooks {
+        through_primitives: true,
+    };
+    let store = HookStore::new(inner.clone(), hooks);
+    let calls = through(&store, &inner).await;
     assert_eq!(
         calls,
         [

@@ -29,6 +29,8 @@ use crate::ids::{RunId, ThreadId};
 mod ext;
 #[cfg(any(test, feature = "test-kit"))]
 mod fault;
+#[cfg(any(test, feature = "test-kit"))]
+mod hooks;
 // `MemoryStore` is named at the crate root only (`afk_core::MemoryStore`).
 pub(crate) mod memory;
 mod retry;
@@ -39,6 +41,8 @@ pub use crate::ids::{MAX_KEY_LEN, validate_key};
 pub use ext::StoreExt;
 #[cfg(any(test, feature = "test-kit"))]
 pub use fault::{CrashMode, FaultEvent, FaultStore, Hold, Op};
+#[cfg(any(test, feature = "test-kit"))]
+pub use hooks::{Call, Done, HookStore, Hooks};
 #[cfg(test)]
 pub(crate) use memory::MemoryStore;
 pub use retry::{RandomSource, RetryPolicy, RetryStore};

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use super::tests::{applied, claimed, latest, record, rid, tid, two_runs, writer};
 use super::*;
-use crate::store::{Capabilities, FaultStore, ListPage, MemoryStore};
+use crate::store::{Call, Capabilities, FaultStore, HookStore, Hooks, MemoryStore};
 
 #[tokio::test(start_paused = true)]
 async fn merges_unwritten_commits_and_keeps_every_record() {
@@ -121,69 +121,32 @@ async fn runs_do_not_wait_for_each_others_store_calls() {
     assert_eq!(w.stats().batches, 2);
 }
 
-/// A store that reports limits (the in-memory store has none) and enforces the key limit.
+/// Limits a store reports (the in-memory store has none) and enforces, on each commit.
 #[derive(Debug)]
-struct Limited {
-    inner: Arc<FaultStore<MemoryStore>>,
+struct Limits {
     max_keys: Option<usize>,
     max_value: Option<usize>,
 }
 
 #[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Store for Limited {
-    fn capabilities(&self) -> Capabilities {
-        let mut c = self.inner.capabilities();
-        c.max_commit_keys = self.max_keys;
-        c.max_value_size = self.max_value;
-        c
+impl Hooks for Limits {
+    type Note = ();
+
+    fn capabilities(&self, mut inner: Capabilities) -> Capabilities {
+        inner.max_commit_keys = self.max_keys;
+        inner.max_value_size = self.max_value;
+        inner
     }
-    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
-        self.inner.get(thread, key).await
+
+    /// Each commit of a batch or an owned commit through the limits of `commit`.
+    fn through_primitives(&self) -> bool {
+        true
     }
-    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
-        self.inner.get_many(thread, keys).await
-    }
-    async fn list_threads(
-        &self,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<crate::store::ThreadPage> {
-        self.inner.list_threads(cursor, limit).await
-    }
-    /// Through this store's own limits.
-    async fn commit_owned(
-        &self,
-        commit: Commit,
-    ) -> std::result::Result<(), crate::store::CommitRejected> {
-        crate::store::commit_by_ref(self, commit).await
-    }
-    /// Each commit through the limits of [`Limited::commit`].
-    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
-        crate::store::commit_each(self, commits).await
-    }
-    async fn list(
-        &self,
-        thread: &ThreadId,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
-        self.inner.list(thread, prefix, cursor, limit).await
-    }
-    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
-        self.inner.delete(thread, keys).await
-    }
-    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
-        self.inner.delete_run(thread, run).await
-    }
-    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
-        self.inner.claim(thread, run).await
-    }
-    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
-        self.inner.claim_if_new(thread, run).await
-    }
-    async fn commit(&self, commit: &Commit) -> Result<()> {
+
+    async fn before(&self, call: Call<'_>) -> Result<()> {
+        let Call::Commit(commit) = call else {
+            return Ok(());
+        };
         if self
             .max_keys
             .is_some_and(|m| commit.puts.len() + usize::from(commit.latest.is_some()) > m)
@@ -195,7 +158,7 @@ impl Store for Limited {
         {
             return Err(Error::new(ErrorKind::InvalidInput, "value too large"));
         }
-        self.inner.commit(commit).await
+        Ok(())
     }
 }
 
@@ -204,11 +167,11 @@ fn limited(
     max_value: Option<usize>,
 ) -> (Arc<FaultStore<MemoryStore>>, Writer) {
     let fs = Arc::new(FaultStore::new(MemoryStore::new()));
-    let store: Arc<dyn Store> = Arc::new(Limited {
-        inner: fs.clone(),
+    let limits = Limits {
         max_keys,
         max_value,
-    });
+    };
+    let store: Arc<dyn Store> = Arc::new(HookStore::new(fs.clone(), limits));
     let w = Writer::new(store, CheckpointConfig::default(), RandomSource::seeded(7)).unwrap();
     (fs, w)
 }

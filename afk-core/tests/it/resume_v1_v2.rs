@@ -21,7 +21,7 @@ use afk_core::schema::migrate::v1_to_v2;
 use afk_core::store::Store;
 use afk_core::testkit::deterministic_config;
 use afk_core::{MemoryStore, RunId, ThreadId};
-use common::limited::LimitedStore;
+use common::limited;
 use serde_json::{Map, Value, json};
 
 fn fixture(name: &str) -> Value {
@@ -144,10 +144,10 @@ async fn v1_and_migrated_v2_states_resume_to_the_same_run() {
 async fn load_state_chunks_for_a_commit_size_limit() {
     let fx = fixture("b-crash-k29-s2-runtime_state");
     let state = fx["state"].as_object().unwrap().clone();
-    let small = Arc::new(LimitedStore::keys(3));
+    let small = Arc::new(limited::keys(3));
     let plain = Arc::new(MemoryStore::new());
     let a = resume(&fx, &state, small.clone()).await;
     let b = resume(&fx, &state, plain).await;
-    assert!(small.commits() > 3);
+    assert!(small.hooks().commits() > 3);
     assert_eq!(a, b, "a chunked load resumes like a plain one");
 }

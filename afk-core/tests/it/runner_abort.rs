@@ -17,7 +17,7 @@ use std::time::Duration;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::runner::{Agent, Outcome, RunHandle, Runner, ToolRef};
 use afk_core::{ErrorKind, MemoryStore, Result, RunId, ThreadId};
-use common::gate::{Gate, GatedLlm, GatedStore, GatedTool};
+use common::gate::{self, Gate, GatedLlm, GatedStore, GatedTool};
 use common::{agent_with, essence, lone_intent, resume_or_start, runner, script};
 use serde_json::Value;
 
@@ -38,7 +38,7 @@ fn world(async_writes: bool) -> World {
     let inner = Arc::new(MemoryStore::new());
     let gate = Gate::new();
     let counter = InvocationCounter::new();
-    let store = GatedStore::new(inner.clone(), gate.clone(), counter.clone());
+    let store = gate::gated(inner.clone(), gate.clone(), counter.clone());
     World {
         runner: runner(store.clone(), async_writes),
         inner,
@@ -135,7 +135,7 @@ async fn abort_and_resume(
         .map_err(|_| format!("{at}: final resume hung"))?;
 
     // No tool with a durable result (as of the resume's claim) ran again in that resume.
-    let claims = w.store.claims.lock().unwrap().clone();
+    let claims = w.store.hooks().claims.lock().unwrap().clone();
     let end = w.counter.snapshot();
     for (i, seen) in claims.iter().enumerate().skip(1) {
         let next = claims.get(i + 1).map_or(&end, |c| &c.executed);

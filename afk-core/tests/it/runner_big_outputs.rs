@@ -16,7 +16,7 @@ use afk_core::runner::{Agent, EffectPolicy, Outcome};
 use afk_core::schema::AgentResult;
 use afk_core::store::{CrashMode, FaultStore, Store};
 use afk_core::{ErrorKind, Result, RunId, ThreadId};
-use common::limited::LimitedStore;
+use common::limited::{self, LimitedStore};
 use common::{essence, resp, runner};
 use serde_json::{Value, json};
 
@@ -25,7 +25,7 @@ const MAX: usize = 64 * 1024;
 
 /// A memory store that keeps values of at most [`MAX`] bytes and says so.
 fn capped() -> LimitedStore {
-    LimitedStore::values(MAX)
+    limited::values(MAX)
 }
 
 /// One step: `big` (idempotent) and `charge` (at-most-once) both return 40 KB of text,
@@ -76,7 +76,7 @@ async fn crash_after(
         return None;
     }
     let latest = format!("checkpoint:{run}:latest");
-    let started = inner.inner.get(t, &latest).await.unwrap().is_some();
+    let started = inner.inner().get(t, &latest).await.unwrap().is_some();
     Some((inner, started))
 }
 
@@ -151,7 +151,7 @@ async fn a_dropped_output_is_replayed_as_the_same_failure_after_a_crash() {
             continue;
         }
         let charge_done = inner
-            .inner
+            .inner()
             .get(&t, "effect:r:1:p1")
             .await
             .unwrap()
@@ -239,7 +239,7 @@ async fn a_model_answer_the_store_cannot_keep_fails_the_run_for_good() {
         assert_eq!(err.kind(), ErrorKind::Llm, "{err}");
         assert!(err.message().contains(&MAX.to_string()), "{err}");
         assert_eq!(llm.calls(), 1);
-        let latest = store.inner.get(&t, "checkpoint:r:latest").await.unwrap();
+        let latest = store.inner().get(&t, "checkpoint:r:latest").await.unwrap();
         let latest: Value = serde_json::from_slice(&latest.unwrap()).unwrap();
         assert_eq!(latest["phase"], "run_terminal", "{latest}");
         assert_eq!(latest["payload"]["state"], "failed");
@@ -357,13 +357,13 @@ async fn outputs_that_overflow_the_terminal_record_are_left_to_the_transcript() 
     }
     // The transcript log still holds every output.
     let page = store
-        .inner
+        .inner()
         .list(&t, "messages:r:", None, 100)
         .await
         .unwrap();
     let mut pages = 0;
     for key in &page.keys {
-        let v = store.inner.get(&t, key).await.unwrap().unwrap();
+        let v = store.inner().get(&t, key).await.unwrap().unwrap();
         pages += String::from_utf8_lossy(&v)
             .matches(&"x".repeat(15_000))
             .count();

@@ -16,7 +16,7 @@ use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
 use afk_core::runner::{Agent, Outcome};
 use afk_core::store::{Commit, FaultStore, Op, Store};
 use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
-use common::gate::{Gate, GatedStore, GatedTool};
+use common::gate::{self, Gate, GatedTool};
 use common::{resp, runner};
 use serde_json::json;
 
@@ -65,7 +65,7 @@ async fn start_held_before_claim(
     let inner = Arc::new(MemoryStore::new());
     let gate = Gate::new();
     gate.arm(2);
-    let gated = GatedStore::new(inner.clone(), gate.clone(), counter.clone());
+    let gated = gate::gated(inner.clone(), gate.clone(), counter.clone());
     let b = runner(gated, true).run_with_id(&payer(counter, None), &thread, run, "go");
     reached(&gate).await;
     assert_eq!(
@@ -163,7 +163,7 @@ async fn a_child_run_started_by_two_parents_at_once_charges_once() {
     // Where runner `b`'s parent claims the child: its second claim.
     let probe = Gate::new();
     let probe_counter = InvocationCounter::new();
-    let gated = GatedStore::new(Arc::new(MemoryStore::new()), probe.clone(), probe_counter);
+    let gated = gate::gated(Arc::new(MemoryStore::new()), probe.clone(), probe_counter);
     runner(gated, true)
         .run_with_id(&boss(&InvocationCounter::new()), &thread, run.clone(), "go")
         .result()
@@ -182,7 +182,7 @@ async fn a_child_run_started_by_two_parents_at_once_charges_once() {
     let inner = Arc::new(MemoryStore::new());
     let gate = Gate::new();
     gate.arm(child_claim);
-    let gated = GatedStore::new(inner.clone(), gate.clone(), counter.clone());
+    let gated = gate::gated(inner.clone(), gate.clone(), counter.clone());
     let b = runner(gated, true).run_with_id(&boss(&counter), &thread, run.clone(), "go");
     reached(&gate).await;
     assert_eq!(gate.hit_label().as_deref(), Some("claim"));

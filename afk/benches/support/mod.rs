@@ -89,12 +89,13 @@ pub async fn run_to_end(runner: &Runner, agent: &Agent, run: RunId) {
 /// order, for run `run`. The commit benchmarks replay these bytes.
 pub async fn captured_commits(steps: u64, run: &str) -> Vec<Commit> {
     let store = Arc::new(counting::CountingStore::new(
-        Arc::new(MemoryStore::new()) as Arc<dyn Store>
+        Arc::new(MemoryStore::new()),
+        counting::Counter::default(),
     ));
-    store.keep_commits(true);
+    store.hooks().keep_commits(true);
     let r = runner(store.clone(), false);
     run_to_end(&r, &agent(steps), RunId::new(run).expect("run id")).await;
-    store.commits()
+    store.hooks().commits()
 }
 
 /// The same commits re-aimed at `epoch` (a store's own claim).

@@ -12,31 +12,33 @@ mod support;
 use std::sync::Arc;
 
 use afk::runner::Outcome;
-use afk::{MemoryStore, RunId, store::Store};
-use support::counting::CountingStore;
+use afk::{MemoryStore, RunId};
+use support::counting::{Counter, CountingStore};
 use support::{agent, runner, thread};
 
 /// Bytes step `step` wrote, leaving out the terminal record (it carries the run's result once).
 fn step_bytes(store: &CountingStore, step: u64) -> (u64, Vec<(String, u64)>) {
-    let kinds: Vec<(String, u64)> = store
+    let counts = store.hooks();
+    let kinds: Vec<(String, u64)> = counts
         .step_kinds(step)
         .into_iter()
         .filter(|(k, _)| k != "checkpoint:run_terminal")
         .collect();
-    let terminal: u64 = store
+    let terminal: u64 = counts
         .step_kinds(step)
         .iter()
         .filter(|(k, _)| k == "checkpoint:run_terminal")
         .map(|(_, b)| *b)
         .sum();
-    (store.step_bytes(step) - terminal, kinds)
+    (counts.step_bytes(step) - terminal, kinds)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn step_1000_writes_about_what_step_10_wrote() {
     const STEPS: u64 = 1000;
     let store = Arc::new(CountingStore::new(
-        Arc::new(MemoryStore::new()) as Arc<dyn Store>
+        Arc::new(MemoryStore::new()),
+        Counter::default(),
     ));
     // Sync writes: every commit is applied as submitted (nothing coalesced away).
     let runner = runner(store.clone(), false);

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use afk_core::runner::scripted::InvocationCounter;
 use afk_core::runner::{LlmClient, LlmRequest, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
 use afk_core::schema::LlmResponse;
-use afk_core::store::{Capabilities, Commit, Epoch, ListPage, Store, ThreadPage};
-use afk_core::{MemoryStore, Result, RunId, ThreadId};
+use afk_core::store::{Call, Done, HookStore, Hooks};
+use afk_core::{MemoryStore, Result, ThreadId};
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::{Notify, watch};
@@ -117,107 +117,81 @@ pub struct ClaimSeen {
     pub executed: BTreeMap<String, u64>,
 }
 
-/// A `MemoryStore` behind a gate.
+/// A `MemoryStore` behind a gate: the hooks of a [`GatedStore`].
 #[derive(Debug)]
-pub struct GatedStore {
-    pub inner: Arc<MemoryStore>,
+pub struct StoreGate {
+    inner: Arc<MemoryStore>,
     gate: Arc<Gate>,
     counter: InvocationCounter,
+    /// What each claim saw, in order.
     pub claims: Mutex<Vec<ClaimSeen>>,
 }
 
-impl GatedStore {
-    /// Gate `inner`; claims record durable results and `counter`.
-    pub fn new(inner: Arc<MemoryStore>, gate: Arc<Gate>, counter: InvocationCounter) -> Arc<Self> {
-        Arc::new(GatedStore {
-            inner,
-            gate,
-            counter,
-            claims: Mutex::new(Vec::new()),
-        })
-    }
+/// A `MemoryStore` behind a gate: every call but `delete` and `delete_run` is an await point
+/// (a composite call is its gets, claims and commits), and a claim that took effect records
+/// what it saw and releases the blocked point.
+pub type GatedStore = HookStore<StoreGate, MemoryStore>;
+
+/// Gate `inner`; claims record durable results and `counter`.
+pub fn gated(
+    inner: Arc<MemoryStore>,
+    gate: Arc<Gate>,
+    counter: InvocationCounter,
+) -> Arc<GatedStore> {
+    let hooks = StoreGate {
+        inner: inner.clone(),
+        gate,
+        counter,
+        claims: Mutex::new(Vec::new()),
+    };
+    Arc::new(HookStore::new(inner, hooks))
 }
 
 #[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Store for GatedStore {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+impl Hooks for StoreGate {
+    /// The thread of a claim, for `after`.
+    type Note = Option<ThreadId>;
+
+    /// `claim_if_new`, `commit_owned` and `commit_batch` through the gated `get`, `claim` and
+    /// `commit`.
+    fn through_primitives(&self) -> bool {
+        true
     }
 
-    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
-        self.gate.point(format!("get {key}")).await;
-        self.inner.get(thread, key).await
+    async fn before(&self, call: Call<'_>) -> Result<Option<ThreadId>> {
+        let label = match call {
+            Call::Get { key, .. } => format!("get {key}"),
+            Call::GetMany { keys, .. } => {
+                format!("get_many {}", keys.first().map_or("", String::as_str))
+            }
+            Call::List { prefix, .. } => format!("list {prefix}"),
+            Call::Claim { thread, .. } => {
+                self.gate.point("claim".to_owned()).await;
+                return Ok(Some(thread.clone()));
+            }
+            // The newest record: a merged commit of the write-behind writer ends with it.
+            Call::Commit(commit) => format!(
+                "commit {}",
+                commit.puts.last().map_or("", |(k, _)| k.as_str())
+            ),
+            Call::ListThreads { .. } => "list_threads".to_owned(),
+            _ => return Ok(None),
+        };
+        self.gate.point(label).await;
+        Ok(None)
     }
 
-    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
-        self.gate
-            .point(format!(
-                "get_many {}",
-                keys.first().map_or("", String::as_str)
-            ))
-            .await;
-        self.inner.get_many(thread, keys).await
-    }
-
-    async fn list(
-        &self,
-        thread: &ThreadId,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
-        self.gate.point(format!("list {prefix}")).await;
-        self.inner.list(thread, prefix, cursor, limit).await
-    }
-
-    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
-        self.inner.delete(thread, keys).await
-    }
-
-    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
-        self.inner.delete_run(thread, run).await
-    }
-
-    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
-        self.gate.point("claim".to_owned()).await;
-        let e = self.inner.claim(thread, run).await?;
+    /// After a claim took effect: record what it saw, then release the blocked point.
+    fn after(&self, claimed: Option<ThreadId>, done: Done<'_>) {
+        let (Some(thread), true) = (claimed, done.is_ok()) else {
+            return;
+        };
         let seen = ClaimSeen {
-            durable: super::durable_results(&self.inner, thread),
+            durable: super::durable_results(&self.inner, &thread),
             executed: self.counter.snapshot(),
         };
         self.claims.lock().unwrap().push(seen);
         self.gate.release();
-        Ok(e)
-    }
-
-    /// Through this store's own gated `get` and `claim`.
-    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
-        afk_core::store::claim_if_new_each(self, thread, run).await
-    }
-    /// Through this store's own gated `commit`.
-    async fn commit_owned(
-        &self,
-        commit: Commit,
-    ) -> std::result::Result<(), afk_core::store::CommitRejected> {
-        afk_core::store::commit_by_ref(self, commit).await
-    }
-
-    async fn commit(&self, commit: &Commit) -> Result<()> {
-        // The newest record: a merged commit of the write-behind writer ends with it.
-        let key = commit.puts.last().map_or("", |(k, _)| k.as_str());
-        self.gate.point(format!("commit {key}")).await;
-        self.inner.commit(commit).await
-    }
-
-    /// Each commit through the gate of [`GatedStore::commit`].
-    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
-        afk_core::store::commit_each(self, commits).await
-    }
-
-    async fn list_threads(&self, cursor: Option<&str>, limit: usize) -> Result<ThreadPage> {
-        self.gate.point("list_threads".to_owned()).await;
-        self.inner.list_threads(cursor, limit).await
     }
 }
 
