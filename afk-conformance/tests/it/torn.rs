@@ -19,10 +19,14 @@ use common::filelog::FileLog;
 
 const RUNS: usize = 20;
 
+/// The crash level's config for the test `test` of this module: the child it spawns runs the
+/// test by its libtest name, this module's path in the test binary (without the crate name)
+/// and `test`.
 fn config(test: &str, seed: u64) -> CrashConfig {
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
     CrashConfig {
         seed,
-        test_name: Some(test.to_owned()),
+        test_name: Some(format!("{module}::{test}")),
         ..CrashConfig::from_env().expect("config")
     }
 }
