@@ -1,5 +1,5 @@
 //! Scaffolding every crate's tests share (feature `test-kit`): the rule for tests that need a
-//! server, and the deterministic runner set-up.
+//! server, the one seed variable of randomized tests, and the deterministic runner set-up.
 //!
 //! It lives here, not in `afk-conformance`, because every crate with tests can reach
 //! `afk-core`'s test kit (`afk` and `afk-cli` do not depend on `afk-conformance`, and
@@ -18,6 +18,10 @@ use crate::store::Store;
 /// The environment variable that turns a test that cannot run (a missing server) from a skip
 /// into a failure: `AFK_REQUIRE_INTEGRATION=1`, as `cargo xtask test` sets it.
 pub const REQUIRE_INTEGRATION: &str = "AFK_REQUIRE_INTEGRATION";
+
+/// The environment variable that replays a randomized test: `AFK_SEED=<seed>`. Every seeded
+/// test reads it through [`seed_from_env`] and prints the seed it used.
+pub const SEED: &str = "AFK_SEED";
 
 /// The time a [`deterministic_config`] clock starts at (milliseconds since the epoch).
 pub const START_MS: u64 = 1_700_000_000_000;
@@ -51,6 +55,29 @@ pub fn require_env(name: &str) -> Option<String> {
             skip_or_fail(&format!("set {name} to run this test against a server"));
             None
         }
+    }
+}
+
+/// The seed of a randomized test: `AFK_SEED` when set, else a random one. `Err` when the
+/// variable is not a number. The caller prints the seed it uses, so a failure can be
+/// replayed with `AFK_SEED=<seed>`.
+pub fn seed_from_env() -> Result<u64, String> {
+    match std::env::var(SEED) {
+        Ok(s) => s.trim().parse().map_err(|e| format!("{SEED}={s:?}: {e}")),
+        Err(_) => Ok(rand::random()),
+    }
+}
+
+/// The seed of a randomized test: `AFK_SEED` when set, else `default()` (a fixed seed for a
+/// test that is to be the same every run unless asked). Panics when the variable is not a
+/// number. The caller prints the seed it uses.
+pub fn seed_or(default: impl FnOnce() -> u64) -> u64 {
+    match std::env::var(SEED) {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{SEED}={s:?}: {e}")),
+        Err(_) => default(),
     }
 }
 

@@ -49,7 +49,7 @@ fn a_failure_names_the_check_the_seed_and_a_rerun_command() {
         ),
         "{msg}"
     );
-    assert!(msg.contains("AFK_CONFORMANCE_SEED="), "{msg}");
+    assert!(msg.contains("AFK_SEED="), "{msg}");
 }
 
 #[test]

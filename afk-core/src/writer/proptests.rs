@@ -1,7 +1,7 @@
 //! Property tests of the writer: merging keeps per-run order, an abort never leaves a pointer
 //! to a missing record, and two claimants never both commit after the second claim.
 //!
-//! Seeded: set `AFK_PROPTEST_SEED` to replay a run (the seed is printed); `PROPTEST_CASES` sets
+//! Seeded: set `AFK_SEED` to replay a run (the seed is printed); `PROPTEST_CASES` sets
 //! the number of cases. Time is tokio's paused clock, so latencies cost no wall time.
 
 use std::collections::BTreeSet;
@@ -22,15 +22,12 @@ where
     S: Strategy,
     S::Value: Debug,
 {
-    let seed = std::env::var("AFK_PROPTEST_SEED")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or(0x0AF4_5EED);
+    let seed = crate::testkit::seed_or(|| 0x0AF4_5EED);
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(64);
-    println!("{name}: AFK_PROPTEST_SEED={seed} PROPTEST_CASES={cases}");
+    println!("{name}: AFK_SEED={seed} PROPTEST_CASES={cases}");
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let config = Config {
@@ -41,7 +38,7 @@ where
     let mut runner =
         TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
     if let Err(e) = runner.run(&strategy, test) {
-        panic!("{name} failed with AFK_PROPTEST_SEED={seed}: {e}");
+        panic!("{name} failed with AFK_SEED={seed}: {e}");
     }
 }
 

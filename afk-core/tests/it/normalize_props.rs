@@ -1,5 +1,5 @@
 //! Property tests of normalization: it never panics on any input, and every valid v2 record
-//! round-trips exactly. Seeded: the seed is printed; replay with `PROPTEST_SEED=<seed>`. Cases
+//! round-trips exactly. Seeded: the seed is printed; replay with `AFK_SEED=<seed>`. Cases
 //! from `AFK_PROPTEST_NORMALIZE_CASES`, else `PROPTEST_CASES`, else 256 (`cargo xtask test`
 //! sets `AFK_PROPTEST_NORMALIZE_CASES=10000`, the minimum for CI).
 
@@ -19,15 +19,12 @@ fn runner(name: &str) -> (TestRunner, u64) {
         .iter()
         .find_map(|name| std::env::var(name).ok().and_then(|v| v.parse().ok()))
         .unwrap_or(256);
-    let seed = std::env::var("PROPTEST_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        });
-    println!("{name}: proptest seed {seed} (replay with PROPTEST_SEED={seed}), {cases} cases");
+    let seed = afk_core::testkit::seed_or(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    println!("{name}: proptest seed {seed} (replay with AFK_SEED={seed}), {cases} cases");
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let config = Config {

@@ -8,7 +8,7 @@
 //! The generator is counted: the test requires cases with 40+ crashes applied, crashes before
 //! the run's first commit and right after it (before its step-1 snapshot, the window AFK
 //! cannot resume from), crashes during resumes and settlements, and uncertain effects in the
-//! child. Seeded: the seed is printed, `PROPTEST_SEED=<seed>` replays it; cases from
+//! child. Seeded: the seed is printed, `AFK_SEED=<seed>` replays it; cases from
 //! `PROPTEST_CASES` (default 32).
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
@@ -274,15 +274,12 @@ fn test_runner() -> (TestRunner, u64) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(32);
-    let seed = std::env::var("PROPTEST_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        });
-    println!("resume_crashes: seed {seed} (replay with PROPTEST_SEED={seed}), {cases} cases");
+    let seed = afk_core::testkit::seed_or(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    println!("resume_crashes: seed {seed} (replay with AFK_SEED={seed}), {cases} cases");
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let config = Config {

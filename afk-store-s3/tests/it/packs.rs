@@ -174,11 +174,8 @@ async fn packs_across_flushes_and_merges_lose_nothing_and_leave_no_garbage() {
     let Some((store, cfg)) = common::store("packs-model").await else {
         return;
     };
-    let seed = std::env::var("AFK_PACK_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::random::<u64>() | 1);
-    eprintln!("AFK_PACK_SEED={seed}");
+    let seed = afk_core::testkit::seed_or(|| rand::random::<u64>() | 1);
+    eprintln!("AFK_SEED={seed}");
     let raw = common::raw_client(&cfg).await;
     let (t, r) = (ThreadId::new("t").unwrap(), RunId::new("run_m").unwrap());
     let epoch = store.claim(&t, &r).await.unwrap();
