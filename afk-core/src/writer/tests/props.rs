@@ -13,9 +13,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
-use super::tests::{Faulty, applied, rid, tid, writer};
-use super::*;
+use super::{Faulty, applied, rid, tid, writer};
 use crate::store::{CrashMode, Epoch, FaultEvent, FaultStore, MemoryStore, latest_key};
+use crate::writer::*;
 
 fn check<S>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
 where

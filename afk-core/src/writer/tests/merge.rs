@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::tests::{applied, claimed, latest, record, rid, tid, two_runs, writer};
-use super::*;
+use super::{applied, claimed, latest, record, rid, tid, two_runs, writer};
 use crate::store::{Call, Capabilities, FaultStore, HookStore, Hooks, MemoryStore};
+use crate::writer::*;
 
 #[tokio::test(start_paused = true)]
 async fn merges_unwritten_commits_and_keeps_every_record() {

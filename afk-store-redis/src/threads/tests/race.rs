@@ -9,8 +9,8 @@
 
 use afk_core::{RunId, ThreadId, store::Store};
 
-use super::*;
 use crate::RedisStore;
+use crate::threads::*;
 
 fn stores_env() -> Vec<String> {
     let mut out = Vec::new();

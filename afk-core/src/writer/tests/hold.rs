@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::tests::{applied, claimed, latest, record, rid, tid, two_runs, writer};
-use super::*;
+use super::{applied, claimed, latest, record, rid, tid, two_runs, writer};
+use crate::writer::*;
 
 fn holding(hold: Duration) -> CheckpointConfig {
     CheckpointConfig {

@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use super::{
+use crate::error::Result;
+use crate::ids::{RunId, ThreadId};
+use crate::store::{
     Call, Commit, FaultStore, HookStore, Hooks, MemoryStore, RandomSource, RetryPolicy, RetryStore,
     Store, StoreExt,
 };
-use crate::error::Result;
-use crate::ids::{RunId, ThreadId};
 
 /// Records the name of every call that reaches the store it hooks.
 #[derive(Debug, Default)]

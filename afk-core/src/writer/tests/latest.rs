@@ -10,9 +10,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-use super::tests::{claimed, rid, tid, writer};
-use super::*;
+use super::{claimed, rid, tid, writer};
 use crate::store::latest_key;
+use crate::writer::*;
 
 /// One submission: a record that moves the pointer to itself, a put that leaves it, or a put
 /// of another key with an explicit pointer value.

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use super::tests::{record, rid, tid, writer};
-use super::*;
+use super::{record, rid, tid, writer};
 use crate::store::Op;
+use crate::writer::*;
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_claim_does_not_fail_the_next_claim_of_the_run() {
