@@ -1,6 +1,6 @@
 //! The store conformance suite against `S3Store` on the test server, one fresh bucket per case.
 //! The 100,000-key case is left out: 100,000 object PUTs take minutes on the test server (the
-//! head stays small; `tests/index.rs` checks that with a long run).
+//! head stays small; `tests/it/index.rs` checks that with a long run).
 //! The crash level reopens a bucket named after the directory it is given.
 
 use crate::common;

@@ -73,7 +73,7 @@ async fn commits_of_every_phase_merge_in_submission_order() {
 
 #[tokio::test(start_paused = true)]
 async fn a_run_keeps_one_commit_in_flight_and_merges_what_queues_behind_it() {
-    // Without holding, the first commit leaves at once (see hold_tests.rs for holding).
+    // Without holding, the first commit leaves at once (see `tests/hold.rs` for holding).
     let (fs, w) = writer(CheckpointConfig {
         hold: Duration::ZERO,
         ..Default::default()
