@@ -9,11 +9,12 @@ use std::time::Duration;
 use afk_core::normalize::normalize_record;
 use afk_core::runner::scripted::ScriptedLlm;
 use afk_core::runner::{
-    Agent, Decision, EffectPolicy, GateDecision, ManualClock, Outcome, RunEvent, RunHandle, Runner,
-    RunnerConfig, SequentialIds, Settlement, Tool, ToolContext, ToolError, ToolGate, ToolSpec,
+    Agent, Decision, EffectPolicy, GateDecision, Outcome, RunEvent, RunHandle, Runner, Settlement,
+    Tool, ToolContext, ToolError, ToolGate, ToolSpec,
 };
 use afk_core::schema::{AgentResult, LlmResponse, Phase, ToolCall, TranscriptEntry};
 use afk_core::store::{MAX_LIST_LIMIT, RetryPolicy, Store};
+use afk_core::testkit::deterministic_runner;
 use afk_core::{CheckpointConfig, RunId, ThreadId};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -253,13 +254,7 @@ pub(crate) fn runner(store: Arc<dyn Store>) -> Runner {
     let checkpoint = CheckpointConfig::default()
         .with_async_writes(false)
         .with_retry(RetryPolicy::none());
-    Runner::new(
-        store,
-        RunnerConfig::default()
-            .with_clock(ManualClock::new(1_700_000_000_000))
-            .with_ids(Arc::new(SequentialIds::default()))
-            .with_checkpoint(checkpoint),
-    )
+    deterministic_runner(store, checkpoint)
 }
 
 /// What one process did: its result and every event it emitted.

@@ -1,6 +1,6 @@
 //! Stores that break the contract on purpose, so the suite can show it catches them
 //! (a suite that cannot fail proves nothing). [`BrokenStore`] wraps a correct store and
-//! breaks one rule, chosen by [`Breakage`]; this crate's `tests/broken.rs` runs the suite
+//! breaks one rule, chosen by [`Breakage`]; this crate's `tests/it/broken.rs` runs the suite
 //! against each and requires the cases about that rule to fail.
 //!
 //! Never use these outside tests.

@@ -51,7 +51,7 @@ impl TestId {
             format!("--test {}", self.krate)
         };
         format!(
-            "AFK_CONFORMANCE_SEED={seed} cargo test -p {} {target} -- --exact {}",
+            "AFK_SEED={seed} cargo test -p {} {target} -- --exact {}",
             self.package,
             self.test_path()
         )

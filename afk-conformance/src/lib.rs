@@ -85,28 +85,10 @@ pub static CORPUS_CASE: Case = Case {
     run: |store| Box::pin(cases::corpus::afk_corpus_resumes_as_expected(store)),
 };
 
-/// The environment variable that turns a missing test server from a skip into a failure.
-pub const REQUIRE_INTEGRATION: &str = "AFK_REQUIRE_INTEGRATION";
-
-/// The value of the environment variable `name` when it is set and not empty.
-///
-/// When it is missing: panics if `AFK_REQUIRE_INTEGRATION=1` (in CI a missing server is a
-/// failure), otherwise prints `skipped: set <name> …` and returns `None`. Every backend's
-/// tests use this one rule.
-pub fn require_env(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ if std::env::var(REQUIRE_INTEGRATION).is_ok_and(|v| v == "1") => {
-            panic!(
-                "{name} is not set, and {REQUIRE_INTEGRATION}=1 makes a missing server a failure"
-            )
-        }
-        _ => {
-            println!("skipped: set {name} to run this test against a server");
-            None
-        }
-    }
-}
+/// The rule for tests that need a server (`AFK_REQUIRE_INTEGRATION=1`: a missing server is a
+/// failure, otherwise a printed skip), from `afk-core`'s test kit so that every crate's tests
+/// share it.
+pub use afk_core::testkit::{REQUIRE_INTEGRATION, require_env, skip_or_fail};
 
 /// What a [`store_suite!`] factory may return: a store, or `None` to skip.
 pub trait IntoSuiteStore {
@@ -141,26 +123,6 @@ pub mod __private {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn require_env_returns_a_set_variable() {
-        // Cargo sets CARGO_MANIFEST_DIR for every test process.
-        assert!(require_env("CARGO_MANIFEST_DIR").is_some_and(|v| v.ends_with("afk-conformance")));
-    }
-
-    #[test]
-    fn require_env_skips_or_fails_on_a_missing_variable() {
-        let name = "AFK_TEST_THIS_VARIABLE_IS_NEVER_SET";
-        let result = std::panic::catch_unwind(|| require_env(name));
-        if std::env::var(REQUIRE_INTEGRATION).is_ok_and(|v| v == "1") {
-            assert!(
-                result.is_err(),
-                "with {REQUIRE_INTEGRATION}=1 a missing variable must panic"
-            );
-        } else {
-            assert_eq!(result.ok(), Some(None), "a missing variable is a skip");
-        }
-    }
 
     #[test]
     fn case_table_lists_every_case_once() {

@@ -263,18 +263,12 @@ tokio::task_local! {
 }
 
 /// The seed of a randomized case: the one `store_suite!` fixed for this case, else
-/// `AFK_CONFORMANCE_SEED` when set, else random. `Err` when the variable is not a number.
+/// `AFK_SEED` when set, else random. `Err` when the variable is not a number.
 pub(crate) fn seed_from_env() -> Result<u64, String> {
     if let Ok(seed) = SEED.try_with(|s| *s) {
         return Ok(seed);
     }
-    match std::env::var("AFK_CONFORMANCE_SEED") {
-        Ok(s) => s
-            .trim()
-            .parse()
-            .map_err(|e| format!("AFK_CONFORMANCE_SEED={s:?}: {e}")),
-        Err(_) => Ok(rand::random()),
-    }
+    afk_core::testkit::seed_from_env()
 }
 
 /// How many random cases to run: `PROPTEST_CASES` when set to a number, else `default`.

@@ -14,6 +14,8 @@ pub mod redact;
 pub mod runner;
 pub mod schema;
 pub mod store;
+#[cfg(any(test, feature = "test-kit"))]
+pub mod testkit;
 pub mod verify;
 mod writer;
 

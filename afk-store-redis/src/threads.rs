@@ -385,13 +385,4 @@ pub(crate) async fn list_threads(
 }
 
 #[cfg(test)]
-#[path = "threads_race_tests.rs"]
-mod race_tests;
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn glob_characters_are_escaped() {
-        assert_eq!(super::glob_escape("{a*b?[c]\\:"), "{a\\*b\\?\\[c\\]\\\\:");
-    }
-}
+mod tests;

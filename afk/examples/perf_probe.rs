@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use afk::{MemoryStore, RunId, store::Store};
 use futures::StreamExt;
-use support::counting::CountingStore;
+use support::counting::{Counter, CountingStore};
 
 fn usage() -> ! {
     eprintln!("usage: perf_probe run N async|sync RUNS [memory|redis]");
@@ -65,7 +65,7 @@ fn main() {
             }
             _ => usage(),
         };
-        let counting = Arc::new(CountingStore::new(store.clone()));
+        let counting = Arc::new(CountingStore::new(store.clone(), Counter::default()));
         let raw = std::env::var_os("PROBE_RAW").is_some_and(|v| v == "1");
         let runner = if raw {
             support::runner(store, async_writes)
@@ -91,8 +91,8 @@ fn main() {
             .await;
         let secs = t0.elapsed().as_secs_f64();
         let total = (steps * runs) as f64;
-        let calls = counting.calls() as f64;
-        let commits = counting.totals().0 as f64;
+        let calls = counting.hooks().calls() as f64;
+        let commits = counting.hooks().totals().0 as f64;
         if backend != "memory" {
             let t = support::thread();
             for i in 0..runs {

@@ -167,8 +167,8 @@ fn test_tmp_dir() -> PathBuf {
 }
 
 /// Removes the directories `<name>-<pid>` in `tmp` whose process has exited: the stores the
-/// conformance tests share per process (`afk-store-rocksdb/tests/conformance.rs`,
-/// `examples/custom-store/tests/conformance.rs`). Each test process already removes those of
+/// conformance tests share per process (`afk-store-rocksdb/tests/it/conformance.rs`,
+/// `examples/custom-store/tests/it/conformance.rs`). Each test process already removes those of
 /// earlier processes; after a passing run the last ones go too.
 fn remove_process_dirs(tmp: &Path) {
     for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {

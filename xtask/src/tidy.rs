@@ -367,11 +367,11 @@ fn the_subcommands_are_read_from_main() {
 fn a_doc_naming_what_does_not_exist_fails() {
     let repo = Repo::load();
     let text = "\
-The store trait is in `afk-core/src/store/mod.rs`, its tests in `tests/conformance.rs`, \
+The store trait is in `afk-core/src/store/mod.rs`, its tests in `tests/it/conformance.rs`, \
 the resume rules in `runner/resume.rs`, the example in `examples/custom-store/` and \
 [the README](README.md); run `cargo xtask test` or `cargo xtask services up`.
 
-But `afk-core/src/store/no_such_file.rs` and `afk-core/tests/runner_crash.rs::no_such_test`
+But `afk-core/src/store/no_such_file.rs` and `afk-core/tests/it/runner_crash.rs::no_such_test`
 do not exist, nor does `cargo xtask no-such-command`, `cargo xtask services sideways`,
 `examples/no-such-example/` or [a link](NO_SUCH.md).
 
@@ -386,7 +386,7 @@ not the manifest
     let problems = check(&repo, Path::new("SYNTHETIC.md"), text);
     let expected = [
         "`afk-core/src/store/no_such_file.rs`: no such path",
-        "`afk-core/tests/runner_crash.rs::no_such_test`: no fn no_such_test",
+        "`afk-core/tests/it/runner_crash.rs::no_such_test`: no fn no_such_test",
         "`cargo xtask no-such-command`: no such subcommand",
         "`cargo xtask services sideways`: no such subcommand",
         "`examples/no-such-example/`: no such path",

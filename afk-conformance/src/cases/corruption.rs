@@ -14,7 +14,7 @@
 //! * on an error, no model call and no tool call was made;
 //! * a finished run makes no model or tool call whatever its mutated records say.
 //!
-//! Seeded (the seed is printed; `AFK_CONFORMANCE_SEED` replays it), `PROPTEST_CASES`
+//! Seeded (the seed is printed; `AFK_SEED` replays it), `PROPTEST_CASES`
 //! mutations (default 24). With 8 or more, at least one must have given `Corrupt`.
 
 use std::collections::BTreeMap;
@@ -212,7 +212,7 @@ pub async fn corrupted_records_give_typed_errors(store: Arc<dyn Store>) -> CaseR
     let cases = cases_from_env(24);
     println!(
         "corrupted_records_give_typed_errors: seed {seed} ({cases} mutations; replay with \
-         AFK_CONFORMANCE_SEED={seed})"
+         AFK_SEED={seed})"
     );
     let script = script();
     let run = named_run("run_corrupt");

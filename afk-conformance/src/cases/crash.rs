@@ -19,7 +19,7 @@
 //!    there; the latest pointer names a commit that is there, and the newest one (no records
 //!    landed without their pointer move).
 //!
-//! Seeded (the kill delays): the seed is printed; `AFK_CONFORMANCE_SEED` replays it.
+//! Seeded (the kill delays): the seed is printed; `AFK_SEED` replays it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -79,7 +79,7 @@ pub struct CrashConfig {
 
 impl CrashConfig {
     /// [`DEFAULT_KILLS`] kills (or `AFK_CONFORMANCE_CRASH_KILLS`), 4 writers, kills within
-    /// 15 ms, the seed from `AFK_CONFORMANCE_SEED` (random when unset). `Err` for a variable
+    /// 15 ms, the seed from `AFK_SEED` (random when unset). `Err` for a variable
     /// that is not a number.
     pub fn from_env() -> Result<Self, String> {
         let kills = match std::env::var(KILLS_ENV) {
@@ -153,7 +153,7 @@ where
     }
     let seed = config.seed;
     println!(
-        "{CASE}: seed {seed}, {} kills, {} writers (replay with AFK_CONFORMANCE_SEED={seed})",
+        "{CASE}: seed {seed}, {} kills, {} writers (replay with AFK_SEED={seed})",
         config.kills, config.writers
     );
     let result = parent(&open, &dir, &name, &config).await;

@@ -1,7 +1,7 @@
 //! Model-based test: random operation sequences replayed against the store under test and a
 //! fresh [`MemoryStore`] (the model), comparing every answer.
 //!
-//! Seeded: the seed is printed, and `AFK_CONFORMANCE_SEED=<seed>` replays it; `PROPTEST_CASES`
+//! Seeded: the seed is printed, and `AFK_SEED=<seed>` replays it; `PROPTEST_CASES`
 //! sets how many sequences run (default 32). Failures are shrunk to a short sequence.
 
 use std::collections::HashMap;
@@ -49,8 +49,8 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
-    /// Seed from `AFK_CONFORMANCE_SEED` (random when unset), cases from `PROPTEST_CASES`
-    /// (default 32). `Err` when `AFK_CONFORMANCE_SEED` is not a number.
+    /// Seed from `AFK_SEED` (random when unset), cases from `PROPTEST_CASES`
+    /// (default 32). `Err` when `AFK_SEED` is not a number.
     pub fn from_env() -> Result<Self, String> {
         let cases = cases_from_env(32);
         Ok(ModelConfig {
@@ -68,7 +68,7 @@ pub async fn run_model(store: &dyn Store, config: ModelConfig) -> CaseResult {
         return Err("model_based needs a multi-thread tokio runtime".into());
     }
     let ModelConfig { seed, cases } = config;
-    println!("model_based: seed {seed} ({cases} cases; replay with AFK_CONFORMANCE_SEED={seed})");
+    println!("model_based: seed {seed} ({cases} cases; replay with AFK_SEED={seed})");
     tokio::task::block_in_place(|| {
         let mut runner = test_runner(seed, cases, None);
         runner
@@ -78,7 +78,7 @@ pub async fn run_model(store: &dyn Store, config: ModelConfig) -> CaseResult {
                     .map(|_| ())
                     .map_err(TestCaseError::fail)
             })
-            .map_err(|e| fail!("{e}\n(seed {seed}: replay with AFK_CONFORMANCE_SEED={seed})"))
+            .map_err(|e| fail!("{e}\n(seed {seed}: replay with AFK_SEED={seed})"))
     })
 }
 

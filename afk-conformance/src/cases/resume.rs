@@ -38,7 +38,7 @@
 //! high probability, so when they missed one, a few extra cases aimed at it with a script
 //! that certainly has it are run (`top_up`), keeping the requirement independent of the seed.
 //!
-//! Seeded: the seed is printed, `AFK_CONFORMANCE_SEED=<seed>` replays it; `PROPTEST_CASES`
+//! Seeded: the seed is printed, `AFK_SEED=<seed>` replays it; `PROPTEST_CASES`
 //! sets the number of cases (default 16).
 
 use std::collections::{BTreeMap, VecDeque};
@@ -148,9 +148,7 @@ pub async fn run_resume(
         return Err("the resume level needs a multi-thread tokio runtime".into());
     }
     let ResumeConfig { seed, cases } = config;
-    println!(
-        "crash_and_resume: seed {seed} ({cases} cases; replay with AFK_CONFORMANCE_SEED={seed})"
-    );
+    println!("crash_and_resume: seed {seed} ({cases} cases; replay with AFK_SEED={seed})");
     let stats = std::sync::Mutex::new(ResumeStats::default());
     let index = AtomicU32::new(0);
     tokio::task::block_in_place(|| {
@@ -166,7 +164,7 @@ pub async fn run_resume(
                 *all = merge(&all, &s);
                 res.map_err(TestCaseError::fail)
             })
-            .map_err(|e| format!("{e}\n(seed {seed}: replay with AFK_CONFORMANCE_SEED={seed})"))
+            .map_err(|e| format!("{e}\n(seed {seed}: replay with AFK_SEED={seed})"))
     })?;
     let mut stats = stats
         .into_inner()

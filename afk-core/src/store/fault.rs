@@ -418,5 +418,4 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
 }
 
 #[cfg(test)]
-#[path = "fault_tests.rs"]
 mod tests;

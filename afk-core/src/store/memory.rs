@@ -325,5 +325,4 @@ fn admit(threads: &HashMap<ThreadId, Keys>, commit: &Commit) -> Result<()> {
 }
 
 #[cfg(test)]
-#[path = "memory_tests.rs"]
 mod tests;

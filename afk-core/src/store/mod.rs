@@ -29,6 +29,8 @@ use crate::ids::{RunId, ThreadId};
 mod ext;
 #[cfg(any(test, feature = "test-kit"))]
 mod fault;
+#[cfg(any(test, feature = "test-kit"))]
+mod hooks;
 // `MemoryStore` is named at the crate root only (`afk_core::MemoryStore`).
 pub(crate) mod memory;
 mod retry;
@@ -39,6 +41,8 @@ pub use crate::ids::{MAX_KEY_LEN, validate_key};
 pub use ext::StoreExt;
 #[cfg(any(test, feature = "test-kit"))]
 pub use fault::{CrashMode, FaultEvent, FaultStore, Hold, Op};
+#[cfg(any(test, feature = "test-kit"))]
+pub use hooks::{Call, Done, HookStore, Hooks};
 #[cfg(test)]
 pub(crate) use memory::MemoryStore;
 pub use retry::{RandomSource, RetryPolicy, RetryStore};
@@ -459,22 +463,4 @@ pub fn run_key(run: &RunId) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn run_of_key_finds_the_run() {
-        assert_eq!(run_of_key("checkpoint:r1:3:pre_llm"), Some("r1"));
-        assert_eq!(run_of_key("checkpoint:r1:latest"), Some("r1"));
-        assert_eq!(run_of_key("effect:r1:2:call_1"), Some("r1"));
-        assert_eq!(run_of_key("messages:r1:00000000000000000003"), Some("r1"));
-        assert_eq!(run_of_key("run:r1"), Some("r1"));
-        assert_eq!(run_of_key("other:r1"), None);
-        assert_eq!(run_of_key("checkpoint::x"), None);
-        assert_eq!(run_of_key("run:"), None);
-    }
-}
-
-#[cfg(test)]
-#[path = "forward_tests.rs"]
-mod forward_tests;
+mod tests;

@@ -436,5 +436,4 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
 }
 
 #[cfg(test)]
-#[path = "retry_tests.rs"]
 mod tests;

@@ -49,16 +49,6 @@ mod state;
 mod worker;
 
 #[cfg(test)]
-mod claim_tests;
-#[cfg(test)]
-mod hold_tests;
-#[cfg(test)]
-mod latest_tests;
-#[cfg(test)]
-mod merge_tests;
-#[cfg(test)]
-mod proptests;
-#[cfg(test)]
 mod tests;
 
 use std::fmt;

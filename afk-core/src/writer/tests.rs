@@ -1,5 +1,11 @@
 //! Unit tests of the writer rules, against `MemoryStore` behind a `FaultStore`.
 
+mod claim;
+mod hold;
+mod latest;
+mod merge;
+mod props;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -4,12 +4,13 @@
 //! keys; a commit without one belongs to the step of the commit before it).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use afk::{
-    Result, RunId, ThreadId,
-    store::{Commit, CommitRejected, Epoch, ListPage, Store},
+    Result,
+    store::{Commit, Store},
 };
+use afk_core::store::{Call, Done, HookStore, Hooks};
 use async_trait::async_trait;
 
 #[derive(Debug, Default)]
@@ -26,10 +27,14 @@ struct Counts {
     kept: Option<Vec<Commit>>,
 }
 
-/// Counts bytes of applied commits; optionally keeps the commits themselves.
-#[derive(Debug)]
-pub struct CountingStore {
-    inner: Arc<dyn Store>,
+/// A store wrapper that counts bytes of applied commits and store calls; optionally keeps
+/// the commits themselves. Construct with `CountingStore::new(inner, Counter::default())`;
+/// the counts are its [`HookStore::hooks`].
+pub type CountingStore = HookStore<Counter, dyn Store>;
+
+/// The counts of a [`CountingStore`].
+#[derive(Debug, Default)]
+pub struct Counter {
     counts: Mutex<Counts>,
 }
 
@@ -56,20 +61,12 @@ fn kind_of(key: &str) -> String {
     }
 }
 
-impl CountingStore {
-    /// Wrap `inner`.
-    pub fn new(inner: Arc<dyn Store>) -> Self {
-        CountingStore {
-            inner,
-            counts: Mutex::new(Counts::default()),
-        }
-    }
-
+impl Counter {
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
         self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keep a copy of every applied commit (for [`CountingStore::commits`]).
+    /// Keep a copy of every applied commit (for [`Counter::commits`]).
     pub fn keep_commits(&self, keep: bool) {
         self.counts().kept = keep.then(Vec::new);
     }
@@ -82,10 +79,6 @@ impl CountingStore {
     /// Store calls so far (every method).
     pub fn calls(&self) -> u64 {
         self.counts().calls
-    }
-
-    fn call(&self) {
-        self.counts().calls += 1;
     }
 
     /// Applied commits and their total bytes.
@@ -110,11 +103,6 @@ impl CountingStore {
             .range((step, String::new())..(step + 1, String::new()))
             .map(|((_, k), b)| (k.clone(), *b))
             .collect()
-    }
-
-    fn record(&self, commit: &Commit) {
-        let kept = self.keeping().then(|| commit.clone());
-        self.add(Tally::of(commit), kept);
     }
 
     fn keeping(&self) -> bool {
@@ -145,7 +133,8 @@ impl CountingStore {
 }
 
 /// What a commit adds to the counts, taken before it is handed over.
-struct Tally {
+#[derive(Debug)]
+pub struct Tally {
     len: u64,
     step: Option<u64>,
     /// Bytes by kind of key, the latest pointer as `latest`.
@@ -170,89 +159,41 @@ impl Tally {
     }
 }
 
+/// Every call is counted before it is forwarded; a commit's tally (and copy, when keeping
+/// commits) is taken before it is handed over and added once it was applied.
 #[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Store for CountingStore {
-    fn capabilities(&self) -> afk::store::Capabilities {
-        self.inner.capabilities()
+impl Hooks for Counter {
+    /// The tally of each commit of the call, and its copy when keeping commits.
+    type Note = Vec<(Tally, Option<Commit>)>;
+
+    async fn before(&self, call: Call<'_>) -> Result<Self::Note> {
+        let keeping = {
+            let mut c = self.counts();
+            c.calls += 1;
+            c.kept.is_some()
+        };
+        let commits = match call {
+            Call::Commit(c) | Call::CommitOwned(c) => std::slice::from_ref(c),
+            Call::CommitBatch(cs) => cs,
+            _ => &[],
+        };
+        Ok(commits
+            .iter()
+            .map(|c| (Tally::of(c), keeping.then(|| c.clone())))
+            .collect())
     }
 
-    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
-        self.call();
-        self.inner.get(thread, key).await
-    }
-
-    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
-        self.call();
-        self.inner.get_many(thread, keys).await
-    }
-
-    async fn list(
-        &self,
-        thread: &ThreadId,
-        prefix: &str,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<ListPage> {
-        self.call();
-        self.inner.list(thread, prefix, cursor, limit).await
-    }
-
-    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
-        self.call();
-        self.inner.delete(thread, keys).await
-    }
-
-    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
-        self.call();
-        self.inner.delete_run(thread, run).await
-    }
-
-    async fn list_threads(
-        &self,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<afk::store::ThreadPage> {
-        self.call();
-        self.inner.list_threads(cursor, limit).await
-    }
-
-    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
-        self.call();
-        self.inner.claim(thread, run).await
-    }
-
-    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
-        self.call();
-        self.inner.claim_if_new(thread, run).await
-    }
-
-    async fn commit(&self, commit: &Commit) -> Result<()> {
-        self.call();
-        self.inner.commit(commit).await?;
-        self.record(commit);
-        Ok(())
-    }
-
-    /// Counted as `commit` is; handed to the inner store's `commit_owned` (copied first only
-    /// when keeping commits).
-    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
-        self.call();
-        let tally = Tally::of(&commit);
-        let kept = self.keeping().then(|| commit.clone());
-        self.inner.commit_owned(commit).await?;
-        self.add(tally, kept);
-        Ok(())
-    }
-
-    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
-        self.call();
-        let out = self.inner.commit_batch(commits).await;
-        for (c, r) in commits.iter().zip(&out) {
-            if r.is_ok() {
-                self.record(c);
+    fn after(&self, tallies: Self::Note, done: Done<'_>) {
+        match done {
+            Done::Ok => tallies.into_iter().for_each(|(t, kept)| self.add(t, kept)),
+            Done::Batch(results) => {
+                for ((t, kept), r) in tallies.into_iter().zip(results) {
+                    if r.is_ok() {
+                        self.add(t, kept);
+                    }
+                }
             }
+            Done::Err(_) => {}
         }
-        out
     }
 }

@@ -14,13 +14,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use afk::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk::runner::{Agent, Limits, ManualClock, Outcome, Runner, RunnerConfig, SequentialIds};
+use afk::runner::{Agent, Limits, Outcome, Runner};
 use afk::schema::LlmResponse;
 use afk::store::{CrashMode, FaultStore, RetryPolicy};
 use afk::{
     CheckpointConfig, MemoryStore, RunId, ThreadId,
     store::{Commit, Epoch, Store},
 };
+use afk_core::testkit::deterministic_runner;
 use serde_json::{Value, json};
 
 /// The thread every benchmark run lives in (stores are fresh or use unique prefixes).
@@ -71,13 +72,7 @@ pub fn runner(store: Arc<dyn Store>, async_writes: bool) -> Runner {
 
 /// A runner on `store` with these checkpoint settings (see [`runner`]).
 pub fn runner_with(store: Arc<dyn Store>, checkpoint: CheckpointConfig) -> Runner {
-    Runner::new(
-        store,
-        RunnerConfig::default()
-            .with_clock(ManualClock::new(1_700_000_000_000))
-            .with_ids(Arc::new(SequentialIds::default()))
-            .with_checkpoint(checkpoint),
-    )
+    deterministic_runner(store, checkpoint)
 }
 
 /// Run `agent` to completion under `run`; panics if it does not complete.
@@ -94,12 +89,13 @@ pub async fn run_to_end(runner: &Runner, agent: &Agent, run: RunId) {
 /// order, for run `run`. The commit benchmarks replay these bytes.
 pub async fn captured_commits(steps: u64, run: &str) -> Vec<Commit> {
     let store = Arc::new(counting::CountingStore::new(
-        Arc::new(MemoryStore::new()) as Arc<dyn Store>
+        Arc::new(MemoryStore::new()),
+        counting::Counter::default(),
     ));
-    store.keep_commits(true);
+    store.hooks().keep_commits(true);
     let r = runner(store.clone(), false);
     run_to_end(&r, &agent(steps), RunId::new(run).expect("run id")).await;
-    store.commits()
+    store.hooks().commits()
 }
 
 /// The same commits re-aimed at `epoch` (a store's own claim).
@@ -158,13 +154,7 @@ pub async fn crashed_run(steps: u64, run: &str) -> CrashedRun {
         .with_async_writes(false)
         .with_retry(RetryPolicy::none());
     cfg.flush_timeout = std::time::Duration::from_secs(5);
-    let r = Runner::new(
-        fault,
-        RunnerConfig::default()
-            .with_clock(ManualClock::new(1_700_000_000_000))
-            .with_ids(Arc::new(SequentialIds::default()))
-            .with_checkpoint(cfg),
-    );
+    let r = deterministic_runner(fault, cfg);
     let res = r
         .run_with_id(&agent(steps), &thread(), run_id.clone(), "go")
         .result()

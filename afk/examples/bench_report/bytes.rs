@@ -5,9 +5,9 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use afk::{MemoryStore, RunId, store::Store};
+use afk::{MemoryStore, RunId};
 
-use crate::support::counting::CountingStore;
+use crate::support::counting::{Counter, CountingStore};
 use crate::support::{agent, run_to_end, runner};
 
 /// One row of the table.
@@ -24,7 +24,8 @@ pub struct Row {
 
 async fn measure(steps: u64, async_writes: bool) -> Arc<CountingStore> {
     let store = Arc::new(CountingStore::new(
-        Arc::new(MemoryStore::new()) as Arc<dyn Store>
+        Arc::new(MemoryStore::new()),
+        Counter::default(),
     ));
     let r = runner(store.clone(), async_writes);
     let run = RunId::new(format!("run_bytes_{steps}")).expect("run id");
@@ -38,16 +39,16 @@ pub async fn rows() -> Vec<Row> {
     for steps in [10u64, 100, 1000] {
         let s = measure(steps, false).await;
         let a = measure(steps, true).await;
-        let (sync_commits, sync_bytes) = s.totals();
-        let (async_commits, async_bytes) = a.totals();
+        let (sync_commits, sync_bytes) = s.hooks().totals();
+        let (async_commits, async_bytes) = a.hooks().totals();
         out.push(Row {
             steps,
             sync_commits,
             sync_bytes,
-            last_step_bytes: s.step_bytes(steps),
+            last_step_bytes: s.hooks().step_bytes(steps),
             async_commits,
             async_bytes,
-            last_step_kinds: s.step_kinds(steps),
+            last_step_kinds: s.hooks().step_kinds(steps),
         });
     }
     out

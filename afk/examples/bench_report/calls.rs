@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use afk::{MemoryStore, RunId, store::Store};
 
-use crate::support::counting::CountingStore;
+use crate::support::counting::{Counter, CountingStore};
 use crate::support::{agent, run_to_end, runner};
 
 const STEPS: u64 = 10;
@@ -30,7 +30,7 @@ async fn measure(
     async_writes: bool,
     requests: impl Fn() -> Option<u64>,
 ) -> Row {
-    let counting = Arc::new(CountingStore::new(store));
+    let counting = Arc::new(CountingStore::new(store, Counter::default()));
     let r = runner(counting.clone(), async_writes);
     let mode = if async_writes { "a" } else { "s" };
     let run = RunId::new(format!("run_calls_{name}_{mode}")).expect("run id");
@@ -41,8 +41,8 @@ async fn measure(
     Row {
         store: name,
         async_writes,
-        commits: counting.totals().0,
-        calls: counting.calls(),
+        commits: counting.hooks().totals().0,
+        calls: counting.hooks().calls(),
         requests: before.zip(after).map(|(b, a)| a - b),
     }
 }

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use afk::runner::Outcome;
 use afk::{
-    Error, Result, RunId, ThreadId,
-    store::{Commit, Epoch, ListPage, Store},
+    Error, Result, RunId,
+    store::{Commit, Store},
 };
+use afk_core::store::{Call, Done, HookStore, Hooks};
 use afk_store_s3::{S3Store, S3Traffic};
 use async_trait::async_trait;
 
@@ -30,11 +31,11 @@ struct Step {
     requests: u64,
 }
 
-/// Wraps the S3 store: attributes each commit's traffic to its step, and fails every commit
-/// after the one that writes `stop_key` (the crash).
+/// The hooks around the S3 store: attribute each commit's traffic to its step, and fail every
+/// commit after the one that writes `stop_key` (the crash).
 #[derive(Debug)]
 struct Probe {
-    inner: Arc<S3Store>,
+    s3: Arc<S3Store>,
     stop_key: String,
     state: Mutex<(u64, Vec<Step>, bool)>,
 }
@@ -55,16 +56,35 @@ fn requests(t: &S3Traffic) -> u64 {
     t.gets + t.puts + t.other
 }
 
-impl Probe {
-    async fn commit_counted(&self, commit: &Commit) -> Result<()> {
+#[async_trait]
+impl Hooks for Probe {
+    /// For a commit: the traffic before it, its step, whether it writes the stop key.
+    type Note = Option<(S3Traffic, Option<u64>, bool)>;
+
+    /// Each commit of a batch (the S3 store has no batch commit: `batch_commit` is off, so
+    /// this is what it does itself) and an owned commit counted as `commit`.
+    fn through_primitives(&self) -> bool {
+        true
+    }
+
+    async fn before(&self, call: Call<'_>) -> Result<Self::Note> {
+        let Call::Commit(commit) = call else {
+            return Ok(None);
+        };
         if self.state.lock().unwrap_or_else(PoisonError::into_inner).2 {
             return Err(Error::unavailable("bench: crashed").with_retryable(false));
         }
-        let before = self.inner.traffic();
-        self.inner.commit(commit).await?;
-        let after = self.inner.traffic();
+        let stops = commit.puts.iter().any(|(k, _)| *k == self.stop_key);
+        Ok(Some((self.s3.traffic(), step_of(commit), stops)))
+    }
+
+    fn after(&self, note: Self::Note, done: Done<'_>) {
+        let (Some((before, step_of_commit, stops)), true) = (note, done.is_ok()) else {
+            return;
+        };
+        let after = self.s3.traffic();
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(s) = step_of(commit) {
+        if let Some(s) = step_of_commit {
             st.0 = s;
         }
         let i = st.0 as usize;
@@ -76,54 +96,9 @@ impl Probe {
         step.head_bytes += after.head_bytes - before.head_bytes;
         step.head_puts += after.head_puts - before.head_puts;
         step.requests += requests(&after) - requests(&before);
-        if commit.puts.iter().any(|(k, _)| *k == self.stop_key) {
+        if stops {
             st.2 = true;
         }
-        Ok(())
-    }
-}
-
-#[async_trait]
-#[deny(clippy::missing_trait_methods)]
-impl Store for Probe {
-    fn capabilities(&self) -> afk::store::Capabilities {
-        self.inner.capabilities()
-    }
-    async fn get(&self, t: &ThreadId, k: &str) -> Result<Option<Vec<u8>>> {
-        self.inner.get(t, k).await
-    }
-    async fn get_many(&self, t: &ThreadId, k: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
-        self.inner.get_many(t, k).await
-    }
-    async fn list(&self, t: &ThreadId, p: &str, c: Option<&str>, l: usize) -> Result<ListPage> {
-        self.inner.list(t, p, c, l).await
-    }
-    async fn delete(&self, t: &ThreadId, k: &[String]) -> Result<()> {
-        self.inner.delete(t, k).await
-    }
-    async fn delete_run(&self, t: &ThreadId, r: &RunId) -> Result<u64> {
-        self.inner.delete_run(t, r).await
-    }
-    async fn claim(&self, t: &ThreadId, r: &RunId) -> Result<Epoch> {
-        self.inner.claim(t, r).await
-    }
-    async fn claim_if_new(&self, t: &ThreadId, r: &RunId) -> Result<Option<Epoch>> {
-        self.inner.claim_if_new(t, r).await
-    }
-    async fn commit(&self, c: &Commit) -> Result<()> {
-        self.commit_counted(c).await
-    }
-    /// Counted by [`Probe::commit`] too.
-    async fn commit_owned(&self, c: Commit) -> std::result::Result<(), afk::store::CommitRejected> {
-        afk::store::commit_by_ref(self, c).await
-    }
-    async fn list_threads(&self, c: Option<&str>, l: usize) -> Result<afk::store::ThreadPage> {
-        self.inner.list_threads(c, l).await
-    }
-    /// Each commit counted by [`Probe::commit`], for per-step traffic. The S3 store has no
-    /// batch commit (`batch_commit` is off), so this is what it does itself.
-    async fn commit_batch(&self, c: &[Commit]) -> Vec<Result<()>> {
-        afk::store::commit_each(self, c).await
     }
 }
 
@@ -143,11 +118,12 @@ async fn crash_and_resume(env: &S3Env, steps: u64) -> Measured {
     let s3 = Arc::new(S3Store::open(cfg.clone()).await.expect("open S3"));
     let name = format!("run_s3_{steps}");
     let run = RunId::new(name.clone()).expect("run id");
-    let probe = Arc::new(Probe {
-        inner: s3,
+    let hooks = Probe {
+        s3: s3.clone(),
         stop_key: format!("checkpoint:{name}:{steps}:post_llm"),
         state: Mutex::new((0, Vec::new(), false)),
-    });
+    };
+    let probe = Arc::new(HookStore::new(s3, hooks));
     let r = runner(probe.clone(), true);
     let start = Instant::now();
     let res = r
@@ -157,6 +133,7 @@ async fn crash_and_resume(env: &S3Env, steps: u64) -> Measured {
     let run_took = start.elapsed();
     assert!(res.is_err(), "the run survived its crash");
     let per_step = probe
+        .hooks()
         .state
         .lock()
         .unwrap_or_else(PoisonError::into_inner)

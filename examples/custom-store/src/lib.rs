@@ -1,7 +1,8 @@
 //! A store written outside the workspace's backends: [`LogStore`], an append-only log file.
 //!
 //! It is the worked example of the README: a third-party `afk_core::store::Store` that passes the
-//! whole conformance suite from a one-line `tests/conformance.rs`.
+//! whole conformance suite from a one-line `tests/it/conformance.rs` (a module of its one test
+//! binary; a crate of its own can use a plain `tests/conformance.rs`).
 //!
 //! Design, in one paragraph: every change (a commit, a claim, a deletion) is one *entry*
 //! appended to a single file and synced before the call returns; the whole state is also kept
