@@ -156,6 +156,10 @@ impl<S: Store> Store for BrokenStore<S> {
         self.inner.list_threads(cursor, limit).await
     }
 
+    async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+        self.inner.finish_run(thread, run, epoch).await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         let epoch = self.inner.claim(thread, run).await?;
         let mut newest = self.newest();

@@ -87,7 +87,8 @@ impl RedisConfig {
         self
     }
 
-    /// Let every key of a run expire this long after its last claim or commit
+    /// Let every key of a finished run expire this long after it ended (runs that have not
+    /// finished never expire)
     /// ([`RedisConfig::ttl_s`]).
     #[must_use]
     pub fn with_ttl_s(mut self, seconds: u64) -> Self {

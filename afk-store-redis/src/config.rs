@@ -107,8 +107,8 @@ pub struct RedisConfig {
     /// Time allowed for one answer, in milliseconds.
     #[serde(default = "default_response_timeout_ms")]
     pub response_timeout_ms: u64,
-    /// If set, every key of a run expires together, between `ttl_s / 2` and `ttl_s` seconds
-    /// after the run's last claim or commit.
+    /// If set, every key of a finished run expires together, `ttl_s` seconds after the run
+    /// ended; runs that have not finished (in progress, paused, suspended) never expire.
     #[serde(default)]
     pub ttl_s: Option<u64>,
 }

@@ -6,7 +6,7 @@
 //! Keys derived inside a script from index members share the declared keys' hash tag, so they
 //! are in the same slot on Cluster.
 
-/// Shared helpers: run-key iteration and TTL refresh. Prepended to the scripts that need them.
+/// Shared helpers: run-key iteration and the live set of TTL mode. Prepended to the scripts that need them.
 const HELPERS: &str = r#"
 local FAMILIES = {'checkpoint:', 'effect:', 'messages:', 'bgtool:'}
 
@@ -22,29 +22,28 @@ local function run_members(index, run)
   return out
 end
 
--- Give every key of `run` one common expiry instant, so a run expires as a whole. The instant
--- is pushed to now + ttl when less than half of the ttl is left (amortised O(1) per key);
--- otherwise only the fresh keys `fresh[first..]` join the run's current instant.
-local function touch_run(index, kp, run, ttl_ms, fresh, first)
-  local fence = kp .. 'run:' .. run
-  local at = redis.call('PEXPIRETIME', fence)
-  local left = redis.call('PTTL', fence)
-  if at < 0 or left < ttl_ms / 2 then
-    local t = redis.call('TIME')
-    at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl_ms
-    for _, m in ipairs(run_members(index, run)) do
-      redis.call('PEXPIREAT', kp .. m, at)
-    end
-  else
-    for i = first, #fresh do redis.call('PEXPIREAT', fresh[i], at) end
+-- The set of the thread's runs that have not finished, beside its index (same hash tag).
+local function live_key(index)
+  return string.sub(index, 1, #index - 6) .. '#live'
+end
+
+-- A claim in TTL mode: the run is live (not finished), so none of its keys expire, nor the
+-- thread's index. Keys that do expire (a finished run claimed again, or keys an earlier version
+-- of this store gave a TTL while the run was in progress) stop expiring.
+local function keep_run(index, kp, run)
+  if redis.call('PTTL', kp .. 'run:' .. run) >= 0 then
+    for _, m in ipairs(run_members(index, run)) do redis.call('PERSIST', kp .. m) end
   end
-  local iat = redis.call('PEXPIRETIME', index)
-  if iat < at then redis.call('PEXPIREAT', index, at) end
+  local live = live_key(index)
+  redis.call('SADD', live, run)
+  redis.call('PERSIST', live)
+  redis.call('PERSIST', index)
 end
 "#;
 
-/// Commit: check the fence, then write puts + latest and index them.
-/// KEYS: index, fence, data keys…. ARGV: epoch, ttl_ms, kp, run, values… (aligned with
+/// Commit: check the fence, then write puts + latest and index them (no TTL: a run's keys
+/// expire only once it has finished, see [`FINISH_BODY`]).
+/// KEYS: index, fence, data keys…. ARGV: epoch, ttl_ms (unused), kp, run, values… (aligned with
 /// KEYS[3..]). Returns `"ok"` or `"fenced:<current epoch>"` (also for a run never claimed); on a
 /// fence failure nothing is written.
 ///
@@ -80,8 +79,6 @@ for i = 3, n, CHUNK do
   redis.call('ZADD', KEYS[1], unpack(zs))
   redis.call('MSET', unpack(kv))
 end
-local ttl = tonumber(ARGV[2])
-if ttl > 0 then touch_run(KEYS[1], ARGV[3], ARGV[4], ttl, KEYS, 3) end
 return 'ok'
 "#;
 
@@ -98,8 +95,34 @@ end
 local e = redis.call('INCR', KEYS[2])
 redis.call('ZADD', KEYS[1], 0, 'run:' .. ARGV[2])
 local ttl = tonumber(ARGV[3])
-if ttl > 0 then touch_run(KEYS[1], ARGV[1], ARGV[2], ttl, {}, 1) end
+if ttl > 0 then keep_run(KEYS[1], ARGV[1], ARGV[2]) end
 return {e, tonumber(redis.call('GET', KEYS[3]) or '0')}
+"#;
+
+/// Finish (`Store::finish_run`, TTL mode only): check the fence, then give every key of the
+/// run one expiry instant, now + ttl, and take the run out of the thread's live set; when no
+/// run of the thread is live any more, the thread's index expires with its last run. KEYS:
+/// index, fence. ARGV: epoch, ttl_ms, kp, run. Returns `"ok"` or `"fenced:<current epoch>"`.
+pub(crate) const FINISH_BODY: &str = r#"
+local cur = redis.call('GET', KEYS[2])
+if not cur then
+  return 'fenced:never claimed'
+end
+if cur ~= ARGV[1] then
+  return 'fenced:' .. cur
+end
+local t = redis.call('TIME')
+local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+for _, m in ipairs(run_members(KEYS[1], ARGV[4])) do
+  redis.call('PEXPIREAT', ARGV[3] .. m, at)
+end
+local live = live_key(KEYS[1])
+redis.call('SREM', live, ARGV[4])
+if redis.call('SCARD', live) == 0 then
+  local iat = redis.call('PEXPIRETIME', KEYS[1])
+  if iat == -1 or iat < at then redis.call('PEXPIREAT', KEYS[1], at) end
+end
+return 'ok'
 "#;
 
 /// The end of a delete: when the thread holds no key any more, raise its generation (the
@@ -161,6 +184,7 @@ for i = 1, #ms, CHUNK do
   n = n + redis.call('DEL', unpack(ks))
   redis.call('ZREM', KEYS[1], unpack(ms, i, j))
 end
+redis.call('SREM', live_key(KEYS[1]), ARGV[2])
 "#;
 
 /// Most keys one `MSET`, `DEL`, `ZADD` or `ZREM` of a script takes (the Lua name `CHUNK`):
@@ -189,6 +213,7 @@ impl Lua {
 pub(crate) struct Scripts {
     pub(crate) commit: Lua,
     pub(crate) claim: Lua,
+    pub(crate) finish: Lua,
     pub(crate) list: Lua,
     pub(crate) delete: Lua,
     pub(crate) delete_run: Lua,
@@ -205,6 +230,7 @@ impl Scripts {
         Scripts {
             commit: with(COMMIT_BODY),
             claim: with(CLAIM_BODY),
+            finish: with(FINISH_BODY),
             list: Lua::new(LIST.to_string()),
             delete: Lua::new(format!(
                 "local CHUNK = {CHUNK}\n{next_gen}{DELETE}{MARK_IF_EMPTY}"

@@ -185,8 +185,6 @@ impl RedisStore {
             .into_bytes()
     }
 
-    /// Check a commit and turn it into the commit script's KEYS and ARGV (the values borrowed
-    /// from the commit).
     /// The commits sent as one pipeline each, by position: everything on a single node; per
     /// thread (one hash slot, hence one node) on Cluster. Order is kept inside a group.
     fn pipeline_groups(&self, commits: &[Commit]) -> Vec<Vec<usize>> {
@@ -249,6 +247,8 @@ impl RedisStore {
         }
     }
 
+    /// Check a commit and turn it into the commit script's KEYS and ARGV (the values borrowed
+    /// from the commit).
     fn commit_call<'c>(&self, c: &'c Commit) -> Result<ScriptCall<'c>> {
         validate_commit(c)?;
         let run = c.run.as_str();
@@ -510,6 +510,34 @@ impl Store for RedisStore {
                 .await?;
         }
         Ok(n)
+    }
+
+    async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+        // Without a TTL nothing expires: no round trip.
+        if self.cfg.ttl_s.is_none() {
+            return Ok(());
+        }
+        let kp = kp(&self.cfg, thread);
+        let keys = [index_key(&self.cfg, thread), phys(&kp, &run_key(run))];
+        let args = [
+            epoch.0.to_string().into_bytes(),
+            self.ttl_ms(),
+            kp.into_bytes(),
+            run.as_str().as_bytes().to_vec(),
+        ];
+        let what = format!("finish of run {run}");
+        let answer = self
+            .client
+            .eval::<Value, _>(&self.scripts.finish, &keys, &args, Repeat::Safe, &what)
+            .await?;
+        let s: Vec<u8> = redis::from_redis_value(answer).map_err(|e| map_err(e.into(), &what))?;
+        match s.as_slice() {
+            b"ok" => Ok(()),
+            other => Err(Error::fenced(format!(
+                "run {run} is claimed at epoch {}; this finish carries epoch {epoch}",
+                String::from_utf8_lossy(other.strip_prefix(b"fenced:").unwrap_or(other))
+            ))),
+        }
     }
 
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {

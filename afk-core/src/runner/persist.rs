@@ -361,6 +361,20 @@ impl Checkpointer {
         self.commit(vec![(key, bytes)], None, false).await
     }
 
+    /// Tell the store the run has ended (its terminal record is durable), so that its
+    /// retention applies from now on (see `Store::finish_run`). A failure is logged, not
+    /// returned: the result is durable, and a later resume of the ended run tells the store
+    /// again.
+    pub(super) async fn finished(&self) {
+        if let Err(e) = self
+            .store
+            .finish_run(&self.thread, &self.run, self.epoch)
+            .await
+        {
+            tracing::warn!(run = %self.run, error = %e, "could not mark the run finished in the store");
+        }
+    }
+
     /// Wait until everything submitted for the run is durable (before a side effect).
     pub(super) async fn barrier(&mut self) -> Result<()> {
         self.writer

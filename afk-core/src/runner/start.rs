@@ -107,7 +107,11 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
                 restored.child_decisions,
                 None,
             ),
-            Loaded::Terminal(r) => return Ok(Outcome::Completed(r)),
+            Loaded::Terminal(r) => {
+                // Ended before: its retention applies again (this claim lifted it).
+                ckpt.finished().await;
+                return Ok(Outcome::Completed(r));
+            }
             Loaded::Paused(request) => return Ok(Outcome::Paused { request }),
         },
     };

@@ -395,6 +395,7 @@ impl RunTask {
             self.st.restore_records(result);
             return Err(e);
         }
+        self.ckpt.finished().await;
         let st = &self.st;
         self.events.emit(|| RunEvent::Finished {
             state: st.snap.state.clone(),
@@ -459,6 +460,8 @@ impl RunTask {
             tracing::warn!(error = %we, "could not record the terminal failure");
         } else if let Err(we) = self.ckpt.flush().await {
             tracing::warn!(error = %we, "could not flush the terminal failure");
+        } else {
+            self.ckpt.finished().await;
         }
     }
 }

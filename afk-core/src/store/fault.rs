@@ -377,6 +377,18 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         self.inner.list_threads(cursor, limit).await
     }
 
+    async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+        // Not counted as a call (the crash points of the tests count the others): only a crashed
+
+        // store refuses it.
+
+        if self.state().crashed {
+            return Err(Error::unavailable("FaultStore: crashed"));
+        }
+
+        self.inner.finish_run(thread, run, epoch).await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         self.enter(Op::Claim).await?;
         let _order = self.apply_lock.lock().await;

@@ -64,6 +64,13 @@ pub enum Call<'a> {
         /// The run.
         run: &'a RunId,
     },
+    /// [`Store::finish_run`].
+    FinishRun {
+        /// The thread.
+        thread: &'a ThreadId,
+        /// The run.
+        run: &'a RunId,
+    },
     /// [`Store::claim_if_new`].
     ClaimIfNew {
         /// The thread.
@@ -96,6 +103,7 @@ impl Call<'_> {
             Call::Delete { .. } => "delete",
             Call::DeleteRun { .. } => "delete_run",
             Call::Claim { .. } => "claim",
+            Call::FinishRun { .. } => "finish_run",
             Call::ClaimIfNew { .. } => "claim_if_new",
             Call::Commit(_) => "commit",
             Call::CommitOwned(_) => "commit_owned",
@@ -249,6 +257,13 @@ impl<H: Hooks, S: Store + ?Sized> Store for HookStore<H, S> {
     async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
         let call = Call::DeleteRun { thread, run };
         self.around(call, self.inner.delete_run(thread, run)).await
+    }
+
+    async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+        let call = Call::FinishRun { thread, run };
+
+        self.around(call, self.inner.finish_run(thread, run, epoch))
+            .await
     }
 
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {

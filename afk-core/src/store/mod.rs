@@ -285,6 +285,18 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// its claim whether a run exists and where it stands.
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch>;
 
+    /// The run has ended: its terminal record is durable. A store with a retention for
+    /// finished runs applies it from now on (Redis: the per-run time to live); runs that have
+    /// not ended (in progress, paused, suspended, uncertain) never expire by retention. Under
+    /// the claim at `epoch`, like a commit: `Fenced` if a newer claim exists. Calling it again
+    /// is harmless; the runner also calls it when a resume finds the run already ended.
+    ///
+    /// The default does nothing (stores without a retention of their own).
+    async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+        let _ = (thread, run, epoch);
+        Ok(())
+    }
+
     /// Claim a run that has no latest pointer: `Ok(None)`, and nothing claimed, when
     /// `checkpoint:<run>:latest` exists; otherwise [`Store::claim`]'s new epoch. This is how a
     /// runner starts a fresh run: a start refused because the run exists must not fence off

@@ -356,6 +356,13 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
         .await
     }
 
+    async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+        with_retry(&self.policy, &self.rng, &self.retries, || {
+            self.inner.finish_run(thread, run, epoch)
+        })
+        .await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         with_retry(&self.policy, &self.rng, &self.retries, || {
             self.inner.claim(thread, run)

@@ -171,7 +171,7 @@ async fn index_members(topo: &str, cfg: &RedisConfig, t: &ThreadId) -> Vec<Strin
 }
 
 /// `PEXPIRETIME` of each physical key.
-async fn expiry_times(topo: &str, cfg: &RedisConfig, keys: &[String]) -> Vec<i64> {
+pub(crate) async fn expiry_times(topo: &str, cfg: &RedisConfig, keys: &[String]) -> Vec<i64> {
     let mut pipe = redis::pipe();
     for k in keys {
         pipe.cmd("PEXPIRETIME").arg(k);
@@ -180,7 +180,7 @@ async fn expiry_times(topo: &str, cfg: &RedisConfig, keys: &[String]) -> Vec<i64
 }
 
 /// Run `pipe` (all keys in one slot) over a plain connection to the node or cluster.
-async fn query<T: redis::FromRedisValue>(
+pub(crate) async fn query<T: redis::FromRedisValue>(
     topo: &str,
     cfg: &RedisConfig,
     pipe: &redis::Pipeline,
@@ -203,7 +203,7 @@ async fn query<T: redis::FromRedisValue>(
 }
 
 #[tokio::test]
-async fn with_a_ttl_every_key_of_a_commit_of_many_chunks_expires_with_its_run() {
+async fn with_a_ttl_every_key_of_a_commit_of_many_chunks_expires_with_its_run_once_finished() {
     for (topo, cfg) in topologies() {
         let cfg = cfg.with_ttl_s(3600);
         let s = connect(cfg.clone()).await;
@@ -218,6 +218,12 @@ async fn with_a_ttl_every_key_of_a_commit_of_many_chunks_expires_with_its_run() 
         keys.push(format!("{kp}run:run_t"));
         let index = format!("{{{}:{}}}#index", cfg.prefix, t);
         keys.push(index);
+        let times = expiry_times(topo, &cfg, &keys).await;
+        assert!(
+            times.iter().all(|at| *at == -1),
+            "{topo}: a run in progress has keys that expire"
+        );
+        s.finish_run(&t, &r, e).await.unwrap();
         let times = expiry_times(topo, &cfg, &keys).await;
         let fence = times[times.len() - 2];
         assert!(fence > 0, "{topo}: the fence has no expiry");

@@ -8,6 +8,7 @@ mod common;
 mod conformance;
 mod own_server;
 mod restart_verify;
+mod retention;
 mod store;
 mod thread_index;
 mod tls;

@@ -358,10 +358,9 @@ async fn cluster_url_pointed_at_a_single_server_is_invalid_config() {
 }
 
 #[tokio::test]
-async fn ttl_expires_a_run_as_a_whole() {
+async fn ttl_expires_a_finished_run_as_a_whole_and_never_one_that_has_not_finished() {
     for (topo, cfg) in topologies() {
-        let cfg = cfg.with_ttl_s(2);
-        let url = cfg.nodes[0].clone();
+        let cfg = cfg.with_ttl_s(1);
         let s = connect(cfg.clone()).await;
         assert!(s.capabilities().ttl);
         let t = thread("ttl");
@@ -385,32 +384,37 @@ async fn ttl_expires_a_run_as_a_whole() {
         ))
         .await
         .unwrap();
-        // Every physical key of the run carries one common expiry instant.
         let kp = format!("{{{}:{}}}:", cfg.prefix, t);
-        let mut times = Vec::new();
-        for k in [
+        let keys: Vec<String> = [
             "messages:run_t:0",
             "messages:run_t:1",
             "checkpoint:run_t:latest",
             "run:run_t",
-        ] {
-            let mut cmd = redis::cmd("PEXPIRETIME");
-            cmd.arg(format!("{kp}{k}"));
-            let at: i64 = if topo == "cluster" {
-                let nodes: Vec<String> = cfg
-                    .nodes
-                    .iter()
-                    .map(|(h, p)| format!("redis://{h}:{p}"))
-                    .collect();
-                let c = redis::cluster::ClusterClient::new(nodes).unwrap();
-                let mut conn = c.get_async_connection().await.unwrap();
-                cmd.query_async(&mut conn).await.unwrap()
-            } else {
-                let mut conn = raw(&format!("redis://{}:{}", url.0, url.1)).await;
-                cmd.query_async(&mut conn).await.unwrap()
-            };
-            times.push(at);
-        }
+        ]
+        .iter()
+        .map(|k| format!("{kp}{k}"))
+        .collect();
+        // Not finished (in progress, paused, suspended): kept past the TTL.
+        let times = crate::chunks::expiry_times(topo, &cfg, &keys).await;
+        assert!(times.iter().all(|at| *at == -1), "{topo}: {times:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+        assert_eq!(
+            s.get(&t, "checkpoint:run_t:latest")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some(&b"p1"[..]),
+            "{topo}: a run that has not finished expired"
+        );
+        // A finish under an older claim is fenced and changes nothing.
+        let e2 = s.claim(&t, &r).await.unwrap();
+        let err = s.finish_run(&t, &r, e).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Fenced, "{topo}: {err}");
+        let times = crate::chunks::expiry_times(topo, &cfg, &keys).await;
+        assert!(times.iter().all(|at| *at == -1), "{topo}: {times:?}");
+        // Finished: every key of the run carries one common expiry instant, then is gone.
+        s.finish_run(&t, &r, e2).await.unwrap();
+        let times = crate::chunks::expiry_times(topo, &cfg, &keys).await;
         assert!(times[0] > 0, "{topo}: key has no expiry: {times:?}");
         assert!(times.windows(2).all(|w| w[0] == w[1]), "{topo}: {times:?}");
         tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
@@ -426,6 +430,40 @@ async fn ttl_expires_a_run_as_a_whole() {
             "{topo}: expired keys listed: {:?}",
             page.keys
         );
+    }
+}
+
+#[tokio::test]
+async fn a_claim_stops_the_expiry_an_earlier_version_gave_a_run_in_progress() {
+    for (topo, cfg) in topologies() {
+        let cfg = cfg.with_ttl_s(3600);
+        let s = connect(cfg.clone()).await;
+        let t = thread("ttlold");
+        let r = run("run_o");
+        let e = s.claim(&t, &r).await.unwrap();
+        s.commit(&commit(
+            &t,
+            &r,
+            e,
+            &[("messages:run_o:0", b"a")],
+            Some(b"p0"),
+        ))
+        .await
+        .unwrap();
+        let kp = format!("{{{}:{}}}:", cfg.prefix, t);
+        let keys: Vec<String> = ["messages:run_o:0", "checkpoint:run_o:latest", "run:run_o"]
+            .iter()
+            .map(|k| format!("{kp}{k}"))
+            .collect();
+        // As an earlier version left it: every key of the run in progress expiring.
+        let mut pipe = redis::pipe();
+        for k in &keys {
+            pipe.cmd("PEXPIRE").arg(k).arg(600_000).ignore();
+        }
+        let () = crate::chunks::query(topo, &cfg, &pipe).await;
+        s.claim(&t, &r).await.unwrap();
+        let times = crate::chunks::expiry_times(topo, &cfg, &keys).await;
+        assert!(times.iter().all(|at| *at == -1), "{topo}: {times:?}");
     }
 }
 

@@ -72,6 +72,10 @@ impl Store for ForgetfulStore {
         self.inner.list_threads(cursor, limit).await
     }
 
+    async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+        self.inner.finish_run(thread, run, epoch).await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         self.inner.claim(thread, run).await
     }
