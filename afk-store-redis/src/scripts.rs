@@ -22,6 +22,14 @@ local function run_members(index, run)
   return out
 end
 
+-- Why a write under `epoch` is refused by the fence key `fence`, or nil when it may go on.
+local function fenced(fence, epoch)
+  local cur = redis.call('GET', fence)
+  if not cur then return 'fenced:never claimed' end
+  if cur ~= epoch then return 'fenced:' .. cur end
+  return nil
+end
+
 -- The set of the thread's runs that have not finished, beside its index (same hash tag).
 local function live_key(index)
   return string.sub(index, 1, #index - 6) .. '#live'
@@ -58,13 +66,8 @@ end
 /// only write of the script that can fail (an index key that is not a sorted set) then fails
 /// before any data is written.
 pub(crate) const COMMIT_BODY: &str = r#"
-local cur = redis.call('GET', KEYS[2])
-if not cur then
-  return 'fenced:never claimed'
-end
-if cur ~= ARGV[1] then
-  return 'fenced:' .. cur
-end
+local refused = fenced(KEYS[2], ARGV[1])
+if refused then return refused end
 local plen = #ARGV[3]
 local n = #KEYS
 for i = 3, n, CHUNK do
@@ -104,13 +107,8 @@ return {e, tonumber(redis.call('GET', KEYS[3]) or '0')}
 /// run of the thread is live any more, the thread's index expires with its last run. KEYS:
 /// index, fence. ARGV: epoch, ttl_ms, kp, run. Returns `"ok"` or `"fenced:<current epoch>"`.
 pub(crate) const FINISH_BODY: &str = r#"
-local cur = redis.call('GET', KEYS[2])
-if not cur then
-  return 'fenced:never claimed'
-end
-if cur ~= ARGV[1] then
-  return 'fenced:' .. cur
-end
+local refused = fenced(KEYS[2], ARGV[1])
+if refused then return refused end
 local t = redis.call('TIME')
 local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
 for _, m in ipairs(run_members(KEYS[1], ARGV[4])) do
