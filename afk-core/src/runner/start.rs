@@ -213,7 +213,10 @@ async fn load(
     };
     let loaded = resume::load(ckpt, decision, only_for.as_deref()).await?;
     match (loaded, settlement) {
-        (Loaded::Terminal(_), Some((id, _))) => Err(settle::terminal_refusal(&ckpt.run, &id)),
+        (Loaded::Terminal(_), Some((id, _))) => {
+            ckpt.finished().await; // this claim lifted the ended run's retention
+            Err(settle::terminal_refusal(&ckpt.run, &id))
+        }
         (Loaded::Paused(_), Some((id, _))) => Err(settle::paused_refusal(&ckpt.run, &id)),
         (Loaded::Continue(mut restored), settlement) => {
             check_agent(&ckpt.run, &mut restored.state, agent)?;
