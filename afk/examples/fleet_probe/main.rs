@@ -50,7 +50,8 @@
 //!   runs in flight at once; the memory store keeps every finished run too;
 //! - **store calls/step**: store calls that wrote commits (`Runner::stats().batches`: batches
 //!   of the background writer and writes a barrier made itself) ÷ tool steps, and the most
-//!   commits one call carried (`max_batch_len`): whether runs share round trips;
+//!   commits one call carried (`max_batch_len`), and the share of calls a run's barrier made
+//!   itself on its own task (`inline_writes`): whether runs share round trips;
 //! - **failed**: runs that ended with an error (by kind) or did not end within the cell's
 //!   deadline (60 s + 4 × the ideal);
 //! - **Redis bytes/run**: the change of `used_memory` (`INFO memory`) over the cell ÷ runs, and

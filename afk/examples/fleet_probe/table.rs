@@ -98,7 +98,7 @@ fn line(row: &Value, t1_us: u64) -> String {
     );
     if let Some(e) = row.get("error") {
         return format!(
-            "{head} cell failed: {} |||||||||",
+            "{head} cell failed: {} ||||||||||",
             e.as_str().unwrap_or("?").replace('|', "/")
         );
     }
@@ -118,8 +118,9 @@ fn line(row: &Value, t1_us: u64) -> String {
         / u(row, "peak_in_flight").max(1) as f64;
     let calls = &row["store_calls"];
     let per_step = u(calls, "batches") as f64 / steps.max(1) as f64;
+    let inline = 100.0 * u(calls, "inline") as f64 / u(calls, "batches").max(1) as f64;
     format!(
-        "{head} {} | {share} | {} / {} | {} / {} / {} | {} | {:.0} µs | {:.0} KB | {per_step:.2} (max {}) | {} | {} |",
+        "{head} {} | {share} | {} / {} | {} / {} / {} | {} | {:.0} µs | {} | {per_step:.2} (max {}, {inline:.0}% inline) | {} | {} |",
         thousands(rate.round() as u64),
         dur(run[0]),
         dur(run[1]),
@@ -128,7 +129,11 @@ fn line(row: &Value, t1_us: u64) -> String {
         dur(wait[2]),
         dur(lag[1]),
         u(row, "cpu_us") as f64 / steps.max(1) as f64,
-        rss / 1e3,
+        if row["mode"] == "alone" {
+            "–".to_owned()
+        } else {
+            format!("{:.0} KB", rss / 1e3)
+        },
         u(calls, "max_batch"),
         failed(row),
         redis(row),
@@ -174,7 +179,7 @@ fn header(t1: &BTreeMap<String, u64>) -> String {
          *alone*: 50 runs one at a time (one run alone, median: {}). Store wait: model answer → \
          tool call (holds the write barrier, the runner's own work and any wait for a worker \
          thread); lag: how late a 10 ms timer fires (p99). See the example's module docs.\n\n\
-         | store | N | latency | loop | steps/s | of ideal | run p50 / p99 | store wait p50 / p99 / max | lag p99 | CPU/step | RSS/run | store calls/step (max batch) | failed | Redis bytes/run |\n\
+         | store | N | latency | loop | steps/s | of ideal | run p50 / p99 | store wait p50 / p99 / max | lag p99 | CPU/step | RSS/run | store calls/step (max batch, inline) | failed | Redis bytes/run |\n\
          |---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n",
         refs.join(", ")
     )
