@@ -91,8 +91,12 @@ pub fn run(opts: Options) -> Result<i32> {
     } else {
         None
     };
-    for (krate, _) in CRATES.iter().filter(|c| !with.contains(c)) {
-        let _ = writeln!(report, "- `{krate}`: no benchmarks yet (or not run)");
+    if opts.fleet_only {
+        report.push_str("- criterion benches not run (`--fleet-only`)\n");
+    } else {
+        for (krate, _) in CRATES.iter().filter(|c| !with.contains(c)) {
+            let _ = writeln!(report, "- `{krate}`: no benchmarks yet");
+        }
     }
     report.push_str("\nCriterion's own reports are under `criterion/` in the target directory.\n");
     drop(services);
