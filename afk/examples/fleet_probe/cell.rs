@@ -132,8 +132,18 @@ fn start(runner: &Runner, agent: &Agent, gauge: &Arc<Gauge>, i: u64, set: &mut J
     });
 }
 
+/// The first 80 characters of `m` with every number written `N`, so the failures of many
+/// runs group by what went wrong, not by run id.
 fn short(m: &str) -> String {
-    m.chars().take(80).collect()
+    let mut out = String::new();
+    for ch in m.chars().take(80) {
+        if !ch.is_ascii_digit() {
+            out.push(ch);
+        } else if !out.ends_with('N') {
+            out.push('N');
+        }
+    }
+    out
 }
 
 /// Start the cell's runs as its mode says and wait for them (up to the deadline): what ended,
