@@ -53,7 +53,8 @@
 //!   commits one call carried (`max_batch_len`), and the share of calls a run's barrier made
 //!   itself on its own task (`inline_writes`): whether runs share round trips;
 //! - **failed**: runs that ended with an error (by kind) or did not end within the cell's
-//!   deadline (60 s + 4 × the ideal);
+//!   deadline (60 s + 4 × the ideal, or `AFK_FLEET_DEADLINE_S` seconds: on moto, 1,000 S3 runs
+//!   at 1 s take longer than the default allows);
 //! - **Redis bytes/run**: the change of `used_memory` (`INFO memory`) over the cell ÷ runs, and
 //!   keys per run (`DBSIZE`).
 
