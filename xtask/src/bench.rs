@@ -1,10 +1,14 @@
 //! `cargo xtask bench`: runs the benchmarks that exist and writes `bench-report.md` into the
 //! target directory. The `afk` crate's benches (see BENCHMARKS.md) run with `--all-features`, and its
-//! `bench_report` example turns criterion's results into the report's tables; this task appends
-//! which crates ran and which have no benchmarks.
+//! `bench_report` example turns criterion's results into the report's tables; then the
+//! concurrency bench (`afk/examples/fleet_probe`, N runs in flight in one process) runs and its
+//! table is appended; this task appends which crates ran and which have no benchmarks.
+//!
+//! `--fleet-only` runs the concurrency bench alone, `--no-fleet` skips it, `--fleet-quick` runs
+//! its smoke grid; its `AFK_FLEET_…` variables (see its module docs) pass through.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::{env, fs};
 
 use anyhow::{Context, Result};
@@ -45,46 +49,89 @@ const CRATES: [(&str, Needs); 5] = [
     ("afk", Needs::ALL),
 ];
 
-/// Runs `cargo bench -p <crate>` for every crate with a `benches/` directory; returns the
-/// exit code (the first failure's).
-pub fn run() -> Result<i32> {
+/// What `cargo xtask bench` runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Only the concurrency bench, not the criterion benches.
+    pub fleet_only: bool,
+    /// Not the concurrency bench.
+    pub no_fleet: bool,
+    /// The concurrency bench's smoke grid.
+    pub fleet_quick: bool,
+}
+
+type Env = Vec<(String, String)>;
+
+/// Runs `cargo bench -p <crate>` for every crate with a `benches/` directory, then the
+/// concurrency bench; returns the exit code (the first failure's).
+pub fn run(opts: Options) -> Result<i32> {
     let root = system::repo_root();
     let with: Vec<_> = CRATES
         .iter()
-        .filter(|(c, _)| root.join(c).join("benches").is_dir())
+        .filter(|(c, _)| !opts.fleet_only && root.join(c).join("benches").is_dir())
         .collect();
+    let fleet = !opts.no_fleet;
     let needs = Needs {
-        redis: with.iter().any(|(_, n)| n.redis),
-        s3: with.iter().any(|(_, n)| n.s3),
+        redis: fleet || with.iter().any(|(_, n)| n.redis),
+        s3: fleet || with.iter().any(|(_, n)| n.s3),
     };
     let services = if needs.redis || needs.s3 {
-        Some(Services::start(
-            &format!("bench-{}", std::process::id()),
-            needs,
-            true,
-        )?)
+        let set = format!("bench-{}", std::process::id());
+        Some(Services::start(&set, needs, true)?)
     } else {
         None
     };
-
+    let env: Env = services.iter().flat_map(|s| s.env().to_vec()).collect();
     let target = env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     fs::create_dir_all(&target)?;
     let path = target.join("bench-report.md");
+    let (mut report, tables, mut code) = criterion(&with, &env, &target, &path)?;
+    let fleet_table = if fleet {
+        fleet_bench(opts, &env, &target, &mut code)?
+    } else {
+        None
+    };
+    if opts.fleet_only {
+        report.push_str("- criterion benches not run (`--fleet-only`)\n");
+    } else {
+        for (krate, _) in CRATES.iter().filter(|c| !with.contains(c)) {
+            let _ = writeln!(report, "- `{krate}`: no benchmarks yet");
+        }
+    }
+    report.push_str("\nCriterion's own reports are under `criterion/` in the target directory.\n");
+    drop(services);
+
+    let mut out = match tables {
+        Some(t) => format!("{t}\n{report}"),
+        None => format!("# Bench report\n\n{report}"),
+    };
+    if let Some(t) = fleet_table {
+        out = format!("{out}\n{t}");
+    }
+    fs::write(&path, out).with_context(|| format!("cannot write {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(code)
+}
+
+/// The criterion benches of `with`, then `bench_report` (which writes `path`): the list of
+/// crates run, `bench_report`'s tables, and the exit code so far.
+fn criterion(
+    with: &[&(&str, Needs)],
+    env: &Env,
+    target: &Path,
+    path: &Path,
+) -> Result<(String, Option<String>, i32)> {
     let mut tables: Option<String> = None;
     let mut report = String::from("## Benchmark runs\n\n");
     let mut code = 0;
-    for (krate, _) in &with {
+    for (krate, _) in with {
         let mut cmd = system::cargo();
         cmd.args(["bench", "-p", krate]);
         if *krate == "afk" {
             // Every store is reachable only with every feature on.
             cmd.arg("--all-features");
         }
-        cmd.envs(
-            services
-                .iter()
-                .flat_map(|s| s.env().iter().map(|(k, v)| (k, v))),
-        );
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         let status = system::run_status(&mut cmd)?;
         let _ = writeln!(report, "- `{krate}`: `cargo bench` exited with {status}");
         if !status.success() && code == 0 {
@@ -94,34 +141,38 @@ pub fn run() -> Result<i32> {
             let mut cmd = system::cargo();
             cmd.args(["run", "-p", "afk", "--release", "--all-features"]);
             cmd.args(["--example", "bench_report", "--", "--out"]);
-            cmd.arg(&path);
-            cmd.env("CARGO_TARGET_DIR", &target);
+            cmd.arg(path);
+            cmd.env("CARGO_TARGET_DIR", target);
             // The report measures bytes, round trips and S3 resume itself: it needs the
             // servers too (without them it printed "not measured" for Redis and S3).
-            cmd.envs(
-                services
-                    .iter()
-                    .flat_map(|s| s.env().iter().map(|(k, v)| (k, v))),
-            );
+            cmd.envs(env.iter().map(|(k, v)| (k, v)));
             let status = system::run_status(&mut cmd)?;
             if status.success() {
-                tables = fs::read_to_string(&path).ok();
+                tables = fs::read_to_string(path).ok();
             } else if code == 0 {
                 code = crate::test::code(status);
             }
         }
     }
-    for (krate, _) in CRATES.iter().filter(|c| !with.contains(c)) {
-        let _ = writeln!(report, "- `{krate}`: no benchmarks yet");
-    }
-    report.push_str("\nCriterion's own reports are under `criterion/` in the target directory.\n");
-    drop(services);
+    Ok((report, tables, code))
+}
 
-    let report = match tables {
-        Some(t) => format!("{t}\n{report}"),
-        None => format!("# Bench report\n\n{report}"),
-    };
-    fs::write(&path, report).with_context(|| format!("cannot write {}", path.display()))?;
-    println!("wrote {}", path.display());
-    Ok(code)
+/// The concurrency bench (`fleet_probe`) with the servers; its table, if it ran.
+fn fleet_bench(opts: Options, env: &Env, target: &Path, code: &mut i32) -> Result<Option<String>> {
+    let out = target.join("fleet-report.md");
+    let _ = fs::remove_file(&out);
+    let mut cmd = system::cargo();
+    cmd.args(["run", "-p", "afk", "--release", "--all-features"]);
+    cmd.args(["--example", "fleet_probe", "--", "--out"]);
+    cmd.arg(&out);
+    if opts.fleet_quick {
+        cmd.arg("--quick");
+    }
+    cmd.env("CARGO_TARGET_DIR", target);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    let status = system::run_status(&mut cmd)?;
+    if !status.success() && *code == 0 {
+        *code = crate::test::code(status);
+    }
+    Ok(fs::read_to_string(&out).ok())
 }

@@ -48,8 +48,20 @@ enum Cli {
     Msrv,
     /// Write the runner's module graph (read from its `use` lines) into ARCHITECTURE.md.
     Arch,
-    /// Run the benchmarks that exist and write target/bench-report.md.
-    Bench,
+    /// Run the benchmarks that exist and the concurrency bench, and write
+    /// target/bench-report.md.
+    Bench {
+        /// Only the concurrency bench (`afk/examples/fleet_probe`), not the criterion benches.
+        #[arg(long, conflicts_with = "no_fleet")]
+        fleet_only: bool,
+        /// Not the concurrency bench.
+        #[arg(long)]
+        no_fleet: bool,
+        /// The concurrency bench's smoke grid (about a minute); `AFK_FLEET_…` variables
+        /// choose any other grid (see BENCHMARKS.md).
+        #[arg(long)]
+        fleet_quick: bool,
+    },
     /// Kill real runner processes (SIGKILL) at random moments, many times per run, against
     /// real stores; check nothing is lost or repeated (see RELIABILITY.md).
     Chaos {
@@ -110,7 +122,15 @@ fn run(cli: Cli) -> Result<i32> {
         Cli::RocksdbNewest => rocksdb_newest::run(),
         Cli::Msrv => msrv::run(),
         Cli::Arch => layers::write_architecture().map(|()| 0),
-        Cli::Bench => bench::run(),
+        Cli::Bench {
+            fleet_only,
+            no_fleet,
+            fleet_quick,
+        } => bench::run(bench::Options {
+            fleet_only,
+            no_fleet,
+            fleet_quick,
+        }),
         Cli::Chaos {
             stores,
             kills,

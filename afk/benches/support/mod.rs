@@ -35,6 +35,25 @@ pub fn thread() -> ThreadId {
 /// A scripted agent that makes `steps` model turns each asking for one `add` call, then a
 /// closing answer. A "step" in every figure below is one of those tool-calling turns.
 pub fn agent(steps: u64) -> Agent {
+    let llm = ScriptedLlm::new(script(steps));
+    let mut agent = Agent::new("bench", "Add numbers.", "scripted-1", llm)
+        .with_tool(ScriptedTool::add(InvocationCounter::new()));
+    agent.limits = limits(steps);
+    agent
+}
+
+/// The limits of a bench agent of `steps` steps: room for every step, no wall-time limit.
+pub fn limits(steps: u64) -> Limits {
+    Limits::default()
+        .with_max_steps(steps + 5)
+        .with_max_llm_calls(steps + 5)
+        .with_max_tool_calls(steps + 5)
+        .with_max_wall_time_ms(None)
+}
+
+/// The model answers of [`agent`]: `steps` turns asking for one `add` call, then a closing
+/// answer.
+pub fn script(steps: u64) -> Vec<LlmResponse> {
     let r = |v: Value| serde_json::from_value::<LlmResponse>(v).expect("scripted response");
     let mut script: Vec<LlmResponse> = (0..steps)
         .map(|i| {
@@ -50,15 +69,7 @@ pub fn agent(steps: u64) -> Agent {
         json!({"text": "done", "finish_reason": "stop", "tool_calls": [],
         "usage": {"input_tokens": 20, "output_tokens": 2, "total_tokens": 22}}),
     ));
-    let llm = ScriptedLlm::new(script);
-    let mut agent = Agent::new("bench", "Add numbers.", "scripted-1", llm)
-        .with_tool(ScriptedTool::add(InvocationCounter::new()));
-    agent.limits = Limits::default()
-        .with_max_steps(steps + 5)
-        .with_max_llm_calls(steps + 5)
-        .with_max_tool_calls(steps + 5)
-        .with_max_wall_time_ms(None);
-    agent
+    script
 }
 
 /// A runner on `store`, with async (write-behind) or sync (inline) checkpoint writes, a fixed
