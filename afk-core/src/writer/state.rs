@@ -112,6 +112,12 @@ impl State {
     /// (called when a newer claim submits its first commit). A claim with commits still
     /// unresolved is kept, so its waiters still learn how they end.
     pub(crate) fn forget_older_claims(&mut self, key: &RunKey) {
+        // A run's first claim (epoch 1) has no older claim to forget: a fresh run skips the
+        // walk over every run's state, which cost O(runs in flight) per fresh run (O(N²) when
+        // N runs start together).
+        if key.2 <= Epoch(1) {
+            return;
+        }
         let mut retired = 0;
         self.runs.retain(|k, r| {
             let forget = k.0 == key.0
