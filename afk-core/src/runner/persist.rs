@@ -253,8 +253,7 @@ impl Checkpointer {
         active_ms: u64,
     ) -> Result<Vec<u8>> {
         let step = st.snap.step;
-        let thread = self.thread.clone();
-        let snap = st.snapshot(thread.as_str(), active_ms, tref);
+        let snap = st.snapshot(self.thread.as_str(), active_ms, tref);
         self.encode(step, Phase::RuntimeState, snap)
     }
 
