@@ -246,6 +246,7 @@ async fn import_run(
         epoch,
         puts,
         latest,
+        attention: None,
     };
     for chunk in puts.chunks(per) {
         store.commit(&commit(chunk.to_vec(), None)).await?;
@@ -369,6 +370,7 @@ mod tests {
                 epoch,
                 puts: vec![("checkpoint:r:0:run_started".to_owned(), b"live".to_vec())],
                 latest: Some(b"live".to_vec()),
+                attention: None,
             })
             .await
             .unwrap();

@@ -59,6 +59,12 @@ macro_rules! __with_cases {
                 threads_holding_keys_are_listed_once,
                 emptied_threads_hold_nothing,
             }
+            attention {
+                open_runs_are_listed_with_their_entry,
+                finished_and_deleted_runs_leave_the_index,
+                refused_commits_leave_the_index_alone,
+                the_entry_moves_with_its_commit,
+            }
             model {
                 model_based,
             }

@@ -127,6 +127,7 @@ pub(crate) fn commit(
         epoch,
         puts,
         latest,
+        attention: None,
     }
 }
 

@@ -357,6 +357,7 @@ pub async fn load_state(
                     epoch,
                     puts,
                     latest: if i == last { latest.take() } else { None },
+                    attention: None,
                 })
                 .await?;
         }

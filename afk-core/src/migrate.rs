@@ -169,6 +169,7 @@ pub async fn migrate_run(
                 epoch,
                 puts: chunk,
                 latest: if i == last { latest.take() } else { None },
+                attention: None,
             })
             .await?;
     }

@@ -33,6 +33,7 @@ async fn main() -> afk_core::Result<()> {
         epoch: e,
         puts: vec![(format!("checkpoint:run_bench:{i}:post_tool"), value.clone())],
         latest: Some(format!("checkpoint:run_bench:{i}:post_tool").into_bytes()),
+        attention: None,
     };
     let mut single = Vec::with_capacity(n);
     for i in 0..n {

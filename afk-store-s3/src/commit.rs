@@ -372,6 +372,7 @@ mod tests {
                 .map(|(i, &n)| (format!("effect:r:{i}:x"), vec![i as u8; n]))
                 .collect(),
             latest: None,
+            attention: None,
         }
     }
 

@@ -167,6 +167,7 @@ fn verify_catches_a_missing_record_and_a_corrupt_transcript() {
             epoch,
             puts: vec![(key, edited.into_bytes())],
             latest: None,
+            attention: None,
         })
         .await
         .unwrap();

@@ -191,6 +191,7 @@ async fn load(
             epoch,
             puts: puts.into_iter().collect(),
             latest,
+            attention: None,
         })
         .await
         .ctx("commit of the mutated records")?;

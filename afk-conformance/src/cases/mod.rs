@@ -8,6 +8,7 @@
 //! one shared server and a store that already holds data.
 
 pub mod atomicity;
+pub mod attention;
 pub mod basic;
 pub mod concurrency;
 pub mod corpus;

@@ -123,6 +123,7 @@ impl<'a> Side<'a> {
                 .map(|(k, v)| (k.render(&runs[spec.run], runs), v.clone()))
                 .collect(),
             latest: spec.latest.clone(),
+            attention: None,
         }
     }
 }

@@ -199,6 +199,16 @@ mod tests {
         async fn finish_run(&self, t: &ThreadId, r: &RunId, e: Epoch) -> Result<()> {
             self.0.finish_run(t, r, e).await
         }
+        async fn list_attention(
+            &self,
+            cursor: Option<&str>,
+            limit: usize,
+        ) -> Result<afk_core::store::AttentionPage> {
+            self.0.list_attention(cursor, limit).await
+        }
+        async fn attention(&self, t: &ThreadId, r: &RunId) -> Result<Option<Vec<u8>>> {
+            self.0.attention(t, r).await
+        }
         async fn claim_if_new(&self, t: &ThreadId, r: &RunId) -> Result<Option<Epoch>> {
             self.0.claim_if_new(t, r).await
         }

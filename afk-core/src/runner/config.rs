@@ -29,6 +29,23 @@ pub struct RunnerConfig {
     /// [`Suspension::not_before_ms`]: crate::schema::Suspension::not_before_ms
     /// [`Error::retry_after`]: crate::Error::retry_after
     pub suspension_backoff: Duration,
+    /// Who this runner is, as the runs it holds name it in their index entry
+    /// ([`RunMark::owner`](crate::schema::RunMark::owner)). Default: `runner_<32 hex>`, new for
+    /// every runner. A [`Worker`](super::Worker) keeps one id across restarts, so that at start
+    /// it takes back the runs its earlier incarnation held without waiting for their leases.
+    pub owner: String,
+    /// How long a run this runner holds stays its own without a sign of life: every commit
+    /// made after a third of it has passed renews it, and so does a timer while a long model
+    /// or tool call runs. Once it has expired (plus [`RunnerConfig::lease_skew`]) a worker may
+    /// take the run over; the former owner, if alive after all, is fenced and writes nothing.
+    /// Default 30 s.
+    pub lease: Duration,
+    /// How far a writer's clock may run behind a reader's: a lease counts as expired only
+    /// this long after its end, by the reader's clock. Expiry is decided by the clocks of the
+    /// processes (the stores have no common clock to ask); a clock off by more than this can
+    /// take a live run over early, which costs the former owner its unsaved work, never a
+    /// saved effect twice (fencing). Default 5 s.
+    pub lease_skew: Duration,
 }
 
 /// The longest a suspended run's backoff grows to (one hour).
@@ -42,6 +59,9 @@ impl Default for RunnerConfig {
             event_capacity: 256,
             checkpoint: CheckpointConfig::default(),
             suspension_backoff: Duration::from_secs(30),
+            owner: RandomIds.new_id("runner"),
+            lease: Duration::from_secs(30),
+            lease_skew: Duration::from_secs(5),
         }
     }
 }
@@ -72,6 +92,27 @@ impl RunnerConfig {
     #[must_use]
     pub fn with_suspension_backoff(mut self, backoff: Duration) -> Self {
         self.suspension_backoff = backoff;
+        self
+    }
+
+    /// Set who this runner is ([`RunnerConfig::owner`]).
+    #[must_use]
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
+    }
+
+    /// Set the lease of the runs this runner holds ([`RunnerConfig::lease`]; at least 1 ms).
+    #[must_use]
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Set the clock skew a lease reader allows ([`RunnerConfig::lease_skew`]).
+    #[must_use]
+    pub fn with_lease_skew(mut self, skew: Duration) -> Self {
+        self.lease_skew = skew;
         self
     }
 

@@ -139,6 +139,7 @@ impl Checkpointer {
             epoch: self.epoch,
             puts,
             latest,
+            attention: None,
         }
     }
 

@@ -14,6 +14,7 @@ mod de;
 mod effect;
 mod envelope;
 mod llm;
+mod mark;
 mod message;
 pub mod migrate;
 mod payloads;
@@ -27,6 +28,7 @@ pub use effect::{EffectRow, EffectStatus};
 pub(crate) use envelope::encode_record;
 pub use envelope::{CheckpointRecord, Phase};
 pub use llm::{LlmResponse, ToolCall, Usage};
+pub use mark::{MarkState, RunMark};
 pub use message::{Message, MessageContent, Role};
 pub use payloads::{
     PauseKind, PauseRequest, PausedPayload, PhasePayload, PostLlmPayload, PostSubagentBatchPayload,

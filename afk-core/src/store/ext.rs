@@ -118,6 +118,7 @@ mod tests {
             epoch,
             puts,
             latest: Some(b"p".to_vec()),
+            attention: None,
         };
         store.commit(&commit).await.unwrap();
         let first = store.list(&t("a"), "messages:", None, usize::MAX).await;
@@ -152,6 +153,7 @@ mod tests {
             epoch,
             puts: Vec::new(),
             latest: Some(b"p".to_vec()),
+            attention: None,
         };
         store.commit(&commit).await.unwrap();
         store

@@ -377,6 +377,20 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         self.inner.list_threads(cursor, limit).await
     }
 
+    async fn list_attention(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::store::AttentionPage> {
+        self.enter(Op::List).await?;
+        self.inner.list_attention(cursor, limit).await
+    }
+
+    async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
+        self.enter(Op::Get).await?;
+        self.inner.attention(thread, run).await
+    }
+
     async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
         // Not counted as a call (the crash points of the tests count the others): only a crashed
 

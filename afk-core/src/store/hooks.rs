@@ -9,8 +9,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{
-    Capabilities, Commit, CommitRejected, Epoch, ListPage, Store, ThreadPage, claim_if_new_each,
-    commit_by_ref, commit_each,
+    AttentionPage, Capabilities, Commit, CommitRejected, Epoch, ListPage, Store, ThreadPage,
+    claim_if_new_each, commit_by_ref, commit_each,
 };
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
@@ -91,6 +91,20 @@ pub enum Call<'a> {
         /// Most threads on the page.
         limit: usize,
     },
+    /// [`Store::list_attention`].
+    ListAttention {
+        /// Where the page starts.
+        cursor: Option<&'a str>,
+        /// Most runs on the page.
+        limit: usize,
+    },
+    /// [`Store::attention`].
+    Attention {
+        /// The thread.
+        thread: &'a ThreadId,
+        /// The run.
+        run: &'a RunId,
+    },
 }
 
 impl Call<'_> {
@@ -109,6 +123,8 @@ impl Call<'_> {
             Call::CommitOwned(_) => "commit_owned",
             Call::CommitBatch(_) => "commit_batch",
             Call::ListThreads { .. } => "list_threads",
+            Call::ListAttention { .. } => "list_attention",
+            Call::Attention { .. } => "attention",
         }
     }
 }
@@ -328,5 +344,16 @@ impl<H: Hooks, S: Store + ?Sized> Store for HookStore<H, S> {
         let call = Call::ListThreads { cursor, limit };
         self.around(call, self.inner.list_threads(cursor, limit))
             .await
+    }
+
+    async fn list_attention(&self, cursor: Option<&str>, limit: usize) -> Result<AttentionPage> {
+        let call = Call::ListAttention { cursor, limit };
+        self.around(call, self.inner.list_attention(cursor, limit))
+            .await
+    }
+
+    async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
+        let call = Call::Attention { thread, run };
+        self.around(call, self.inner.attention(thread, run)).await
     }
 }

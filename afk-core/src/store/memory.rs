@@ -8,7 +8,9 @@
 //! Layout: one `BTreeMap<String, Vec<u8>>` per thread (sorted, so prefix listing is a range
 //! scan); the fence of a run is the key `run:<run>` holding `{"epoch": n}`, visible to
 //! [`Store::get`] and [`Store::list`] like any other key. Values are copied in and out; no
-//! caller ever shares a buffer with the store.
+//! caller ever shares a buffer with the store. The index of runs that need attention is one
+//! `BTreeMap` by `(thread, run)` beside the threads, under the same lock as the commits that
+//! move runs in and out of it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -17,8 +19,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 
 use super::{
-    Capabilities, Commit, CommitRejected, Epoch, ListPage, Store, latest_key, run_key,
-    validate_commit, validate_list,
+    Attention, AttentionPage, AttentionRun, Capabilities, Commit, CommitRejected, Epoch, ListPage,
+    Store, attention_list_limit, latest_key, parse_attention_cursor, run_key, validate_commit,
+    validate_list,
 };
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId, validate_key};
@@ -28,6 +31,27 @@ const RUN_FAMILIES: [&str; 4] = ["checkpoint", "effect", "messages", "bgtool"];
 
 type Keys = BTreeMap<String, Vec<u8>>;
 
+/// Everything the store holds, under its one lock: the keys of each thread, and the index of
+/// runs that need attention. Dereferences to the threads, which nearly every method works on.
+#[derive(Debug, Default)]
+struct Inner {
+    threads: HashMap<ThreadId, Keys>,
+    attention: BTreeMap<(ThreadId, RunId), Vec<u8>>,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = HashMap<ThreadId, Keys>;
+    fn deref(&self) -> &Self::Target {
+        &self.threads
+    }
+}
+
+impl std::ops::DerefMut for Inner {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.threads
+    }
+}
+
 /// An in-memory [`Store`]: thread-safe, not durable, one process.
 ///
 /// Cheap to create; share it as `Arc<MemoryStore>` (or `Arc<dyn Store>`). Its state is lost
@@ -35,7 +59,7 @@ type Keys = BTreeMap<String, Vec<u8>>;
 /// contents for tests.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    threads: Mutex<HashMap<ThreadId, Keys>>,
+    inner: Mutex<Inner>,
 }
 
 impl MemoryStore {
@@ -68,10 +92,10 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<ThreadId, Keys>> {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
         // No code path panics while holding the lock, and every mutation is applied after all
         // checks, so a poisoned map is still consistent.
-        self.threads.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -127,7 +151,39 @@ impl Store for MemoryStore {
     fn capabilities(&self) -> Capabilities {
         let mut c = Capabilities::new("memory");
         c.list_threads = true;
+        c.attention = true;
         c
+    }
+
+    /// Runs in `(thread, run)` order; the cursor names the last run of the previous page.
+    async fn list_attention(&self, cursor: Option<&str>, limit: usize) -> Result<AttentionPage> {
+        let limit = attention_list_limit(limit);
+        let after = cursor.map(parse_attention_cursor).transpose()?;
+        let inner = self.lock();
+        let start = match &after {
+            Some(pair) => Bound::Excluded(pair),
+            None => Bound::Unbounded,
+        };
+        let mut rest = inner.attention.range((start, Bound::Unbounded));
+        let runs: Vec<AttentionRun> = rest
+            .by_ref()
+            .take(limit)
+            .map(|((thread, run), entry)| AttentionRun {
+                thread: thread.clone(),
+                run: run.clone(),
+                entry: entry.clone(),
+            })
+            .collect();
+        let next_cursor = match (rest.next(), runs.last()) {
+            (Some(_), Some(last)) => Some(super::attention_cursor(&last.thread, &last.run)),
+            _ => None,
+        };
+        Ok(AttentionPage { runs, next_cursor })
+    }
+
+    async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
+        let key = (thread.clone(), run.clone());
+        Ok(self.lock().attention.get(&key).cloned())
     }
 
     /// Threads holding a key, sorted by id; the cursor is the last id of the previous page.
@@ -248,6 +304,7 @@ impl Store for MemoryStore {
         if map.is_empty() {
             threads.remove(thread);
         }
+        threads.attention.remove(&(thread.clone(), run.clone()));
         Ok(doomed.len() as u64)
     }
 
@@ -288,8 +345,20 @@ impl Store for MemoryStore {
             run,
             puts,
             latest,
+            attention,
             ..
         } = commit;
+        match attention {
+            Some(Attention::Open(entry)) => {
+                threads
+                    .attention
+                    .insert((thread.clone(), run.clone()), entry);
+            }
+            Some(Attention::Closed) => {
+                threads.attention.remove(&(thread.clone(), run.clone()));
+            }
+            None => {}
+        }
         let map = threads.entry(thread).or_default();
         // Kept for good: without the room a writer reserved for them (a shrink in place).
         map.extend(puts.into_iter().map(|(mut key, mut value)| {

@@ -26,6 +26,7 @@ use async_trait::async_trait;
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
 
+mod attention;
 mod ext;
 #[cfg(any(test, feature = "test-kit"))]
 mod fault;
@@ -38,6 +39,10 @@ mod threads;
 mod validate;
 
 pub use crate::ids::{MAX_KEY_LEN, validate_key};
+pub use attention::{
+    Attention, AttentionPage, AttentionRun, MAX_ATTENTION_LEN, attention_cursor,
+    attention_list_limit, attention_unsupported, parse_attention_cursor, validate_attention,
+};
 pub use ext::StoreExt;
 #[cfg(any(test, feature = "test-kit"))]
 pub use fault::{CrashMode, FaultEvent, FaultStore, Hold, Op};
@@ -79,6 +84,10 @@ pub struct Commit {
     pub puts: Vec<(String, Vec<u8>)>,
     /// New value of `checkpoint:<run>:latest`, if this commit moves the pointer.
     pub latest: Option<Vec<u8>>,
+    /// How the commit moves the run in or out of the index of runs that need attention
+    /// ([`Store::list_attention`]), applied with the rest of the commit; `None` leaves the
+    /// run's place as it is. Stores without the index ignore it.
+    pub attention: Option<Attention>,
 }
 
 impl Commit {
@@ -89,6 +98,10 @@ impl Commit {
             .map(|(k, v)| k.len() + v.len())
             .sum::<usize>()
             + self.latest.as_ref().map_or(0, Vec::len)
+            + match &self.attention {
+                Some(Attention::Open(v)) => v.len(),
+                _ => 0,
+            }
     }
 }
 
@@ -107,6 +120,7 @@ impl fmt::Debug for Commit {
                     .collect::<Vec<_>>(),
             )
             .field("latest", &self.latest.as_ref().map(Vec::len))
+            .field("attention", &self.attention)
             .finish()
     }
 }
@@ -144,6 +158,9 @@ pub struct Capabilities {
     pub multi_process: bool,
     /// Whether [`Store::list_threads`] enumerates the store's threads.
     pub list_threads: bool,
+    /// Whether the store keeps the index of runs that need attention ([`Commit::attention`],
+    /// [`Store::list_attention`], [`Store::attention`]).
+    pub attention: bool,
 }
 
 impl Capabilities {
@@ -158,6 +175,7 @@ impl Capabilities {
             durable: false,
             multi_process: false,
             list_threads: false,
+            attention: false,
         }
     }
 }
@@ -222,6 +240,7 @@ pub const MAX_LIST_LIMIT: usize = 1000;
 /// | `list`: byte order, prefixes, every page size, cursors anywhere, the fence listed | `list::*`, `model::model_based` (explicit paging), `large::hundred_thousand_keys_list_in_order` |
 /// | `delete`, `delete_run` (every family, prefix-sharing runs untouched) | `delete::*`, `isolation::prefix_sharing_runs_are_isolated` |
 /// | threads and runs isolated | `isolation::*` |
+/// | the index of runs that need attention: listed once with their entry, moved only by applied commits, atomically with them | `attention::*` (stores with [`Capabilities::attention`]) |
 /// | values: empty, odd bytes, up to `max_value_size` | `values::*` |
 /// | keys: odd valid ones round-trip, invalid ones `InvalidInput` | `keys::*` |
 /// | everything above against the reference store, shrunk to a minimal sequence | `model::model_based` |
@@ -285,16 +304,23 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// its claim whether a run exists and where it stands.
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch>;
 
-    /// The run has ended: its terminal record is durable. A store with a retention for
-    /// finished runs applies it from now on (Redis: the per-run time to live); runs that have
-    /// not ended (in progress, paused, suspended, uncertain) never expire by retention. Under
-    /// the claim at `epoch`, like a commit: `Fenced` if a newer claim exists. Calling it again
-    /// is harmless; the runner also calls it when a resume finds the run already ended.
-    ///
-    /// The default does nothing (stores without a retention of their own).
+    /// The run has ended: its terminal record is durable. The same as an empty commit under
+    /// `epoch` carrying [`Attention::Closed`] (the runner puts that on the terminal record's own
+    /// commit; this is for a run found ended whose index entry may have outlived it): the run
+    /// leaves the index of runs that need attention, and a store with a retention for finished
+    /// runs applies it from now on (Redis: the per-run time to live). Runs that have not ended
+    /// (in progress, paused, suspended, uncertain) never expire by retention. `Fenced` if a
+    /// newer claim exists. Calling it again is harmless.
     async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
-        let _ = (thread, run, epoch);
-        Ok(())
+        self.commit(&Commit {
+            thread: thread.clone(),
+            run: run.clone(),
+            epoch,
+            puts: Vec::new(),
+            latest: None,
+            attention: Some(Attention::Closed),
+        })
+        .await
     }
 
     /// Claim a run that has no latest pointer: `Ok(None)`, and nothing claimed, when
@@ -353,6 +379,31 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn list_threads(&self, cursor: Option<&str>, limit: usize) -> Result<ThreadPage> {
         let _ = (cursor, limit);
         Err(threads_unsupported(self.capabilities().name))
+    }
+
+    /// List the runs that need attention: every run whose last commit carrying an
+    /// [`Attention`] carried [`Attention::Open`], with that entry, is in exactly one page of
+    /// a complete listing, in an order of the store's choosing; finished runs
+    /// ([`Attention::Closed`], [`Store::finish_run`]) and deleted runs ([`Store::delete_run`])
+    /// are not. At most `limit` per page (clamped to `1..=`[`MAX_LIST_LIMIT`]); pass the
+    /// returned `next_cursor` to continue (opaque). A page may hold fewer than `limit` runs,
+    /// or none, and still have a `next_cursor`. Costs O(runs listed), never a read of the
+    /// runs that have finished.
+    ///
+    /// Errors: `Unsupported` unless [`Capabilities::attention`] (the default);
+    /// `InvalidInput` for a cursor the store did not hand out; `Unavailable`.
+    async fn list_attention(&self, cursor: Option<&str>, limit: usize) -> Result<AttentionPage> {
+        let _ = (cursor, limit);
+        Err(attention_unsupported(self.capabilities().name))
+    }
+
+    /// The index entry of one run: `Some` with the bytes of its last [`Attention::Open`]
+    /// while it needs attention, `None` once it finished, was deleted, or never had one.
+    ///
+    /// Errors: `Unsupported` unless [`Capabilities::attention`] (the default); `Unavailable`.
+    async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
+        let _ = (thread, run);
+        Err(attention_unsupported(self.capabilities().name))
     }
 
     /// Apply several commits, in order, as one batch where the backend can (pipelines, write

@@ -356,6 +356,24 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
         .await
     }
 
+    async fn list_attention(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::store::AttentionPage> {
+        with_retry(&self.policy, &self.rng, &self.retries, || {
+            self.inner.list_attention(cursor, limit)
+        })
+        .await
+    }
+
+    async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
+        with_retry(&self.policy, &self.rng, &self.retries, || {
+            self.inner.attention(thread, run)
+        })
+        .await
+    }
+
     async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
         with_retry(&self.policy, &self.rng, &self.retries, || {
             self.inner.finish_run(thread, run, epoch)

@@ -29,9 +29,11 @@ pub fn validate_list(prefix: &str, cursor: Option<&str>, limit: usize) -> Result
 /// Fails with `InvalidInput` (naming the key) when a key of `commit.puts` is not a valid
 /// logical key ([`validate_key`]), belongs to another run than `commit.run` ([`run_of_key`]), is
 /// the latest pointer `checkpoint:<run>:latest` (that goes in [`Commit::latest`]), is the fence
-/// `run:<run>` (only [`Store::claim`](super::Store::claim) writes it), or appears twice. It does
+/// `run:<run>` (only [`Store::claim`](super::Store::claim) writes it), or appears twice, and
+/// when an attention entry is over [`MAX_ATTENTION_LEN`](super::MAX_ATTENTION_LEN). It does
 /// not check the epoch or value sizes; those depend on the store.
 pub fn validate_commit(commit: &Commit) -> Result<()> {
+    super::validate_attention(commit.attention.as_ref())?;
     let run = commit.run.as_str();
     // Keys of a larger commit are checked for repeats through a set; a small one (every
     // commit of a step) compares with the keys before it, without allocating.
@@ -91,6 +93,7 @@ mod tests {
             epoch: Epoch(1),
             puts: keys.iter().map(|k| (k.clone(), b"v".to_vec())).collect(),
             latest: None,
+            attention: None,
         }
     }
 

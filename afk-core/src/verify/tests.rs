@@ -55,6 +55,7 @@ async fn overwrite(
         epoch,
         puts,
         latest,
+        attention: None,
     };
     store.commit(&commit).await.expect("commit");
 }

@@ -31,6 +31,7 @@ pub(super) fn record(thread: &ThreadId, run: &RunId, epoch: Epoch, i: u64, phase
         epoch,
         puts: vec![(key.clone(), format!("value {i}").into_bytes())],
         latest: Some(key.into_bytes()),
+        attention: None,
     }
 }
 

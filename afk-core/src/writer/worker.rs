@@ -411,8 +411,8 @@ fn keys_fit(old: &Commit, more: usize, limits: Limits) -> bool {
 const SCAN_MAX: usize = 16;
 
 /// Merge `newer` into the queued `older` (both of one run claim): every put of both, the newer
-/// value for a key in both, the newer latest pointer if it has one, and the newer sequence
-/// number. Returns `newer` back (and changes nothing) if either is outside the store's limits
+/// value for a key in both, the newer latest pointer if it has one, the newer attention if it
+/// has one, and the newer sequence number. Returns `newer` back (and changes nothing) if either is outside the store's limits
 /// on its own, or the merged commit would carry more keys than the store takes or more than
 /// [`MAX_MERGED_BYTES`].
 fn merge(older: &mut Queued, newer: Entry, limits: Limits) -> Option<Entry> {
@@ -486,6 +486,9 @@ fn merge(older: &mut Queued, newer: Entry, limits: Limits) -> Option<Entry> {
     }
     if commit.latest.is_some() {
         old.latest = commit.latest;
+    }
+    if commit.attention.is_some() {
+        old.attention = commit.attention;
     }
     older.entry.seq = seq;
     None

@@ -95,6 +95,7 @@ async fn rewrite(
             epoch,
             puts,
             latest,
+            attention: None,
         })
         .await
         .unwrap();

@@ -81,6 +81,7 @@ async fn a_tampered_transcript_log_is_corrupt_and_calls_nothing() {
             epoch,
             puts: vec![(key, serde_json::to_vec(&entry).unwrap())],
             latest: None,
+            attention: None,
         })
         .await
         .unwrap();

@@ -59,6 +59,7 @@ async fn an_unknown_stored_status_is_kept_through_normalize_and_resume() {
             epoch,
             puts: Vec::new(),
             latest: Some(odd.into_bytes()),
+            attention: None,
         })
         .await
         .unwrap();

@@ -87,6 +87,7 @@ async fn a_corrupt_pointer_is_corrupt_and_calls_nothing() {
             epoch,
             puts: vec![],
             latest: Some(b"[1, 2]".to_vec()),
+            attention: None,
         })
         .await
         .unwrap();

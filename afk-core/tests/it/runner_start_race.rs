@@ -222,6 +222,7 @@ async fn a_start_over_records_without_a_pointer_runs_nothing() {
             epoch,
             puts: vec![(key.clone(), b"{}".to_vec())],
             latest: None,
+            attention: None,
         })
         .await
         .unwrap();

@@ -357,6 +357,7 @@ async fn a_corrupt_child_stops_the_parent_which_stays_resumable() {
             epoch,
             puts: Vec::new(),
             latest: Some(b"{not a record".to_vec()),
+            attention: None,
         })
         .await
         .unwrap();

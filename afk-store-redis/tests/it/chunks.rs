@@ -35,6 +35,7 @@ fn big_commit(t: &ThreadId, r: &RunId, e: Epoch, n: usize) -> afk_core::store::C
         epoch: e,
         puts: puts(r.as_str(), n),
         latest: Some(format!("latest of {r}").into_bytes()),
+        attention: None,
     }
 }
 

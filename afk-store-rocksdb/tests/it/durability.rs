@@ -93,6 +93,7 @@ fn writer_child(path: &Path) {
                             record_value(run.as_str(), step),
                         )],
                         latest: Some(step.to_string().into_bytes()),
+                        attention: None,
                     };
                     store.commit(&commit).await.expect("commit");
                     let mut out = std::io::stdout().lock();

@@ -78,6 +78,7 @@ async fn an_empty_commit_checks_the_fence_on_the_head_as_it_is() {
         epoch,
         puts: Vec::new(),
         latest: None,
+        attention: None,
     };
     // It writes nothing, so no swap would catch a stale head: it reads the head.
     let before = a.traffic();

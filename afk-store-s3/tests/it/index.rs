@@ -28,6 +28,7 @@ fn commit(run: &RunId, epoch: Epoch, keys: &[String], tag: &str) -> Commit {
             .map(|k| (k.clone(), format!("{tag} {k}").into_bytes()))
             .collect(),
         latest: Some(format!("latest {tag}").into_bytes()),
+        attention: None,
     }
 }
 

@@ -20,6 +20,7 @@ fn commit(run: &RunId, epoch: Epoch, puts: &[(String, Vec<u8>)]) -> Commit {
         epoch,
         puts: puts.to_vec(),
         latest: Some(b"{\"step\":1}".to_vec()),
+        attention: None,
     }
 }
 

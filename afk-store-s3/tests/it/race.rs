@@ -40,6 +40,7 @@ async fn racing_committers_each_win_one_head_swap_and_lose_nothing() {
                     ),
                 ],
                 latest: Some(format!("latest {i}").into_bytes()),
+                attention: None,
             };
             store.commit(&c).await
         }));
@@ -126,6 +127,7 @@ async fn racing_claims_hand_out_distinct_epochs_and_fence_all_but_the_last() {
             epoch: e,
             puts: vec![],
             latest: Some(b"x".to_vec()),
+            attention: None,
         };
         let res = store.commit(&c).await;
         if e == newest {

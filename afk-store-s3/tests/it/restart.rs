@@ -105,6 +105,7 @@ async fn server_restart_mid_run_fails_clearly_without_hanging() {
         epoch,
         puts: vec![(format!("checkpoint:run_r:{i}:pre_llm"), vec![i as u8; 2048])],
         latest: Some(format!("{{\"step\":{i}}}").into_bytes()),
+        attention: None,
     };
     store.commit(&step(0)).await.unwrap();
 

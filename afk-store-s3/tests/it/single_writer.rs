@@ -73,6 +73,7 @@ async fn single_writer_mode_opens_commits_and_reads() {
             epoch,
             puts: vec![(format!("checkpoint:run_sw:{i}:pre_llm"), vec![i as u8; 8])],
             latest: Some(format!("{{\"step\":{i}}}").into_bytes()),
+            attention: None,
         };
         bounded("commit", store.commit(&c)).await.unwrap();
     }
@@ -102,6 +103,7 @@ async fn single_writer_mode_opens_commits_and_reads() {
         epoch,
         puts: vec![("checkpoint:run_sw:9:pre_llm".into(), b"stale".to_vec())],
         latest: None,
+        attention: None,
     };
     let err = bounded("stale commit", store.commit(&stale))
         .await

@@ -31,6 +31,7 @@ fn commit(
             .map(|(k, v)| ((*k).to_owned(), v.to_vec()))
             .collect(),
         latest: latest.map(<[u8]>::to_vec),
+        attention: None,
     }
 }
 

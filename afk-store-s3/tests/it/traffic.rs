@@ -52,6 +52,7 @@ async fn traffic_matches_the_bytes_the_server_received() {
                 vec![b'x'; 100 + i as usize],
             )],
             latest: Some(format!("latest {i}").into_bytes()),
+            attention: None,
         };
         store.commit(&commit).await.unwrap();
     }

@@ -72,6 +72,18 @@ impl Store for ForgetfulStore {
         self.inner.list_threads(cursor, limit).await
     }
 
+    async fn list_attention(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk::store::AttentionPage> {
+        self.inner.list_attention(cursor, limit).await
+    }
+
+    async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
+        self.inner.attention(thread, run).await
+    }
+
     async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
         self.inner.finish_run(thread, run, epoch).await
     }

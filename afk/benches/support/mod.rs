@@ -200,6 +200,7 @@ pub async fn load_crashed(store: &dyn Store, run: &str, state: &CrashedRun) {
             epoch,
             puts: state.puts.clone(),
             latest: Some(state.latest.clone()),
+            attention: None,
         })
         .await
         .expect("load crashed run");

@@ -24,6 +24,7 @@ fn commit(thread: &ThreadId, run: &RunId, epoch: afk_core::store::Epoch, v: &[u8
         epoch,
         puts: vec![(format!("checkpoint:{run}:1:pre_llm"), v.to_vec())],
         latest: Some(v.to_vec()),
+        attention: None,
     }
 }
 

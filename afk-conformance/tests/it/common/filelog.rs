@@ -7,7 +7,9 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use afk_core::store::{ThreadPage, commit_each, threads_unsupported};
+use afk_core::store::{
+    AttentionPage, ThreadPage, attention_unsupported, commit_each, threads_unsupported,
+};
 use afk_core::{
     Error, MemoryStore, Result, RunId, ThreadId,
     store::{Capabilities, Commit, Epoch, ListPage, Store},
@@ -74,6 +76,7 @@ impl FileLog {
                         epoch: Epoch(v["epoch"].as_u64().ok_or_else(|| bad("epoch"))?),
                         puts,
                         latest,
+                        attention: None,
                     })
                     .await?;
                 }
@@ -133,6 +136,14 @@ impl Store for FileLog {
     /// The capability is off (the log keeps no index of threads).
     async fn list_threads(&self, _cursor: Option<&str>, _limit: usize) -> Result<ThreadPage> {
         Err(threads_unsupported("filelog"))
+    }
+
+    async fn list_attention(&self, _cursor: Option<&str>, _limit: usize) -> Result<AttentionPage> {
+        Err(attention_unsupported("filelog"))
+    }
+
+    async fn attention(&self, _thread: &ThreadId, _run: &RunId) -> Result<Option<Vec<u8>>> {
+        Err(attention_unsupported("filelog"))
     }
 
     /// Each commit appended to the log by [`FileLog::commit`].

@@ -21,6 +21,7 @@ fn commit(t: &ThreadId, r: &RunId, epoch: Epoch, i: u32) -> Commit {
         epoch,
         puts: vec![(key.clone(), vec![i as u8])],
         latest: Some(key.into_bytes()),
+        attention: None,
     }
 }
 

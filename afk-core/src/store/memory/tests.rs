@@ -18,6 +18,7 @@ fn commit(thread: &ThreadId, run: &RunId, epoch: Epoch, puts: &[(&str, &[u8])]) 
             .map(|(k, v)| (k.to_string(), v.to_vec()))
             .collect(),
         latest: Some(b"ptr".to_vec()),
+        attention: None,
     }
 }
 
@@ -131,6 +132,7 @@ async fn list_pages_follow_the_cursor_and_prefix() {
             epoch: e,
             puts,
             latest: None,
+            attention: None,
         })
         .await
         .unwrap();

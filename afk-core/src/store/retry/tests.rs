@@ -147,6 +147,7 @@ async fn commit_batch_retries_only_failed_commits_without_a_later_one_of_their_r
         epoch,
         puts: vec![(format!("checkpoint:{run}:{i}:pre_llm"), vec![1])],
         latest: None,
+        attention: None,
     };
     // Commit calls: 1 = a0 fails, 2 = b0 fails, 3 = a1 ok; retry: 4 = b0 ok.
     fs.fail_nth(Some(Op::Commit), 1, ErrorKind::Unavailable);
@@ -178,6 +179,7 @@ async fn commit_owned_retries_with_the_commit_handed_back() {
         epoch,
         puts: vec![("messages:r:1".to_owned(), value.to_vec())],
         latest: Some(value.to_vec()),
+        attention: None,
     };
     fs.fail_nth(Some(Op::Commit), 1, ErrorKind::Unavailable);
     fs.fail_nth(Some(Op::Commit), 2, ErrorKind::Timeout);

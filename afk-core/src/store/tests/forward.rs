@@ -59,6 +59,7 @@ async fn fill(store: &dyn Store) -> Vec<Commit> {
             epoch,
             puts: vec![(format!("messages:{run}:1"), b"m".to_vec())],
             latest: None,
+            attention: None,
         });
     }
     let results = store.commit_batch(&commits).await;
@@ -81,6 +82,7 @@ async fn through(wrapper: &dyn Store, inner: &Recorder) -> Vec<&'static str> {
         epoch,
         puts: vec![(format!("messages:{fresh}:1"), b"o".to_vec())],
         latest: Some(b"p".to_vec()),
+        attention: None,
     };
     wrapper.commit_owned(owned).await.unwrap();
     assert_eq!(

@@ -69,6 +69,7 @@ fn lazy_pointers_equal_the_commits_applied_in_order() {
                 epoch: e,
                 puts,
                 latest,
+                attention: None,
             };
             let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
             let mut pointer: Option<Vec<u8>> = None;

@@ -69,6 +69,7 @@ fn op_commit(run: &RunId, epoch: Epoch, i: u64, coalescible: bool, extra: bool) 
         epoch,
         puts,
         latest: Some(key.into_bytes()),
+        attention: None,
     }
 }
 

@@ -72,6 +72,7 @@ pub fn commit(
             .map(|(k, v)| (k.to_string(), v.to_vec()))
             .collect(),
         latest: latest.map(<[u8]>::to_vec),
+        attention: None,
     }
 }
 

@@ -37,6 +37,7 @@ pub fn commit(
             .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
             .collect(),
         latest: latest.map(|l| l.as_bytes().to_vec()),
+        attention: None,
     }
 }
 

@@ -35,6 +35,7 @@ pub fn step(t: &ThreadId, r: &RunId, epoch: Epoch, i: u32) -> Commit {
             ),
         ],
         latest: Some(format!("{{\"step\":{i}}}").into_bytes()),
+        attention: None,
     }
 }
 

@@ -1,0 +1,113 @@
+//! The entry a run keeps in the store's index of runs that need attention
+//! ([`Attention::Open`](crate::store::Attention::Open)): where the run stands and who works on
+//! it, so that a recovery worker decides from the index alone which runs to take over.
+//!
+//! An AFK Python store has no such index: it is this crate's addition, kept beside the
+//! records, never in them.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a run that needs attention stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum MarkState {
+    /// A runner works on it, under the lease the entry names; once the lease has expired the
+    /// runner is presumed dead and any worker may take the run over.
+    Running,
+    /// Stopped without an ending, nobody on it (a store outage, an interrupt, a child run that
+    /// stopped): a worker resumes it.
+    Stopped,
+    /// Paused for a human's approval: nobody resumes it until the decision is recorded.
+    Paused,
+    /// Stopped on a tool call whose effect is uncertain: nobody resumes it until a human
+    /// settles the call.
+    Uncertain,
+    /// A human answered (a decision or a settlement is recorded): a worker continues it.
+    Ready,
+    /// Suspended after a model outage: a worker resumes it from `not_before_ms` on.
+    Suspended,
+}
+
+impl MarkState {
+    /// The state as its entry spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkState::Running => "running",
+            MarkState::Stopped => "stopped",
+            MarkState::Paused => "paused",
+            MarkState::Uncertain => "uncertain",
+            MarkState::Ready => "ready",
+            MarkState::Suspended => "suspended",
+        }
+    }
+
+    /// Whether the run waits for a human (and no worker may resume it before one answers).
+    pub fn waits_for_human(self) -> bool {
+        matches!(self, MarkState::Paused | MarkState::Uncertain)
+    }
+}
+
+impl std::fmt::Display for MarkState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A run's entry in the index of runs that need attention, as JSON:
+/// `{"state": "running", "owner": "w1", "lease_until_ms": …, "not_before_ms": …, "agent": …,
+/// "version": …, "parent": …, "updated_ms": …}`.
+///
+/// Times are milliseconds since the Unix epoch by the clock of the process that wrote the
+/// entry (see [`RunnerConfig::lease`](crate::runner::RunnerConfig::lease) for the skew a
+/// reader allows).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunMark {
+    /// Where the run stands.
+    pub state: MarkState,
+    /// The runner that holds the run ([`RunnerConfig::owner`](crate::runner::RunnerConfig::owner)),
+    /// if one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Until when the owner's lease holds; 0 when nobody holds the run.
+    #[serde(default)]
+    pub lease_until_ms: u64,
+    /// A suspended run is not resumed before this time; 0 otherwise.
+    #[serde(default)]
+    pub not_before_ms: u64,
+    /// The name of the agent that runs it.
+    #[serde(default)]
+    pub agent: String,
+    /// That agent's declared version, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// For a subagent's child run, the parent run's id: the parent resumes its children, so a
+    /// worker leaves child runs alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// When the entry was written.
+    #[serde(default)]
+    pub updated_ms: u64,
+    /// Fields of later versions, kept as they are.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl RunMark {
+    /// The entry's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        // A struct of plain fields and a JSON map: serializing it cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// An entry from its bytes; `None` for bytes that are not one (written by something else).
+    pub fn decode(bytes: &[u8]) -> Option<RunMark> {
+        serde_json::from_slice(bytes).ok()
+    }
+
+    /// Whether the lease has expired at `now_ms`, allowing `skew_ms` for the writer's clock
+    /// running behind the reader's: true only once `now_ms > lease_until_ms + skew_ms`.
+    pub fn lease_expired(&self, now_ms: u64, skew_ms: u64) -> bool {
+        now_ms > self.lease_until_ms.saturating_add(skew_ms)
+    }
+}
