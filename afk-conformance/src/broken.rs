@@ -172,6 +172,10 @@ impl<S: Store> Store for BrokenStore<S> {
         self.inner.finish_run(thread, run, epoch).await
     }
 
+    async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        self.inner.claim_if(thread, run, seen).await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         let epoch = self.inner.claim(thread, run).await?;
         let mut newest = self.newest();

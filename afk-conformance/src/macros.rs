@@ -64,6 +64,7 @@ macro_rules! __with_cases {
                 finished_and_deleted_runs_leave_the_index,
                 refused_commits_leave_the_index_alone,
                 the_entry_moves_with_its_commit,
+                claim_if_claims_only_at_the_seen_epoch,
             }
             model {
                 model_based,

@@ -348,3 +348,46 @@ pub async fn the_entry_moves_with_its_commit(store: &dyn Store) -> CaseResult {
     looks?;
     Ok(())
 }
+
+/// [`Store::claim_if`] (stores with
+/// [`Capabilities::claim_if`](afk_core::store::Capabilities::claim_if)) claims only while the
+/// run is still at the epoch the caller saw: of two takers that saw the same epoch, exactly
+/// one gets a claim, racing or one after the other; a refused one fences nothing.
+pub async fn claim_if_claims_only_at_the_seen_epoch(store: &dyn Store) -> CaseResult {
+    let (t, r) = (unique_thread("claim-if"), unique_run());
+    if !store.capabilities().claim_if {
+        return expect_kind(
+            store.claim_if(&t, &r, Epoch(0)).await,
+            ErrorKind::Unsupported,
+            "claim_if on a store without the claim_if capability",
+        );
+    }
+    let seen = store.claim(&t, &r).await.ctx("claim")?;
+    let won = store.claim_if(&t, &r, seen).await.ctx("claim_if")?;
+    let Some(won) = won else {
+        return Err(format!(
+            "claim_if at the current epoch {seen} claimed nothing"
+        ));
+    };
+    ensure!(won > seen, "claim_if gave epoch {won}, not above {seen}");
+    let late = store.claim_if(&t, &r, seen).await.ctx("late claim_if")?;
+    ensure!(
+        late.is_none(),
+        "claim_if at the older epoch {seen} claimed {late:?}"
+    );
+    // The refused claim fenced nothing: the winner still commits.
+    store
+        .commit(&commit_with(&t, &r, won, 0, None))
+        .await
+        .ctx("the winner's commit after a refused claim_if")?;
+    for _ in 0..20 {
+        let seen = store.claim(&t, &r).await.ctx("claim")?;
+        let (a, b) = tokio::join!(store.claim_if(&t, &r, seen), store.claim_if(&t, &r, seen));
+        let (a, b) = (a.ctx("claim_if a")?, b.ctx("claim_if b")?);
+        ensure!(
+            a.is_some() != b.is_some(),
+            "two racing claim_if at epoch {seen} gave {a:?} and {b:?}: exactly one must win"
+        );
+    }
+    Ok(())
+}

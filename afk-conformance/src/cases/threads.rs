@@ -196,6 +196,9 @@ mod tests {
         async fn claim(&self, t: &ThreadId, r: &RunId) -> Result<Epoch> {
             self.0.claim(t, r).await
         }
+        async fn claim_if(&self, t: &ThreadId, r: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+            self.0.claim_if(t, r, seen).await
+        }
         async fn finish_run(&self, t: &ThreadId, r: &RunId, e: Epoch) -> Result<()> {
             self.0.finish_run(t, r, e).await
         }

@@ -14,7 +14,7 @@ use super::journal::Settlement;
 use super::start::{Shared, execute};
 use super::stats::RunnerStats;
 use crate::ids::{RunId, ThreadId};
-use crate::store::Store;
+use crate::store::{Epoch, Store};
 
 /// Starts and resumes runs on one store. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -81,6 +81,18 @@ impl Runner {
     /// [`Runner::run_with_id`] under the same run id.
     pub fn resume(&self, agent: &Agent, thread: &ThreadId, run: &RunId) -> RunHandle {
         self.spawn(agent, thread, run.clone(), Start::Resume(None))
+    }
+
+    /// Resume a run a worker found in the index with its entry written under `seen`: claimed
+    /// only if nobody claimed it since.
+    pub(super) fn take_over(
+        &self,
+        agent: &Agent,
+        thread: &ThreadId,
+        run: &RunId,
+        seen: Epoch,
+    ) -> RunHandle {
+        self.spawn(agent, thread, run.clone(), Start::Takeover(seen))
     }
 
     /// Resume a run paused for approval, applying `decision` to the paused tool call. Works

@@ -11,6 +11,7 @@ use super::journal::Settlement;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
 use crate::schema::{AgentResult, PauseRequest, RunStatus};
+use crate::store::Epoch;
 
 /// A human decision about a paused tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,6 +168,9 @@ pub(crate) enum Start {
     /// resumed (with the parent's decision for one of its calls, if any).
     Child(String, Option<(String, Decision)>),
     Resume(Option<Decision>),
+    /// Resume a run a worker found with its index entry written under this epoch: claimed
+    /// only if no other claim came since (see `Store::claim_if`).
+    Takeover(Epoch),
     /// Resume a child run, applying the decision only if it is paused on this call id (a
     /// human's decision the parent passes down).
     ResumeFor(String, Decision),

@@ -77,6 +77,12 @@ impl RunHandle {
         let _ = self.ctl.send(Signal::Interrupt);
     }
 
+    /// What [`RunHandle::interrupt`] sends, for a caller that hands the handle to
+    /// [`RunHandle::result`] and may still want to interrupt the run.
+    pub(super) fn interrupter(&self) -> watch::Sender<Signal> {
+        self.ctl.clone()
+    }
+
     /// A handle that aborts the run task at its current await point, as a crash of this
     /// process would (nothing more is written by the task; commits it already handed to the
     /// writer may still land). The handle then resolves with [`ErrorKind::Cancelled`] and a

@@ -22,7 +22,8 @@
 //!    texts (`prompt`), the run's event and decision types (`events`), delegation's ids
 //!    (`delegation`), settings (`config`) and counters (`stats`).
 //! 2. **Run state and persistence**: the state carried from step to step and its budgets
-//!    (`state`), the run's writer (`persist`), the tools offered to the model (`toolbox`),
+//!    (`state`), the run's writer (`persist`) and its entry and lease in the store's index of
+//!    runs that need attention (`lease`), the tools offered to the model (`toolbox`),
 //!    what a store's value limit leaves of an output (`output_limit`).
 //! 3. **Step phases**, each taking a narrow context rather than the whole run: the model
 //!    turn (`model_turn`), the tool batch as a list of planned calls (`batch`), child runs
@@ -33,7 +34,8 @@
 //!    `subagent::Launch`, which `start` implements and hands down: the recursion a
 //!    delegation makes is a call through it, not an import cycle.
 //! 5. **Public API**: [`Runner`] (`api`), [`RunHandle`] (`handle`), the operator calls
-//!    (`operator`), and this module's re-exports.
+//!    (`operator`), the [`Worker`] that resumes the runs nobody works on (`worker`), and this
+//!    module's re-exports.
 //! 6. **Test kit** (feature `test-kit`): a scripted model and tools (`scripted`) and the
 //!    fixture checks (`fixture_check`).
 
@@ -48,6 +50,7 @@ mod events;
 pub mod fixture_check;
 mod handle;
 mod journal;
+mod lease;
 mod llm;
 mod model_turn;
 mod operator;
@@ -65,6 +68,7 @@ mod step;
 mod subagent;
 mod tool;
 mod toolbox;
+mod worker;
 
 pub use agent::{Agent, FailurePolicies, FailurePolicy, GateDecision, Limits, ToolGate};
 pub use api::Runner;
@@ -78,3 +82,4 @@ pub use llm::{LlmClient, LlmRequest};
 pub use operator::Recorded;
 pub use stats::RunnerStats;
 pub use tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
+pub use worker::{Worker, WorkerConfig, WorkerHandle, WorkerStats};

@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
 use crate::keys;
 use crate::normalize::normalize_record;
-use crate::schema::{PauseRequest, Phase, PhasePayload};
+use crate::schema::{MarkState, PauseRequest, Phase, PhasePayload};
 use crate::store::{Epoch, latest_key};
 
 /// What [`Runner::settle`] or [`Runner::decide`] did.
@@ -71,6 +71,7 @@ impl Runner {
             None => Ok(Recorded::AlreadyStored),
             Some(row) => {
                 settle::write(&mut ckpt, state.snap.step, call_id, &settlement, &row).await?;
+                answered(&mut ckpt).await?;
                 Ok(Recorded::Written)
             }
         }
@@ -104,6 +105,7 @@ impl Runner {
         // The run is paused and claimed by us: `load` writes the `resumed` record and waits
         // until it is durable, then restores the run (which checks it can go on).
         resume::load(&mut ckpt, Some(decision), None).await?;
+        answered(&mut ckpt).await?;
         Ok(Recorded::Written)
     }
 
@@ -115,6 +117,13 @@ impl Runner {
     ) -> Result<Checkpointer> {
         self.shared.checkpointer(thread, run, epoch).await
     }
+}
+
+/// The run's index entry says a human answered: a worker continues it.
+async fn answered(ckpt: &mut Checkpointer) -> Result<()> {
+    ckpt.describe_as_stored().await;
+    ckpt.mark(MarkState::Ready, 0).await?;
+    ckpt.flush().await
 }
 
 /// Restore the run (writing nothing) and refuse what `resume_settling` refuses.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::clock::Clock;
+use super::lease::Lease;
 use super::state::RunState;
 use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
@@ -13,7 +14,7 @@ use crate::keys;
 use serde::Serialize;
 
 use crate::schema::{
-    EffectRow, Extra, Message, Phase, PhasePayload, SubagentExecution, ToolExecution,
+    EffectRow, Extra, MarkState, Message, Phase, PhasePayload, SubagentExecution, ToolExecution,
     TranscriptRef, encode_entry, encode_record,
 };
 use crate::store::{Commit, Epoch, Store};
@@ -52,6 +53,8 @@ pub(crate) struct Checkpointer {
     size_hints: [usize; PHASE_COUNT],
     /// Bytes to reserve for the next effect row, from the size of the last one.
     effect_hint: usize,
+    /// The run's entry in the index of runs that need attention, and its lease.
+    lease: Lease,
 }
 
 /// The number of [`Phase`] variants.
@@ -68,6 +71,7 @@ impl Drop for Checkpointer {
 }
 
 impl Checkpointer {
+    #[allow(clippy::too_many_arguments)] // one call site, in `start`, naming each
     pub(super) fn new(
         store: Arc<dyn Store>,
         writer: Writer,
@@ -76,8 +80,10 @@ impl Checkpointer {
         thread: ThreadId,
         run: RunId,
         epoch: Epoch,
+        lease: Lease,
     ) -> Self {
         Checkpointer {
+            lease,
             store,
             writer,
             clock,
@@ -131,16 +137,50 @@ impl Checkpointer {
         &self.store
     }
 
-    /// A commit of this run's claim.
-    fn new_commit(&self, puts: Vec<Put>, latest: Option<Vec<u8>>) -> Commit {
+    /// A commit of this run's claim, carrying the run's index entry when it changed or its
+    /// lease is due for renewal, or `Closed` when it ends the run (`closing`).
+    async fn new_commit(&self, puts: Vec<Put>, latest: Option<Vec<u8>>, closing: bool) -> Commit {
         Commit {
             thread: self.thread.clone(),
             run: self.run.clone(),
             epoch: self.epoch,
             puts,
             latest,
-            attention: None,
+            attention: self.lease.attach(closing).await,
         }
+    }
+
+    /// Name the agent (and the run's nesting depth) the run's index entry reports.
+    pub(super) async fn describe(&self, agent: &str, version: Option<&str>, depth: u32) {
+        self.lease.describe(agent, version, depth).await;
+    }
+
+    /// Name in the run's index entry what its current entry names (for a writer that does not
+    /// run the agent: the operator's answers). A store without the index, or without an entry
+    /// for the run, leaves the entry as it is.
+    pub(super) async fn describe_as_stored(&self) {
+        let Ok(Some(bytes)) = self.store.attention(&self.thread, &self.run).await else {
+            return;
+        };
+        if let Some(m) = crate::schema::RunMark::decode(&bytes) {
+            self.describe(&m.agent, m.version.as_deref(), m.depth).await;
+        }
+    }
+
+    /// Hold the run: its entry says `running` under this runner's lease from the next commit
+    /// on, renewed by commits and by a timer until the run stops or ends.
+    pub(super) async fn hold(&mut self) {
+        self.lease.set(MarkState::Running, 0).await;
+        let (thread, run) = (self.thread.clone(), self.run.clone());
+        self.lease
+            .start_timer(self.writer.clone(), thread, run, self.epoch);
+    }
+
+    /// Record that the run now stands in `state` (letting go of it unless `running`): an
+    /// empty commit carrying the new entry, queued after everything before it.
+    pub(super) async fn mark(&mut self, state: MarkState, not_before_ms: u64) -> Result<()> {
+        self.lease.set(state, not_before_ms).await;
+        self.commit(Vec::new(), None, false).await
     }
 
     async fn commit(
@@ -149,7 +189,7 @@ impl Checkpointer {
         latest: Option<Vec<u8>>,
         coalescible: bool,
     ) -> Result<()> {
-        let c = self.new_commit(puts, latest);
+        let c = self.new_commit(puts, latest, false).await;
         self.writer.submit(c, coalescible).await?;
         self.commits += 1;
         Ok(())
@@ -222,7 +262,8 @@ impl Checkpointer {
         }
         // The pointer's copy of the record is made by the writer, only for a record that is
         // still the newest when its commit is written.
-        let c = self.new_commit(vec![(key, bytes)], None);
+        let closing = phase == Phase::RunTerminal;
+        let c = self.new_commit(vec![(key, bytes)], None, closing).await;
         self.writer.submit_record(c).await?;
         self.commits += 1;
         Ok(())

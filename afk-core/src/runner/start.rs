@@ -10,6 +10,7 @@ use super::agent::Agent;
 use super::clock::Clock;
 use super::config::RunnerConfig;
 use super::events::{Entry, Events, Outcome, Start};
+use super::lease::Lease;
 use super::persist::Checkpointer;
 use super::resume::{self, Loaded};
 use super::settle;
@@ -19,7 +20,7 @@ use super::subagent::{Delegator, Launch};
 use super::toolbox::Toolbox;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
-use crate::schema::{AgentChange, AgentIdentity};
+use crate::schema::{AgentChange, AgentIdentity, MarkState};
 use crate::store::{Epoch, RandomSource, Store};
 use crate::writer::Writer;
 
@@ -64,6 +65,12 @@ impl Shared {
         run: &RunId,
         epoch: Epoch,
     ) -> Result<Checkpointer> {
+        let lease = Lease::new(
+            &self.config.owner,
+            self.config.lease,
+            self.clock.clone(),
+            epoch,
+        );
         Ok(Checkpointer::new(
             self.store.clone(),
             self.writer().await?,
@@ -72,6 +79,7 @@ impl Shared {
             thread.clone(),
             run.clone(),
             epoch,
+            lease,
         ))
     }
 }
@@ -88,6 +96,8 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
     let epoch = claim(&shared, &e).await?;
     let start = under_claim(&shared, &e.thread, &e.run, e.start, epoch).await?;
     let mut ckpt = shared.checkpointer(&e.thread, &e.run, epoch).await?;
+    let version = Some(e.agent.version.as_str()).filter(|v| !v.is_empty());
+    ckpt.describe(&e.agent.name, version, e.depth).await;
     // The tools' specs are asked for once per run: for the agent's fingerprint here, then for
     // every model request.
     let mut toolbox = Toolbox::default();
@@ -112,9 +122,16 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
                 ckpt.finished().await;
                 return Ok(Outcome::Completed(r));
             }
-            Loaded::Paused(request) => return Ok(Outcome::Paused { request }),
+            Loaded::Paused(request) => {
+                // Its entry may still say `running` (a process stopped before writing the
+                // pause's entry): the run waits for a human, nobody holds it.
+                ckpt.mark(MarkState::Paused, 0).await?;
+                ckpt.flush().await?;
+                return Ok(Outcome::Paused { request });
+            }
         },
     };
+    ckpt.hold().await;
     let clock = Stopwatch::start(shared.clock.clone());
     let backoff = shared.config.suspension_backoff;
     let delegator = Delegator {
@@ -143,6 +160,9 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
 /// under that id is not fenced off by a refused start.
 async fn claim(shared: &Shared, e: &Entry) -> Result<Epoch> {
     let (thread, run) = (&e.thread, &e.run);
+    if let Start::Takeover(seen) = e.start {
+        return take_over(shared, thread, run, seen).await;
+    }
     if !matches!(e.start, Start::Fresh(_)) {
         return shared.store.claim(thread, run).await;
     }
@@ -156,6 +176,21 @@ async fn claim(shared: &Shared, e: &Entry) -> Result<Epoch> {
             ),
         )
         .with_key(crate::store::latest_key(run))),
+    }
+}
+
+/// A worker's claim of a run whose index entry it read at epoch `seen`: only if no claim came
+/// since (`Fenced` otherwise: another process took the run). A store that cannot claim on
+/// condition gets a plain claim (the entry was read just before: the window is one look).
+async fn take_over(shared: &Shared, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Epoch> {
+    if !shared.store.capabilities().claim_if {
+        return shared.store.claim(thread, run).await;
+    }
+    match shared.store.claim_if(thread, run, seen).await? {
+        Some(epoch) => Ok(epoch),
+        None => Err(Error::fenced(format!(
+            "run {run} of thread {thread} was claimed by another process since its entry was              read at epoch {seen}; that process goes on with it"
+        ))),
     }
 }
 
@@ -208,6 +243,7 @@ async fn load(
     let (decision, only_for, settlement) = match start {
         Start::Fresh(_) | Start::Child(..) => (None, None, None),
         Start::Resume(d) => (d, None, None),
+        Start::Takeover(_) => (None, None, None),
         Start::ResumeFor(c, d) => (Some(d), Some(c), None),
         Start::Settle(id, s) => (None, None, Some((id, s))),
     };

@@ -25,8 +25,8 @@ use super::subagent::Delegator;
 use super::toolbox::Toolbox;
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
-    AGENT_KEY, AgentResult, PhasePayload, PostToolBatchPayload, PreToolBatchPayload, Role,
-    RunStartedPayload, RunStatus, RunTerminalPayload, StepStartedPayload, Suspension,
+    AGENT_KEY, AgentResult, MarkState, PhasePayload, PostToolBatchPayload, PreToolBatchPayload,
+    Role, RunStartedPayload, RunStatus, RunTerminalPayload, StepStartedPayload, Suspension,
 };
 
 /// What a run task starts from.
@@ -262,6 +262,8 @@ impl RunTask {
         let (total, failures, degrade) =
             match batch::run_batch(&mut b, &answer.resp, answer.size).await? {
                 BatchOutcome::Paused(request) => {
+                    self.ckpt.mark(MarkState::Paused, 0).await?;
+                    self.ckpt.flush().await?;
                     self.events.emit(|| RunEvent::Paused { step });
                     return Ok(Some(Outcome::Paused { request }));
                 }
@@ -309,6 +311,7 @@ impl RunTask {
             now_ms.saturating_add(u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX));
         let reason = format!("LLM call failed: {}", e.message());
         tracing::warn!(run = %self.ckpt.run, attempt, not_before_ms, "model unavailable; run suspended: {reason}");
+        self.ckpt.mark(MarkState::Suspended, not_before_ms).await?;
         self.st.snap.state = RunStatus::Suspended;
         self.st.step_open = true;
         self.st.suspension = Some(Suspension {
@@ -411,10 +414,17 @@ impl RunTask {
         // What the run queued before it stopped is made durable before the handle resolves (the
         // writer may be holding it, see `CheckpointConfig::hold`); a store that fails or hangs
         // bounds this by the flush timeout, and its error is already the run's.
+        let terminal = self.terminal_state(e);
+        if terminal.is_none()
+            && let Some(state) = stopped_mark(e)
+            && let Err(we) = self.ckpt.mark(state, 0).await
+        {
+            tracing::debug!(error = %we, "could not record where the stopped run stands");
+        }
         if let Err(we) = self.ckpt.flush().await {
             tracing::debug!(error = %we, "could not flush the run's queued commits");
         }
-        if let Some(state) = self.terminal_state(e) {
+        if let Some(state) = terminal {
             self.record_failure(state, e).await;
         }
         self.events.emit(|| RunEvent::Failed {
@@ -463,5 +473,16 @@ impl RunTask {
         } else {
             self.ckpt.finished().await;
         }
+    }
+}
+
+/// The index entry's state of a run that error `e` stopped without ending it: `uncertain`
+/// waits for a human to settle a call; `stopped` is for a worker to resume. `None` when this
+/// runner lost the run (fenced: the newer owner writes its state).
+fn stopped_mark(e: &Error) -> Option<MarkState> {
+    match e.kind() {
+        ErrorKind::Fenced => None,
+        ErrorKind::EffectUncertain => Some(MarkState::Uncertain),
+        _ => Some(MarkState::Stopped),
     }
 }

@@ -56,7 +56,7 @@ impl std::fmt::Display for MarkState {
 
 /// A run's entry in the index of runs that need attention, as JSON:
 /// `{"state": "running", "owner": "w1", "lease_until_ms": …, "not_before_ms": …, "agent": …,
-/// "version": …, "parent": …, "updated_ms": …}`.
+/// "version": …, "depth": …, "updated_ms": …}`.
 ///
 /// Times are milliseconds since the Unix epoch by the clock of the process that wrote the
 /// entry (see [`RunnerConfig::lease`](crate::runner::RunnerConfig::lease) for the skew a
@@ -81,13 +81,17 @@ pub struct RunMark {
     /// That agent's declared version, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
-    /// For a subagent's child run, the parent run's id: the parent resumes its children, so a
-    /// worker leaves child runs alone.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
+    /// How deep the run is nested: 0 for a top-level run, 1 for a subagent's child run, and
+    /// so on. A parent resumes its children, so a worker leaves runs of depth above 0 alone.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: u32,
     /// When the entry was written.
     #[serde(default)]
     pub updated_ms: u64,
+    /// The claim epoch the entry was written under: a worker takes the run over only if it
+    /// is still the run's epoch when it claims.
+    #[serde(default)]
+    pub epoch: u64,
     /// Fields of later versions, kept as they are.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
@@ -110,4 +114,8 @@ impl RunMark {
     pub fn lease_expired(&self, now_ms: u64, skew_ms: u64) -> bool {
         now_ms > self.lease_until_ms.saturating_add(skew_ms)
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

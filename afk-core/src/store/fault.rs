@@ -403,6 +403,11 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         self.inner.finish_run(thread, run, epoch).await
     }
 
+    async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        self.enter(Op::Claim).await?;
+        self.inner.claim_if(thread, run, seen).await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         self.enter(Op::Claim).await?;
         let _order = self.apply_lock.lock().await;

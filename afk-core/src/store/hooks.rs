@@ -282,6 +282,12 @@ impl<H: Hooks, S: Store + ?Sized> Store for HookStore<H, S> {
             .await
     }
 
+    async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        let call = Call::Claim { thread, run };
+        self.around(call, self.inner.claim_if(thread, run, seen))
+            .await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         let call = Call::Claim { thread, run };
         self.around(call, self.inner.claim(thread, run)).await

@@ -152,7 +152,17 @@ impl Store for MemoryStore {
         let mut c = Capabilities::new("memory");
         c.list_threads = true;
         c.attention = true;
+        c.claim_if = true;
         c
+    }
+
+    /// The look at the epoch and the claim under one lock: atomic.
+    async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        let mut threads = self.lock();
+        if current_epoch(threads.get(thread), run)? != seen {
+            return Ok(None);
+        }
+        claim_locked(&mut threads, thread, run).map(Some)
     }
 
     /// Runs in `(thread, run)` order; the cursor names the last run of the previous page.

@@ -161,6 +161,8 @@ pub struct Capabilities {
     /// Whether the store keeps the index of runs that need attention ([`Commit::attention`],
     /// [`Store::list_attention`], [`Store::attention`]).
     pub attention: bool,
+    /// Whether [`Store::claim_if`] claims on condition of the current epoch.
+    pub claim_if: bool,
 }
 
 impl Capabilities {
@@ -176,6 +178,7 @@ impl Capabilities {
             multi_process: false,
             list_threads: false,
             attention: false,
+            claim_if: false,
         }
     }
 }
@@ -321,6 +324,21 @@ pub trait Store: Send + Sync + fmt::Debug {
             attention: Some(Attention::Closed),
         })
         .await
+    }
+
+    /// Claim the run only if its current epoch is still `seen` (a compare-and-swap on the
+    /// fence): `Ok(Some(epoch))` with the new epoch, as [`Store::claim`] gives it, or `Ok(None)`,
+    /// with nothing claimed, when another claim came first. A recovery worker takes a run over
+    /// this way, with the epoch its index entry was written under, so that of several workers
+    /// that found the same expired lease exactly one takes the run.
+    ///
+    /// Errors: `Unsupported` unless [`Capabilities::claim_if`] (the default); `Unavailable`.
+    async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        let _ = (thread, run, seen);
+        Err(Error::unsupported(format!(
+            "the {} store cannot claim a run on condition of its epoch",
+            self.capabilities().name
+        )))
     }
 
     /// Claim a run that has no latest pointer: `Ok(None)`, and nothing claimed, when

@@ -381,6 +381,13 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
         .await
     }
 
+    async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        with_retry(&self.policy, &self.rng, &self.retries, || {
+            self.inner.claim_if(thread, run, seen)
+        })
+        .await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         with_retry(&self.policy, &self.rng, &self.retries, || {
             self.inner.claim(thread, run)

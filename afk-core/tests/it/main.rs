@@ -33,4 +33,5 @@ mod runner_start_race;
 mod runner_stats;
 mod runner_subagent;
 mod runner_suspend;
+mod runner_worker;
 mod write_behind_merge;

@@ -88,6 +88,10 @@ impl Store for ForgetfulStore {
         self.inner.finish_run(thread, run, epoch).await
     }
 
+    async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        self.inner.claim_if(thread, run, seen).await
+    }
+
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         self.inner.claim(thread, run).await
     }

@@ -146,6 +146,17 @@ impl Store for FileLog {
         Err(attention_unsupported("filelog"))
     }
 
+    async fn claim_if(
+        &self,
+        _thread: &ThreadId,
+        _run: &RunId,
+        _seen: Epoch,
+    ) -> Result<Option<Epoch>> {
+        Err(afk_core::Error::unsupported(
+            "filelog cannot claim on condition",
+        ))
+    }
+
     /// Each commit appended to the log by [`FileLog::commit`].
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
         commit_each(self, commits).await
