@@ -83,6 +83,10 @@ enum Cli {
         /// Stop starting runs of a store after this many minutes (default 40; 3 with --quick).
         #[arg(long)]
         minutes: Option<u64>,
+        /// The worker mode: processes run `Worker`s and nobody calls `resume`; workers, run
+        /// submitters and Redis are killed (10 runs per store with --quick, else 100).
+        #[arg(long)]
+        workers: bool,
     },
 }
 
@@ -138,6 +142,7 @@ fn run(cli: Cli) -> Result<i32> {
             seed,
             run_seed,
             minutes,
+            workers,
         } => chaos::run(&chaos::Options {
             stores,
             kills,
@@ -145,6 +150,7 @@ fn run(cli: Cli) -> Result<i32> {
             seed,
             run_seed,
             minutes,
+            workers,
         }),
         Cli::Services {
             action: ServicesCmd::Up,

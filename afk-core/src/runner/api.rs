@@ -162,6 +162,7 @@ impl Runner {
                 run: run.clone(),
                 start,
                 depth: 0,
+                parent: None,
                 control,
                 events,
             },

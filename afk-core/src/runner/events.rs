@@ -190,6 +190,8 @@ pub(crate) struct Entry {
     pub(crate) start: Start,
     /// Nesting depth: 0 for a top-level run, one more for each delegation.
     pub(crate) depth: u32,
+    /// The parent run of a child run.
+    pub(crate) parent: Option<RunId>,
     pub(crate) control: watch::Receiver<Signal>,
     pub(crate) events: broadcast::Sender<RunEvent>,
 }

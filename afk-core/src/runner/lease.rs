@@ -55,18 +55,8 @@ struct Cell {
 
 impl Lease {
     pub(crate) fn new(owner: &str, lease: Duration, clock: Arc<dyn Clock>, epoch: Epoch) -> Self {
-        let mark = RunMark {
-            state: MarkState::Running,
-            owner: None,
-            lease_until_ms: 0,
-            not_before_ms: 0,
-            agent: String::new(),
-            version: None,
-            depth: 0,
-            updated_ms: 0,
-            epoch: epoch.0,
-            extra: Default::default(),
-        };
+        let mut mark = RunMark::new(MarkState::Running);
+        mark.epoch = epoch.0;
         Lease {
             inner: Arc::new(Inner {
                 owner: owner.to_owned(),
@@ -100,12 +90,13 @@ impl Lease {
         self.inner.pending.store(true, Ordering::SeqCst);
     }
 
-    /// Name the agent (and nesting depth) the entry reports.
-    pub(crate) async fn describe(&self, agent: &str, version: Option<&str>, depth: u32) {
+    /// Name the agent, nesting depth and parent the entry reports (those of `like`).
+    pub(crate) async fn describe(&self, like: &RunMark) {
         let mut cell = self.inner.cell.lock().await;
-        cell.mark.agent = agent.to_owned();
-        cell.mark.version = version.map(str::to_owned);
-        cell.mark.depth = depth;
+        cell.mark.agent.clone_from(&like.agent);
+        cell.mark.version.clone_from(&like.version);
+        cell.mark.depth = like.depth;
+        cell.mark.parent.clone_from(&like.parent);
     }
 
     /// What the next commit carries: `Closed` when it ends the run (`closing`); the entry when

@@ -71,7 +71,8 @@ impl Runner {
             None => Ok(Recorded::AlreadyStored),
             Some(row) => {
                 settle::write(&mut ckpt, state.snap.step, call_id, &settlement, &row).await?;
-                answered(&mut ckpt).await?;
+                let parent = answered(&mut ckpt).await?;
+                self.parents_ready(thread, parent).await?;
                 Ok(Recorded::Written)
             }
         }
@@ -109,6 +110,19 @@ impl Runner {
         Ok(Recorded::Written)
     }
 
+    /// A child run was answered: its ancestors, which stopped with it, are ready too (a
+    /// worker resumes the top one, which resumes the child). Each is claimed to write its
+    /// entry; a store without the index has nothing to do.
+    async fn parents_ready(&self, thread: &ThreadId, mut parent: Option<String>) -> Result<()> {
+        while let Some(p) = parent.take() {
+            let run = RunId::new(p)?;
+            let epoch = self.shared.store.claim(thread, &run).await?;
+            let mut ckpt = self.checkpointer(thread, &run, epoch).await?;
+            parent = answered(&mut ckpt).await?;
+        }
+        Ok(())
+    }
+
     async fn checkpointer(
         &self,
         thread: &ThreadId,
@@ -119,11 +133,17 @@ impl Runner {
     }
 }
 
-/// The run's index entry says a human answered: a worker continues it.
-async fn answered(ckpt: &mut Checkpointer) -> Result<()> {
-    ckpt.describe_as_stored().await;
+/// The run's index entry says a human answered: a worker continues it (a run without an
+/// entry is left as it is).
+/// Returns the run's parent, for a child run.
+async fn answered(ckpt: &mut Checkpointer) -> Result<Option<String>> {
+    let stored = ckpt.describe_as_stored().await;
+    if stored.is_none() {
+        return Ok(None); // no index, or no entry: nothing waits on it
+    }
     ckpt.mark(MarkState::Ready, 0).await?;
-    ckpt.flush().await
+    ckpt.flush().await?;
+    Ok(stored.and_then(|m| m.parent))
 }
 
 /// Restore the run (writing nothing) and refuse what `resume_settling` refuses.

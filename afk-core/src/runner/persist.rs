@@ -150,21 +150,22 @@ impl Checkpointer {
         }
     }
 
-    /// Name the agent (and the run's nesting depth) the run's index entry reports.
-    pub(super) async fn describe(&self, agent: &str, version: Option<&str>, depth: u32) {
-        self.lease.describe(agent, version, depth).await;
+    /// Name the agent, the run's nesting depth and its parent in the run's index entry (the
+    /// fields of `like`).
+    pub(super) async fn describe(&self, like: &crate::schema::RunMark) {
+        self.lease.describe(like).await;
     }
 
     /// Name in the run's index entry what its current entry names (for a writer that does not
     /// run the agent: the operator's answers). A store without the index, or without an entry
     /// for the run, leaves the entry as it is.
-    pub(super) async fn describe_as_stored(&self) {
+    pub(super) async fn describe_as_stored(&self) -> Option<crate::schema::RunMark> {
         let Ok(Some(bytes)) = self.store.attention(&self.thread, &self.run).await else {
-            return;
+            return None;
         };
-        if let Some(m) = crate::schema::RunMark::decode(&bytes) {
-            self.describe(&m.agent, m.version.as_deref(), m.depth).await;
-        }
+        let m = crate::schema::RunMark::decode(&bytes)?;
+        self.describe(&m).await;
+        Some(m)
     }
 
     /// Hold the run: its entry says `running` under this runner's lease from the next commit

@@ -20,7 +20,7 @@ use super::subagent::{Delegator, Launch};
 use super::toolbox::Toolbox;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
-use crate::schema::{AgentChange, AgentIdentity, MarkState};
+use crate::schema::{AgentChange, AgentIdentity, MarkState, RunMark};
 use crate::store::{Epoch, RandomSource, Store};
 use crate::writer::Writer;
 
@@ -94,10 +94,10 @@ impl Launch for Shared {
 /// subagent child runs.
 pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
     let epoch = claim(&shared, &e).await?;
+    let like = describe(&e);
     let start = under_claim(&shared, &e.thread, &e.run, e.start, epoch).await?;
     let mut ckpt = shared.checkpointer(&e.thread, &e.run, epoch).await?;
-    let version = Some(e.agent.version.as_str()).filter(|v| !v.is_empty());
-    ckpt.describe(&e.agent.name, version, e.depth).await;
+    ckpt.describe(&like).await;
     // The tools' specs are asked for once per run: for the agent's fingerprint here, then for
     // every model request.
     let mut toolbox = Toolbox::default();
@@ -153,6 +153,16 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
     })
     .run(input)
     .await
+}
+
+/// What the run's index entry names: its agent, version, depth and parent.
+fn describe(e: &Entry) -> RunMark {
+    let mut m = RunMark::new(MarkState::Running);
+    m.agent.clone_from(&e.agent.name);
+    m.version = Some(e.agent.version.clone()).filter(|v| !v.is_empty());
+    m.depth = e.depth;
+    m.parent = e.parent.as_ref().map(ToString::to_string);
+    m
 }
 
 /// Claim the run. A fresh run never continues or overwrites a stored one: looked at before

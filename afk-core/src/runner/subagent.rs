@@ -176,6 +176,7 @@ impl ChildRun {
             run: self.run.clone(),
             start,
             depth: self.depth,
+            parent: Some(self.parent.0.clone()),
             control,
             events,
         });

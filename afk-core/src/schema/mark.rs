@@ -85,6 +85,10 @@ pub struct RunMark {
     /// so on. A parent resumes its children, so a worker leaves runs of depth above 0 alone.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub depth: u32,
+    /// The parent run of a child run: a human's answer to the child makes the parent ready
+    /// too, since the parent is what a worker resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
     /// When the entry was written.
     #[serde(default)]
     pub updated_ms: u64,
@@ -98,6 +102,23 @@ pub struct RunMark {
 }
 
 impl RunMark {
+    /// An entry in `state`, every other field empty.
+    pub fn new(state: MarkState) -> RunMark {
+        RunMark {
+            state,
+            owner: None,
+            lease_until_ms: 0,
+            not_before_ms: 0,
+            agent: String::new(),
+            version: None,
+            depth: 0,
+            parent: None,
+            updated_ms: 0,
+            epoch: 0,
+            extra: serde_json::Map::new(),
+        }
+    }
+
     /// The entry's bytes.
     pub fn encode(&self) -> Vec<u8> {
         // A struct of plain fields and a JSON map: serializing it cannot fail.

@@ -18,17 +18,30 @@
 //!   check the ledger and `afk::verify`. Prints `check ok` or `check FAIL <why>` lines.
 //! * `hold` / `probe`: open the store and keep it open / try to open it once (a RocksDB
 //!   database is one process's: the second must be refused with a typed error).
+//! * `worker`: the worker mode. A `Worker` (owner `--owner`, lease `--lease-ms`, its clock
+//!   off by `--skew-ms`) with the agents of every run listed in `--runs` (lines `<index>
+//!   <seed>`; run `run_<index>` of thread `chaos-<index>`, agent version `<index>`); with
+//!   `--submit` it first starts the listed runs not yet stored (RocksDB, one process). Prints
+//!   `ready`, then a `takeover <ms>` line for each lease it took over, until killed.
+//! * `pending`: prints `pending <n>` (runs of the campaign's threads that have not finished)
+//!   and an `uncertain <index>` line for each run waiting for a settlement.
+//! * `settle --record-only`: settle without resuming (a worker continues the run).
 //!
 //! Build: `cargo build -p afk --features redis,s3 --example chaos_agent`.
 
 mod check;
 mod plan;
+mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use afk::keys::{ParsedKey, parse_key};
-use afk::runner::{Outcome, RunEvent, Runner, RunnerConfig, Settlement, ToolContext};
+use afk::runner::{
+    Clock, Outcome, RunEvent, Runner, RunnerConfig, Settlement, SystemClock, ToolContext,
+};
 use afk::schema::EffectRow;
 use afk::store::{Store, latest_key};
 use afk::verify::verify_thread;
@@ -55,8 +68,43 @@ struct Cli {
     /// The ledger file the tools append to.
     #[arg(long, default_value = "ledger.jsonl")]
     ledger: PathBuf,
+    /// The agent's version (the worker mode names each run's agent by its index).
+    #[arg(long, default_value = "")]
+    agent_version: String,
+    /// This process's owner id (default: a new one).
+    #[arg(long)]
+    owner: Option<String>,
+    /// The lease of the runs this process holds, in ms.
+    #[arg(long, default_value_t = 30_000)]
+    lease_ms: u64,
+    /// How far this process's clock is off, in ms (may be negative).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    skew_ms: i64,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// The system clock, off by a fixed amount: a machine whose clock is wrong.
+#[derive(Debug)]
+struct SkewedClock(i64);
+
+impl Clock for SkewedClock {
+    fn now_ms(&self) -> u64 {
+        SystemClock.now_ms().saturating_add_signed(self.0)
+    }
+}
+
+/// The runner settings of this process: its owner, lease and clock, a lease skew allowance
+/// of 500 ms.
+fn runner_config(cli: &Cli) -> RunnerConfig {
+    let mut c = RunnerConfig::default()
+        .with_lease(Duration::from_millis(cli.lease_ms))
+        .with_lease_skew(Duration::from_millis(500))
+        .with_clock(Arc::new(SkewedClock(cli.skew_ms)));
+    if let Some(o) = &cli.owner {
+        c = c.with_owner(o.clone());
+    }
+    c
 }
 
 #[derive(Debug, Subcommand)]
@@ -64,7 +112,22 @@ enum Cmd {
     /// Resume the run if it exists, else start it.
     Run,
     /// Settle the uncertain at-most-once calls from the ledger, then resume.
-    Settle,
+    Settle {
+        /// Record the settlements only; a worker continues the run.
+        #[arg(long)]
+        record_only: bool,
+    },
+    /// Run a worker over the runs listed in `--runs`.
+    Worker {
+        /// Lines `<index> <seed>`.
+        #[arg(long)]
+        runs: PathBuf,
+        /// Start the listed runs that are not stored yet (one process owns a RocksDB store).
+        #[arg(long)]
+        submit: bool,
+    },
+    /// Count the campaign's unfinished runs and name those waiting for a settlement.
+    Pending,
     /// Check the finished run (result, ledger, verify).
     Check,
     /// Open the store and keep it open until killed.
@@ -104,9 +167,17 @@ async fn run(cli: Cli) -> afk::Result<ExitCode> {
     let thread = ThreadId::new(cli.thread.clone())?;
     let run = RunId::new(cli.run.clone())?;
     let plan = Plan::from_seed(cli.seed);
-    let agent = plan.agent(&cli.ledger);
-    let runner = Runner::new(store.clone(), RunnerConfig::default());
+    let agent = plan
+        .agent(&cli.ledger)
+        .with_version(cli.agent_version.clone());
+    let runner = Runner::new(store.clone(), runner_config(&cli));
+    match &cli.cmd {
+        Cmd::Worker { runs, submit } => return worker::run(&runner, &cli, runs, *submit).await,
+        Cmd::Pending => return worker::pending(store.as_ref()).await,
+        _ => {}
+    }
     match cli.cmd {
+        Cmd::Worker { .. } | Cmd::Pending => Ok(ExitCode::SUCCESS),
         Cmd::Hold => {
             tokio::time::sleep(std::time::Duration::from_secs(600)).await;
             Ok(ExitCode::SUCCESS)
@@ -131,9 +202,13 @@ async fn run(cli: Cli) -> afk::Result<ExitCode> {
             };
             Ok(report(out))
         }
-        Cmd::Settle => {
-            let settled = settle_all(&runner, &plan, &cli, &thread, &run).await?;
+        Cmd::Settle { record_only } => {
+            let settled = settle_all(&runner, &plan, &cli, &thread, &run, record_only).await?;
             println!("settled {settled}");
+            if record_only {
+                println!("outcome settled steps=0");
+                return Ok(ExitCode::SUCCESS);
+            }
             Ok(report(drive(runner.resume(&agent, &thread, &run)).await))
         }
         Cmd::Check => {
@@ -241,6 +316,7 @@ async fn settle_all(
     cli: &Cli,
     thread: &ThreadId,
     run: &RunId,
+    record_only: bool,
 ) -> afk::Result<u64> {
     let ledger = check::read_ledger(&cli.ledger).map_err(Error::corrupt)?;
     let store = runner.store().clone();
@@ -255,7 +331,9 @@ async fn settle_all(
         }
     }
     targets.sort_by_key(|(r, ..)| r == run); // children (false) first
-    let agent = plan.agent(&cli.ledger);
+    let agent = plan
+        .agent(&cli.ledger)
+        .with_version(cli.agent_version.clone());
     let mut settled = 0;
     for (target, step, call_id) in targets {
         let key = ToolContext::idempotency_key_for(target.as_str(), step, &call_id);
@@ -274,6 +352,14 @@ async fn settle_all(
                 .ok_or_else(|| Error::unexpected("no refunder subagent"))?
         };
         eprintln!("chaos_agent: settling {target} {call_id} as {settlement:?}");
+        if record_only {
+            match runner.settle(thread, &target, &call_id, settlement).await {
+                Ok(_) => settled += 1,
+                Err(e) if e.kind() == ErrorKind::Conflict => {}
+                Err(e) => return Err(e),
+            }
+            continue;
+        }
         let handle = runner.resume_settling(&who, thread, &target, call_id, settlement);
         match handle.result().await {
             Ok(_) => settled += 1,

@@ -17,6 +17,7 @@
 mod proc;
 mod run;
 mod target;
+mod workers;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -45,6 +46,8 @@ pub struct Options {
     pub run_seed: Option<u64>,
     /// Stop starting new runs of a store after this many minutes.
     pub minutes: Option<u64>,
+    /// The worker mode: nobody calls `resume`; workers recover every run (see `workers.rs`).
+    pub workers: bool,
 }
 
 /// splitmix64, seeded: the campaign's only randomness.
@@ -126,6 +129,9 @@ pub fn run(opts: &Options) -> Result<i32> {
         work.display()
     );
 
+    if opts.workers {
+        return run_workers(opts, &stores, &bin, &set_dir, &work, seed);
+    }
     let mut all = Vec::new();
     let mut failures = Vec::new();
     for store in stores {
@@ -208,6 +214,95 @@ pub fn run(opts: &Options) -> Result<i32> {
     println!("{passed} passed, {failed} failed");
     if failed == 0 {
         let _ = fs::remove_dir_all(&work);
+    } else {
+        println!(
+            "kept the stores' data, ledgers and logs in {}",
+            work.display()
+        );
+    }
+    Ok(if failed == 0 { 0 } else { 1 })
+}
+
+/// The worker mode on each store: its runs, kills, takeovers and their delays.
+fn run_workers(
+    opts: &Options,
+    stores: &[Store],
+    bin: &std::path::Path,
+    set_dir: &std::path::Path,
+    work: &std::path::Path,
+    seed: u64,
+) -> Result<i32> {
+    let (runs, minutes) = if opts.quick { (10, 4) } else { (100, 30) };
+    let mut failed = 0u64;
+    let mut lines = Vec::new();
+    for &store in stores {
+        let dir = work.join(format!("workers-{}", store.name()));
+        fs::create_dir_all(&dir)?;
+        let target = target::Target::start(store, set_dir, &dir)?;
+        let ctx = workers::Ctx {
+            bin,
+            target: &target,
+            work: &dir,
+            set_dir,
+            runs,
+            limit: Duration::from_secs(opts.minutes.unwrap_or(minutes) * 60),
+        };
+        let mut t = Totals::default();
+        let mut delays = Vec::new();
+        let start = Instant::now();
+        let failures = workers::campaign(&ctx, seed ^ store as u64, &mut t, &mut delays)?;
+        t.took = start.elapsed();
+        if t.kills == 0 || (store.races() && delays.is_empty()) {
+            t.failed += 1;
+            lines.push(format!(
+                "FAILED {} workers: coverage: no kill or no takeover",
+                store.name()
+            ));
+        }
+        for f in &failures {
+            lines.push(format!(
+                "FAILED {} workers seed {seed}: {}",
+                store.name(),
+                one_line(f)
+            ));
+        }
+        delays.sort_unstable();
+        let pct = |p: usize| {
+            delays
+                .get(delays.len().saturating_sub(1) * p / 100)
+                .copied()
+                .unwrap_or(0)
+        };
+        let line = format!(
+            "{:<8} workers: {} runs ({} passed, {} failed), {} kills, {} settlements, {} server restarts, {} takeovers (delay after the lease's end: p50 {} ms, p90 {} ms, max {} ms), {} processes, {:.0} s",
+            store.name(),
+            t.passed + t.failed,
+            t.passed,
+            t.failed,
+            t.kills,
+            t.settlements,
+            t.server_restarts,
+            delays.len(),
+            pct(50),
+            pct(90),
+            pct(100),
+            t.invocations,
+            t.took.as_secs_f64()
+        );
+        eprintln!("chaos {line}");
+        lines.push(line);
+        failed += t.failed;
+        if store.races() {
+            services::stop_set(set_dir);
+            fs::create_dir_all(set_dir)?;
+        }
+    }
+    println!();
+    for l in &lines {
+        println!("{l}");
+    }
+    if failed == 0 {
+        let _ = fs::remove_dir_all(work);
     } else {
         println!(
             "kept the stores' data, ledgers and logs in {}",

@@ -109,6 +109,13 @@ impl Proc {
         self.status
     }
 
+    /// Takes the lines printed so far into [`Proc::out`], without waiting.
+    pub fn poll_lines(&mut self) {
+        while let Ok(line) = self.lines.try_recv() {
+            self.out.push(line);
+        }
+    }
+
     fn drain(&mut self) {
         let end = Instant::now() + Duration::from_secs(2);
         loop {
