@@ -3,11 +3,20 @@
 //! Thread ids are ASCII letters, digits, `_`, `-`, `.`, and logical keys are printable ASCII
 //! (`!`..=`~`), so the separator byte 0x00 can appear in neither: one thread's keys are exactly
 //! the physical keys starting with `<thread> 0x00`, and `thread_1` never sees `thread_10`'s keys.
+//!
+//! Keys starting with [`RESERVED`] (0xff, which no thread id starts with) are the store's own,
+//! outside every thread: the index of runs that need attention lives there
+//! ([`crate::attention`]), and listing threads stops before them.
 
 use afk_core::{Error, Result, RunId, ThreadId};
 
 /// The byte between the thread id and the logical key.
 pub(crate) const SEP: u8 = 0x00;
+
+/// The first byte of every key that belongs to no thread: greater than every byte a thread id
+/// may hold (ASCII), so these keys sort after every thread's and a thread listing bounded by
+/// it never reads them.
+pub(crate) const RESERVED: u8 = 0xff;
 
 /// The families of per-run keys; with `run:<run>` they are every key of a run.
 pub(crate) const RUN_FAMILIES: [&str; 4] = ["checkpoint", "effect", "messages", "bgtool"];

@@ -168,6 +168,7 @@ impl Inner {
                     if let Some(latest) = &c.latest {
                         batch.put(physical(&c.thread, &latest_key(&c.run)), latest);
                     }
+                    crate::attention::stage(&mut batch, c);
                     staged.push(i);
                 }
                 Ok(current) => {
@@ -243,7 +244,8 @@ impl Inner {
         self.write(batch)
     }
 
-    /// Count the run's keys, then delete them with one range delete per family plus the fence.
+    /// Count the run's keys, then delete them with one range delete per family plus the fence,
+    /// and the run's entry in the index of runs that need attention, in one batch.
     pub(crate) fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
         let _guard = self.lock([(thread, run)]);
         let mut batch = WriteBatch::default();
@@ -274,6 +276,7 @@ impl Inner {
             count += 1;
         }
         batch.delete(fence);
+        batch.delete(crate::attention::key(thread, run));
         self.write(batch)?;
         Ok(count)
     }

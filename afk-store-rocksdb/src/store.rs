@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use afk_core::{
     Result, RunId, ThreadId,
-    store::{Capabilities, Commit, Epoch, ListPage, Store},
+    store::{AttentionPage, Capabilities, Commit, Epoch, ListPage, Store},
 };
 use async_trait::async_trait;
 use rocksdb::{BlockBasedOptions, DB, Options};
@@ -126,14 +126,31 @@ fn open_error(err: rocksdb::Error, config: &RocksDbConfig) -> afk_core::Error {
 
 #[async_trait]
 impl Store for RocksDbStore {
-    /// `rocksdb`: durable when opened with sync writes, one process only, batched commits.
+    /// `rocksdb`: durable when opened with sync writes, one process only, batched commits, the
+    /// index of runs that need attention.
     fn capabilities(&self) -> Capabilities {
         let mut c = Capabilities::new("rocksdb");
         c.durable = self.config.sync;
         c.multi_process = false;
         c.batch_commit = true;
         c.list_threads = true;
+        c.attention = true;
         c
+    }
+
+    /// One bounded iterator over the index, from the cursor on, in `(thread, run)` order (see
+    /// `attention.rs`); the cursor names the last run of the previous page.
+    async fn list_attention(&self, cursor: Option<&str>, limit: usize) -> Result<AttentionPage> {
+        let cursor = cursor.map(str::to_owned);
+        self.blocking(move |db| crate::attention::list(db, cursor.as_deref(), limit))
+            .await
+    }
+
+    /// One point read of the run's key in the index.
+    async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
+        let (thread, run) = (thread.clone(), run.clone());
+        self.blocking(move |db| crate::attention::get(db, &thread, &run))
+            .await
     }
 
     /// One seek per thread (see `threads.rs`); sorted by id, the cursor is the last id.
@@ -177,7 +194,8 @@ impl Store for RocksDbStore {
     }
 
     /// Range deletes per key family (`checkpoint:<run>:`, `effect:<run>:`, `messages:<run>:`,
-    /// `bgtool:<run>:`) plus the fence `run:<run>`, in one write batch.
+    /// `bgtool:<run>:`) plus the fence `run:<run>` and the run's entry in the index of runs
+    /// that need attention, in one write batch.
     async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
         let (thread, run) = (thread.clone(), run.clone());
         self.blocking(move |db| db.delete_run(&thread, &run)).await
@@ -195,8 +213,8 @@ impl Store for RocksDbStore {
             .await
     }
 
-    /// One `WriteBatch` (puts and latest pointer), written after the fence check under the
-    /// run's lock.
+    /// One `WriteBatch` (puts, latest pointer and the run's entry in the index of runs that
+    /// need attention), written after the fence check under the run's lock.
     async fn commit(&self, commit: &Commit) -> Result<()> {
         let commits = vec![commit.clone()];
         let mut results = self

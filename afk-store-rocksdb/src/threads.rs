@@ -1,13 +1,15 @@
 //! Enumerating threads: one seek per thread. A thread's keys are the physical keys starting with
 //! `<thread> 0x00` ([`crate::layout`]); after reading the first key of a thread, the iterator
 //! seeks to `<thread> 0x01`, past every other key of that thread, so a listing costs one seek
-//! per thread however many keys each holds.
+//! per thread however many keys each holds. The iterator ends before the store's reserved keys
+//! ([`RESERVED`]), which belong to no thread.
 
 use afk_core::store::{ThreadPage, thread_list_limit};
 use afk_core::{Error, Result, ThreadId};
+use rocksdb::ReadOptions;
 
 use crate::error::{Op, map};
-use crate::layout::SEP;
+use crate::layout::{RESERVED, SEP};
 use crate::ops::Inner;
 
 /// The threads after `cursor` (a thread id, exclusive), sorted by id, at most `limit`.
@@ -17,7 +19,9 @@ pub(crate) fn list_threads(
     limit: usize,
 ) -> Result<ThreadPage> {
     let limit = thread_list_limit(limit);
-    let mut it = inner.db.raw_iterator();
+    let mut opts = ReadOptions::default();
+    opts.set_iterate_upper_bound(vec![RESERVED]);
+    let mut it = inner.db.raw_iterator_opt(opts);
     match cursor {
         Some(c) => {
             let c = ThreadId::new(c)

@@ -6,6 +6,9 @@
 //! (its small values packed into one object, see [`stage`]) and, when it flushes the head's
 //! recent keys, its index segment, all at once (`If-None-Match: *`), then swaps the head
 //! (`If-Match` with that head's ETag): two round trips in a row, three when the head is read.
+//! The same swap moves the run's entry in the index of runs that need attention; a commit that
+//! opens the run writes its marker with the record objects, one that closes it deletes the
+//! marker after the swap (see [`crate::attention`]).
 
 use std::borrow::Cow;
 
@@ -13,10 +16,11 @@ use afk_core::store::{Commit, latest_key, validate_commit};
 use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use futures::{StreamExt, TryStreamExt, stream};
 
+use crate::attention::{Moves, Outcome};
 use crate::head::{Head, INLINE_LATEST_MAX, Slot, garbage, new_nonce, object_suffix, pack_suffix};
 use crate::index::Flush;
 use crate::store::{MAX_VALUE_SIZE, PARALLEL, S3Store};
-use crate::swap::Read;
+use crate::swap::{MAX_SWAPS, Read};
 
 /// `InvalidInput` for a value over [`MAX_VALUE_SIZE`].
 pub(crate) fn check_sizes(commit: &Commit) -> Result<()> {
@@ -185,6 +189,8 @@ struct Attempt<'a> {
     nonce: String,
     slots: Vec<(String, Slot)>,
     flush: Option<Flush>,
+    /// The commit has no records and no pointer: its swap is declined when it changes nothing.
+    empty: bool,
 }
 
 impl S3Store {
@@ -197,7 +203,8 @@ impl S3Store {
         let (first, from_cache) = self.commit_head(commit, empty).await?;
         let read = first.0.clone().unwrap_or_else(Head::empty);
         check_epoch(commit, &read)?;
-        if empty {
+        let mut moves = Moves::new(commit.attention.as_ref());
+        if empty && !moves.changes(&read) {
             return Ok(());
         }
         let nonce = new_nonce();
@@ -209,8 +216,13 @@ impl S3Store {
         let flush = self
             .plan_flush(thread, run, &read, &slots, seq, &nonce)
             .await?;
-        let objects = self
-            .write_objects(thread, run, bodies, flush.as_ref())
+        // A commit that opens the run creates its marker before the swap (see `attention.rs`).
+        let marker = moves.wants_marker(&read).then(|| {
+            self.layout
+                .marker(thread, run, &moves.mark(read.seq, &nonce))
+        });
+        let mut objects = self
+            .write_objects(thread, run, bodies, flush.as_ref(), marker)
             .await?;
         let attempt = Attempt {
             commit,
@@ -218,44 +230,91 @@ impl S3Store {
             nonce,
             slots,
             flush,
+            empty,
         };
-        let latest = latest_key(run);
-        let mut superseded: Vec<String> = Vec::new();
-        let swapped = self
-            .swap_head(
-                thread,
-                run,
-                &attempt.nonce,
-                Some(first),
-                from_cache,
-                |current| {
-                    superseded.clear();
-                    let current = current.cloned().unwrap_or_else(Head::empty);
-                    check_epoch(commit, &current)?;
-                    Ok(Some(apply(
-                        &current,
-                        &attempt.read,
-                        &attempt.slots,
-                        attempt.flush.as_ref(),
-                        &latest,
-                        &mut superseded,
-                    )))
-                },
-            )
+        let (swapped, superseded) = self
+            .swap_commit(&attempt, first, from_cache, &mut moves, &mut objects)
             .await;
         match swapped {
             Ok(new) => {
-                self.clean_up_landed(&attempt, &superseded, new.as_ref())
+                let markers = moves
+                    .leftovers()
+                    .into_iter()
+                    .map(|id| self.layout.marker(thread, run, id));
+                self.clean_up_landed(&attempt, &superseded, new.as_ref(), markers)
                     .await;
                 Ok(())
             }
             Err(e) => {
+                // The markers it wrote too: like its records, no head names them.
                 if !e.is_retryable() || e.kind() == ErrorKind::Conflict {
                     self.discard(objects).await;
                 }
                 Err(e)
             }
         }
+    }
+
+    /// Swap in the head of `attempt`, the first time from `first`. When the commit opens a run
+    /// whose head turns out closed at a `seq` it wrote no marker for (it lost a race), write
+    /// that marker (its key joins `objects`) and swap again. Returns the head written (`None`
+    /// when an empty commit found nothing to change) and the objects it made unreachable.
+    async fn swap_commit(
+        &self,
+        attempt: &Attempt<'_>,
+        first: Read,
+        from_cache: bool,
+        moves: &mut Moves<'_>,
+        objects: &mut Vec<String>,
+    ) -> (Result<Option<Head>>, Vec<String>) {
+        let (commit, thread, run) = (attempt.commit, &attempt.commit.thread, &attempt.commit.run);
+        let latest = latest_key(run);
+        let mut superseded: Vec<String> = Vec::new();
+        let mut first = Some(first);
+        for _ in 0..MAX_SWAPS {
+            let cached = from_cache && first.is_some();
+            let swapped = self
+                .swap_head(
+                    thread,
+                    run,
+                    &attempt.nonce,
+                    first.take(),
+                    cached,
+                    |current| {
+                        superseded.clear();
+                        let current = current.cloned().unwrap_or_else(Head::empty);
+                        check_epoch(commit, &current)?;
+                        let mut new = apply(
+                            &current,
+                            &attempt.read,
+                            &attempt.slots,
+                            attempt.flush.as_ref(),
+                            &latest,
+                            &mut superseded,
+                        );
+                        Ok(match moves.apply(&current, &mut new) {
+                            Outcome::NeedMarker => None,
+                            Outcome::Same if attempt.empty => None,
+                            _ => Some(new),
+                        })
+                    },
+                )
+                .await;
+            let Some(seq) = moves.need.filter(|_| matches!(swapped, Ok(None))) else {
+                return (swapped, superseded);
+            };
+            let key = self
+                .layout
+                .marker(thread, run, &moves.mark(seq, &attempt.nonce));
+            objects.push(key.clone());
+            if let Err(e) = self.put_record(key, Vec::new()).await {
+                return (Err(e), superseded);
+            }
+        }
+        let e = Error::conflict(format!(
+            "run {run} of thread {thread}: the head moved under {MAX_SWAPS} opening commits"
+        ));
+        (Err(e.with_retryable(true)), superseded)
     }
 
     /// The head a commit starts from, as read (with its ETag), and whether it came from the
@@ -279,17 +338,23 @@ impl S3Store {
         Ok((first, from_cache))
     }
 
-    /// Write a commit attempt's objects (`bodies`, by suffix) and the segment of its `flush`,
-    /// all at once. Returns their keys; when a write fails, they are discarded.
+    /// Write a commit attempt's objects (`bodies`, by suffix), the segment of its `flush` and
+    /// the `marker` (a key) of the run it opens, all at once. Returns their keys; when a write
+    /// fails, they are discarded.
     async fn write_objects(
         &self,
         thread: &ThreadId,
         run: &RunId,
         bodies: Vec<(String, Cow<'_, [u8]>)>,
         flush: Option<&Flush>,
+        marker: Option<String>,
     ) -> Result<Vec<String>> {
-        let mut objects: Vec<String> = Vec::with_capacity(bodies.len() + 1);
-        let mut writes: Vec<_> = Vec::with_capacity(bodies.len() + 1);
+        let mut objects: Vec<String> = Vec::with_capacity(bodies.len() + 2);
+        let mut writes: Vec<_> = Vec::with_capacity(bodies.len() + 2);
+        if let Some(key) = marker {
+            writes.push(self.put_record(key.clone(), Vec::new()));
+            objects.push(key);
+        }
         for (suffix, body) in bodies {
             let key = self.layout.object(thread, run, &suffix);
             // A pack is owned already: moved, not copied again.
@@ -315,17 +380,19 @@ impl S3Store {
     /// After `attempt` swapped in the head `new`: cache the segment it flushed, if the head
     /// lists it, and discard what the commit made unreachable (the `superseded` objects, and
     /// with the flush the objects it shadowed and the segments it merged; without it, the
-    /// unused segment).
+    /// unused segment) with the attention `markers` it leaves behind, in one request.
     async fn clean_up_landed(
         &self,
         attempt: &Attempt<'_>,
         superseded: &[String],
         new: Option<&Head>,
+        markers: impl Iterator<Item = String>,
     ) {
         let (thread, run) = (&attempt.commit.thread, &attempt.commit.run);
         let mut old: Vec<String> = superseded
             .iter()
             .map(|s| self.layout.object(thread, run, s))
+            .chain(markers)
             .collect();
         if let Some(f) = &attempt.flush {
             if new.is_some_and(|h| flushed(h, Some(f))) {

@@ -7,6 +7,9 @@
 //!                                                   values end to end (If-None-Match: *)
 //! <prefix>/<thread>/<run>/i/<seq:020>-<nonce>       an index segment (If-None-Match: *, immutable)
 //! <prefix>/.afk-probe-<nonce>                        conditional-write probe at open (deleted)
+//! <prefix>/.afk-attention/<thread>/<run>/<seq:020>-<nonce>
+//!                                                   marker of a run that may need attention
+//!                                                   (empty; see [`crate::attention`])
 //! ```
 //!
 //! Record objects are named by commit attempt (sequence number and a random nonce) and position,
@@ -20,6 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use afk_core::{Error, Result, RunId, ThreadId, store::Epoch};
 use serde::{Deserialize, Serialize};
+
+use crate::attention::Attn;
 
 /// Latest pointers up to this many bytes (and valid UTF-8) are kept inside the head.
 pub(crate) const INLINE_LATEST_MAX: usize = 4096;
@@ -125,6 +130,11 @@ pub(crate) struct Head {
     /// Index segments with the older keys, newest first; a key's newest entry wins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub segs: Vec<SegRef>,
+    /// The run's entry in the index of runs that need attention, while it is open, and the
+    /// marker that lists it (see [`crate::attention`]). Added without a version change:
+    /// readers that predate it ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn: Option<Attn>,
 }
 
 impl Head {
@@ -138,6 +148,7 @@ impl Head {
             keys: BTreeMap::new(),
             gone: BTreeSet::new(),
             segs: Vec::new(),
+            attn: None,
         }
     }
 
@@ -244,11 +255,26 @@ impl Layout {
         format!("{}o/{suffix}", self.run_dir(thread, run))
     }
 
+    /// The folder of every marker of the index of runs that need attention:
+    /// `<prefix>/.afk-attention/`. No thread folder can be it (a thread id never starts
+    /// with `.`).
+    pub(crate) fn markers(&self) -> String {
+        format!("{}{MARKERS}/", self.root)
+    }
+
+    /// The marker `id` of a run: `<prefix>/.afk-attention/<thread>/<run>/<id>`.
+    pub(crate) fn marker(&self, thread: &ThreadId, run: &RunId, id: &str) -> String {
+        format!("{}{thread}/{run}/{id}", self.markers())
+    }
+
     /// The probe object used at open.
     pub(crate) fn probe(&self, nonce: &str) -> String {
         format!("{}.afk-probe-{nonce}", self.root)
     }
 }
+
+/// The name of the folder of markers, under the store's prefix.
+pub(crate) const MARKERS: &str = ".afk-attention";
 
 /// Id of the segment written by the commit attempt `(seq, nonce)`.
 pub(crate) fn segment_id(seq: u64, nonce: &str) -> String {

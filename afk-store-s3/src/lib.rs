@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, unreachable_pub)]
 
+mod attention;
 mod builder;
 mod commit;
 mod config;

@@ -230,6 +230,35 @@ impl Ops {
         }
     }
 
+    /// One page of the keys under `prefix`, in key order, after `start_after` (any key), at
+    /// most `max_keys`; and whether more follow.
+    pub(crate) async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<String>,
+        max_keys: usize,
+    ) -> Result<(Vec<String>, bool)> {
+        bump(&self.counters.other, 1);
+        let page = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .set_start_after(start_after)
+            .max_keys(i32::try_from(max_keys).unwrap_or(i32::MAX))
+            .send()
+            .await
+            .map_err(|e| {
+                classify(e, &self.bucket, "ListObjectsV2").into_error(&self.bucket, "ListObjectsV2")
+            })?;
+        let keys = page
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect();
+        Ok((keys, page.is_truncated() == Some(true)))
+    }
+
     /// Delete objects with `DeleteObjects`, at most [`DELETE_BATCH`] per request. Missing keys
     /// are not an error.
     pub(crate) async fn delete_many(&self, keys: &[String]) -> Result<()> {

@@ -10,6 +10,7 @@ use afk_core::{Error, Result, RunId, ThreadId, store::validate_key};
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt, stream};
 
+use crate::attention::Pending;
 use crate::config::S3Config;
 use crate::head::{Head, Layout, Slot, garbage, new_nonce};
 use crate::index::SegmentCache;
@@ -38,6 +39,7 @@ pub struct S3Store {
     pub(crate) layout: Layout,
     pub(crate) segments: SegmentCache,
     pub(crate) heads: HeadCache,
+    pub(crate) pending: Pending,
     prefix: String,
     conditional: bool,
 }
@@ -110,6 +112,7 @@ impl S3Store {
             segments: SegmentCache::default(),
             // Only where If-Match catches a stale entry (see `HeadCache`).
             heads: HeadCache::new(conditional),
+            pending: Pending::default(),
             prefix: config.prefix,
             conditional,
         })
@@ -335,7 +338,23 @@ impl Store for S3Store {
         caps.durable = true;
         caps.multi_process = self.conditional;
         caps.list_threads = true;
+        caps.attention = true;
         caps
+    }
+
+    /// Markers listed by one `ListObjectsV2` page, each checked against its run's head (one
+    /// GET per run, 16 at once); see `attention.rs`. The cursor is the last marker's key.
+    async fn list_attention(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk_core::store::AttentionPage> {
+        self.list_attention_page(cursor, limit).await
+    }
+
+    /// The entry in the run's head: one GET.
+    async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
+        self.attention_entry(thread, run).await
     }
 
     /// One `ListObjectsV2` with the delimiter `/` per page (see `threads.rs`).
@@ -456,15 +475,24 @@ impl Store for S3Store {
         Ok(())
     }
 
+    /// Delete the head (the run is gone for readers), then every object of the run's folder
+    /// and the marker the head named, if any (one `DeleteObjects`). Other markers of the run
+    /// (left by crashes) are stale from then on: the next listing deletes them.
     async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
-        let count = self.logical_keys(thread, run).await?.len() as u64;
-        // The head first: from then on the run is gone for readers; then every object left.
+        let (count, marker) = match self.current_slots(thread, run).await? {
+            None => (0, None),
+            Some((head, slots)) => {
+                let fence = u64::from(head.epoch > 0);
+                (slots.len() as u64 + fence, head.attn.map(|a| a.marker))
+            }
+        };
         self.heads.forget(thread, run);
         self.ops.delete_one(&self.layout.head(thread, run)).await?;
-        let objects = self
+        let mut objects = self
             .ops
             .list(&self.layout.run_dir(thread, run), false)
             .await?;
+        objects.extend(marker.map(|id| self.layout.marker(thread, run, &id)));
         self.ops.delete_many(&objects).await?;
         Ok(count)
     }

@@ -1,7 +1,8 @@
 //! Enumerating threads with `ListObjectsV2` and the delimiter `/`: every thread is one folder
 //! `<prefix>/<thread>/` (a `CommonPrefix`), so a page of threads is one request however many
 //! objects the threads hold. A thread exists while any object of it does: deleting its last
-//! run removes it from the listing too.
+//! run removes it from the listing too. The folder of attention markers
+//! (`<prefix>/.afk-attention/`) is the store's own and is skipped.
 
 use afk_core::store::{ThreadPage, thread_list_limit};
 use afk_core::{Error, Result, ThreadId};
@@ -45,6 +46,10 @@ pub(crate) async fn list_threads(
         else {
             continue;
         };
+        if name == crate::head::MARKERS {
+            // The store's own folder (the index of runs that need attention), not a thread.
+            continue;
+        }
         match ThreadId::new(name) {
             Ok(t) => threads.push(t),
             Err(_) => tracing::warn!(folder = name, "s3: a folder that is no thread id; skipped"),

@@ -4,8 +4,8 @@
 //! One request per connection: the proxy reads one request from the client, forwards it with
 //! `Connection: close`, reads the whole answer, and adds `Connection: close` to it, so the
 //! client opens a fresh connection for every request and a fault never leaks into the next
-//! request. Faults apply to PUTs of run head objects (`…/head`) only; everything else passes
-//! through. Every socket operation is bounded by [`IO_BOUND`]; dropping the [`Proxy`] aborts
+//! request. Faults apply to PUTs of run head objects (`…/head`) only, and
+//! [`Proxy::drop_marker_puts`] to PUTs of attention markers; everything else passes through. Every socket operation is bounded by [`IO_BOUND`]; dropping the [`Proxy`] aborts
 //! its accept loop and every connection task.
 #![allow(dead_code)]
 
@@ -51,6 +51,8 @@ struct State {
     mangled: usize,
     /// Faults applied, in order.
     applied: Vec<Fault>,
+    /// Close the connection of every PUT of an attention marker without forwarding it.
+    drop_marker_puts: bool,
 }
 
 /// The proxy: listens on `127.0.0.1:<free port>` until dropped.
@@ -117,6 +119,12 @@ impl Proxy {
     /// Let every request through again.
     pub fn disarm(&self) {
         self.lock().armed = None;
+    }
+
+    /// Drop (or stop dropping) every PUT of an attention marker (`…/.afk-attention/…`) before
+    /// it reaches the server, as [`Fault::DropBeforeForward`] does for head PUTs.
+    pub fn drop_marker_puts(&self, on: bool) {
+        self.lock().drop_marker_puts = on;
     }
 
     /// Remove (or stop removing) `If-None-Match` / `If-Match` from requests: the server then
@@ -210,8 +218,12 @@ async fn serve_one(
 
     let is_head_put =
         method == "PUT" && path.split('?').next().is_some_and(|p| p.ends_with("/head"));
+    let is_marker_put = method == "PUT" && path.contains("/.afk-attention/");
     let (fault, strip, mangle) = {
         let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        if is_marker_put && s.drop_marker_puts {
+            return Ok(());
+        }
         let mangle = is_head_put && s.mangle_head_etags;
         let mut fault = None;
         if is_head_put {
