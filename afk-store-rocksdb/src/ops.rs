@@ -128,6 +128,20 @@ impl Inner {
         self.claim_locked(thread, run).map(Some)
     }
 
+    /// The look at the epoch and the claim under the run's lock: atomic.
+    pub(crate) fn claim_if(
+        &self,
+        thread: &ThreadId,
+        run: &RunId,
+        seen: Epoch,
+    ) -> Result<Option<Epoch>> {
+        let _guard = self.lock([(thread, run)]);
+        if self.epoch(thread, run)? != seen {
+            return Ok(None);
+        }
+        self.claim_locked(thread, run).map(Some)
+    }
+
     /// [`Self::claim`] under the run's lock, which the caller holds.
     fn claim_locked(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         let current = self.epoch(thread, run)?;

@@ -135,6 +135,7 @@ impl Store for RocksDbStore {
         c.batch_commit = true;
         c.list_threads = true;
         c.attention = true;
+        c.claim_if = true;
         c
     }
 
@@ -204,6 +205,13 @@ impl Store for RocksDbStore {
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
         let (thread, run) = (thread.clone(), run.clone());
         self.blocking(move |db| db.claim(&thread, &run)).await
+    }
+
+    /// The look at the epoch and the claim in one blocking call, under the run's lock.
+    async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        let (thread, run) = (thread.clone(), run.clone());
+        self.blocking(move |db| db.claim_if(&thread, &run, seen))
+            .await
     }
 
     /// The look at the pointer and the claim in one blocking call, under the run's lock.
