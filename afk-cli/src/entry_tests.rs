@@ -1,7 +1,8 @@
 //! `runs` and `show` on a store with the index of runs that need attention (the memory store:
 //! no store the binary opens in another process keeps the index yet, so these run in process).
 //! A completed run, a run held by a runner that died (lease expired), a run paused for
-//! approval and a run suspended by a model outage, each shown with its entry.
+//! approval and a run suspended by a model outage, each shown with its entry; only unfinished
+//! runs' entries are read, and a store without the index shows nothing of them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use afk_core::runner::scripted::{InvocationCounter, ScriptedTool};
 use afk_core::runner::{Agent, GateDecision, LlmClient, LlmRequest, Outcome, Runner, ToolGate};
 use afk_core::schema::{LlmResponse, ToolCall};
-use afk_core::store::Store;
+use afk_core::store::{Call, Capabilities, HookStore, Hooks, Store};
 use afk_core::testkit::{START_MS, deterministic_config};
 use afk_core::{Error, MemoryStore, RunId, ThreadId};
 use serde_json::json;
@@ -203,5 +204,85 @@ fn show_adds_the_entry_lines_and_field() {
         assert!(!done.human.contains("entry:"), "{}", done.human);
         assert!(done.json.get("attention").is_none(), "{}", done.json);
         println!("{}\n{}", held.human, asks.human);
+    });
+}
+
+/// Counts the index reads; reports the index off when `index` is false.
+#[derive(Debug, Default)]
+struct Reads {
+    index: bool,
+    attention: std::sync::Mutex<Vec<String>>,
+    listings: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl Hooks for Reads {
+    type Note = ();
+    fn capabilities(&self, mut inner: Capabilities) -> Capabilities {
+        inner.attention &= self.index;
+        inner
+    }
+    async fn before(&self, call: Call<'_>) -> afk_core::Result<()> {
+        match call {
+            Call::Attention { run, .. } => self.attention.lock().unwrap().push(run.to_string()),
+            Call::ListAttention { .. } => {
+                self.listings
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn runs_reads_the_entries_of_unfinished_runs_only_and_none_without_the_index() {
+    rt().block_on(async {
+        let (store, t) = store().await;
+        let now = START_MS + 40_000;
+        let with = HookStore::new(
+            store.clone() as Arc<dyn Store>,
+            Reads {
+                index: true,
+                ..Reads::default()
+            },
+        );
+        let r = crate::runs::report(&with, &t, now).await.unwrap();
+        assert!(r.human.contains("ENTRY"), "{}", r.human);
+        let read = with.hooks().attention.lock().unwrap().clone();
+        assert_eq!(read, ["b_held", "c_asks", "d_down"]);
+        assert_eq!(
+            with.hooks()
+                .listings
+                .load(std::sync::atomic::Ordering::SeqCst),
+            0
+        );
+
+        // The same runs and entries, on a store that says it keeps no index.
+        let without = HookStore::new(store as Arc<dyn Store>, Reads::default());
+        let r = crate::runs::report(&without, &t, now).await.unwrap();
+        assert!(without.hooks().attention.lock().unwrap().is_empty());
+        assert_eq!(
+            r.human
+                .lines()
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>(),
+            [
+                "RUN",
+                "STATE",
+                "STEP",
+                "PHASE",
+                "VERSION",
+                "LAST_ACTIVITY",
+                "NOTE"
+            ]
+        );
+        assert!(r.json["runs"][1].get("attention").is_none(), "{}", r.json);
+        let run = RunId::new("c_asks").unwrap();
+        let show = crate::show::report(&without, &t, &run, now).await.unwrap();
+        assert!(!show.human.contains("entry:"), "{}", show.human);
+        assert!(show.json.get("attention").is_none(), "{}", show.json);
     });
 }
