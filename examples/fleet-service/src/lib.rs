@@ -14,7 +14,7 @@ mod serve;
 use std::time::Duration;
 
 use afk::runner::{Outcome, RunEvent, RunHandle, WorkerHandle, WorkerStats};
-use afk::{RunId, ThreadId};
+use afk::{ErrorKind, RunId, ThreadId};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinSet;
 
@@ -157,7 +157,11 @@ fn print_outcome(thread: &ThreadId, run: &RunId, outcome: afk::Result<Outcome>) 
             )
         }
         Ok(other) => println!("run {run} in thread {thread}: {other:?}"),
-        Err(e) => println!("run {run} in thread {thread}: stopped ({e}); a worker finishes it"),
+        // Interrupted (a shutdown), or a store outage: the run is unfinished, not lost.
+        Err(e) if matches!(e.kind(), ErrorKind::Cancelled) || e.is_retryable() => {
+            println!("run {run} in thread {thread}: stopped ({e}); a worker finishes it")
+        }
+        Err(e) => println!("run {run} in thread {thread}: failed: {e}"),
     }
 }
 
@@ -187,7 +191,10 @@ mod tests {
         assert_eq!(o.worker_id, "w1");
         assert_eq!(o.tool_delay, Duration::from_millis(250));
         assert_eq!(o.store, "rocksdb://./.afk-fleet");
-        assert!(!Options::parse(Vec::new()).unwrap().worker_id.is_empty());
+        match Options::parse(Vec::new()) {
+            Ok(o) => assert!(!o.worker_id.is_empty()),
+            Err(e) => assert!(e.contains("--worker-id"), "{e}"), // a host without a name
+        }
         assert!(Options::parse(args(&["--port", "80"])).is_err());
         let (t, text) = parse_request("user-42  count these words ").unwrap();
         assert_eq!(
