@@ -17,6 +17,9 @@
 
 mod common;
 mod demo;
+mod entry;
+#[cfg(test)]
+mod entry_tests;
 mod fixtures;
 mod logging;
 mod migrate;

@@ -3,16 +3,24 @@
 //! `afk decide` for a pause). The summary's tool records are the snapshot's inline ones (v1)
 //! and those of the transcript log it references (v2).
 //!
+//! When the run has an entry in the store's index of runs that need attention, the text gains
+//! `entry:` lines after the latest record's (the entry's state, owner and lease, and what it
+//! means: waiting for a human's decision or settlement, suspended until when, taken over by a
+//! worker; see `entry.rs`).
+//!
 //! JSON: `{"thread", "run", "state", "uncertain_calls", "latest": <record>, "snapshot":
-//! <record or null>}`, the records as stored (normalized).
+//! <record or null>, "attention"?: <entry>}`, the records as stored (normalized); `attention`
+//! only for an unfinished run with an entry (its fields: `entry.rs`).
 
 use std::process::ExitCode;
 
 use afk_core::schema::{CheckpointRecord, PhasePayload, StepRecords};
-use afk_core::{Error, Result};
+use afk_core::store::Store;
+use afk_core::{Error, Result, RunId, ThreadId};
 use serde_json::json;
 
 use super::common::{ids, latest, newest_snapshot, snapshot_records};
+use super::entry::{Entry, entry_of, has_index, now_ms};
 use super::output::{Ctx, Report, wl};
 use super::runs::state_of;
 use super::status::{call_of, run_status};
@@ -37,48 +45,69 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
     ctx.run("show", |store| async move {
         let (thread, run) = ids(&args.thread, Some(&args.run))?;
         let run = run.ok_or_else(|| Error::invalid_input("--run is required"))?;
-        let Some(rec) = latest(store.as_ref(), &thread, &run).await? else {
-            return Err(Error::not_found(format!(
-                "run {run} in thread {thread} has no latest pointer"
-            ))
-            .with_key(afk_core::store::latest_key(&run)));
-        };
-        let snap = newest_snapshot(store.as_ref(), &thread, &run, Some(&rec)).await?;
-        let status = run_status(store.as_ref(), &thread, &run).await?;
-        let calls: Vec<&str> = status
-            .uncertain_effects
-            .iter()
-            .map(|k| call_of(k))
-            .collect();
-        let doc = json!({"thread": thread.as_str(), "run": run.as_str(), "state": status.state,
-            "uncertain_calls": calls, "latest": to_json(&rec)?,
-            "snapshot": snap.as_ref().map(to_json).transpose()?});
-        let mut o = String::new();
-        print_latest(&mut o, &rec);
-        match snap.as_ref().and_then(|r| r.snapshot().map(|s| (r, s))) {
-            Some((r, s)) => {
-                let records = snapshot_records(store.as_ref(), &thread, &run, s).await?;
-                print_snapshot(&mut o, r, &records);
-            }
-            None => wl!(o, "snapshot: none (no runtime_state record)"),
-        }
-        for call in &calls {
-            wl!(
-                o,
-                "uncertain: call {call} has an intent and no result. If its tool is at-most-once, \
-                 resume stops with EffectUncertain; find out what happened, then\n  afk settle \
-                 --thread {thread} --run {run} --call {call} (--ran JSON | --did-not-run | \
-                 --failed MSG)"
-            );
-        }
-        if status.state == "paused" {
-            wl!(
-                o,
-                "next:     afk decide --thread {thread} --run {run} (--approve | --deny MSG)"
-            );
-        }
-        Ok(Report::ok(doc, o))
+        report(store.as_ref(), &thread, &run, now_ms()).await
     })
+}
+
+/// The report of `afk show` for `run`, lease times read at `now_ms`.
+pub async fn report(
+    store: &dyn Store,
+    thread: &ThreadId,
+    run: &RunId,
+    now_ms: u64,
+) -> Result<Report> {
+    let Some(rec) = latest(store, thread, run).await? else {
+        return Err(Error::not_found(format!(
+            "run {run} in thread {thread} has no latest pointer"
+        ))
+        .with_key(afk_core::store::latest_key(run)));
+    };
+    let snap = newest_snapshot(store, thread, run, Some(&rec)).await?;
+    let status = run_status(store, thread, run).await?;
+    let entry = if has_index(store) && !status.is_terminal() {
+        entry_of(store, thread, run, now_ms).await?
+    } else {
+        None
+    };
+    let calls: Vec<&str> = status
+        .uncertain_effects
+        .iter()
+        .map(|k| call_of(k))
+        .collect();
+    let mut doc = json!({"thread": thread.as_str(), "run": run.as_str(), "state": status.state,
+        "uncertain_calls": calls, "latest": to_json(&rec)?,
+        "snapshot": snap.as_ref().map(to_json).transpose()?});
+    if let Some(e) = &entry {
+        doc["attention"] = to_json(e)?;
+    }
+    let mut o = String::new();
+    print_latest(&mut o, &rec);
+    for line in entry.iter().flat_map(Entry::lines) {
+        wl!(o, "{line}");
+    }
+    match snap.as_ref().and_then(|r| r.snapshot().map(|s| (r, s))) {
+        Some((r, s)) => {
+            let records = snapshot_records(store, thread, run, s).await?;
+            print_snapshot(&mut o, r, &records);
+        }
+        None => wl!(o, "snapshot: none (no runtime_state record)"),
+    }
+    for call in &calls {
+        wl!(
+            o,
+            "uncertain: call {call} has an intent and no result. If its tool is at-most-once, \
+             resume stops with EffectUncertain; find out what happened, then\n  afk settle \
+             --thread {thread} --run {run} --call {call} (--ran JSON | --did-not-run | \
+             --failed MSG)"
+        );
+    }
+    if status.state == "paused" {
+        wl!(
+            o,
+            "next:     afk decide --thread {thread} --run {run} (--approve | --deny MSG)"
+        );
+    }
+    Ok(Report::ok(doc, o))
 }
 
 fn print_latest(o: &mut String, rec: &CheckpointRecord) {

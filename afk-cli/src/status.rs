@@ -18,6 +18,7 @@ use afk_core::{Result, RunId, ThreadId};
 use serde::Serialize;
 
 use super::common::latest;
+use super::entry::Entry;
 
 /// One run's state.
 #[derive(Debug, Clone, Serialize)]
@@ -39,6 +40,10 @@ pub struct RunStatus {
     /// Why the latest pointer is unreadable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The run's entry in the index of runs that need attention, when the command read it
+    /// (`runs`; see `entry.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention: Option<Entry>,
 }
 
 impl RunStatus {
@@ -79,6 +84,7 @@ pub async fn run_status(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Re
         timestamp_ms: None,
         uncertain_effects: Vec::new(),
         error: None,
+        attention: None,
     };
     let rec = match latest(store, thread, run).await {
         Ok(Some(rec)) => rec,

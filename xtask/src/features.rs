@@ -2,8 +2,9 @@
 //! (`cargo check`: type checking is what a feature mistake breaks; the full builds run in
 //! `test`). A `cfg` that is wrong only without a feature (an unused import, a missing stub)
 //! shows here and nowhere else, since clippy and the tests build with `--all-features`.
-//! The README's embedding example (`examples/embedding`) is checked the same way: alone, it
-//! gets only what a user gets (no `test-kit`, which the workspace's dev-dependencies enable).
+//! The README's examples (`examples/embedding`, `examples/fleet-service`) are checked the same
+//! way: alone, each gets only what a user gets (no `test-kit`, which the workspace's
+//! dev-dependencies enable).
 
 use std::time::Instant;
 
@@ -12,7 +13,7 @@ use anyhow::Result;
 use crate::system;
 
 /// `(what, cargo arguments after "check")`.
-pub const COMBINATIONS: [(&str, &[&str]); 8] = [
+pub const COMBINATIONS: [(&str, &[&str]); 9] = [
     (
         "afk without a store",
         &["-p", "afk", "--no-default-features"],
@@ -35,6 +36,8 @@ pub const COMBINATIONS: [(&str, &[&str]); 8] = [
     // The README's embedding example, alone: in the workspace's test build, dev-dependencies
     // turn on afk-core's `test-kit`, which users do not get.
     ("the README's embedding example", &["-p", "embedding"]),
+    // The README's fleet example, alone for the same reason.
+    ("the README's fleet example", &["-p", "fleet-service"]),
 ];
 
 /// Checks every combination, stopping at the first that fails. Returns the exit code (0 when

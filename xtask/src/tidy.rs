@@ -23,7 +23,8 @@
 //!   `cargo xtask services WORD` one of `ServicesCmd`: both lists are read from that file.
 //! - **Copies.** A line `<!-- same-as: PATH -->` must be followed by a fenced code block whose
 //!   text equals the file `PATH` (the README's embedding example and
-//!   `examples/embedding/src/main.rs`, which CI compiles).
+//!   `examples/embedding/src/main.rs`, its fleet example and
+//!   `examples/fleet-service/src/serve.rs`, which CI compiles).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
