@@ -61,13 +61,18 @@ impl S3Store {
         &self,
         thread: &ThreadId,
         run: &RunId,
-        if_new: bool,
+        unless: Unless,
     ) -> Result<Option<Epoch>> {
         let nonce = new_nonce();
         let latest = latest_key(run);
         let wrote = self
             .swap_head(thread, run, &nonce, None, false, |current| {
-                if if_new && current.is_some_and(|h| h.keys.contains_key(&latest)) {
+                let refused = match unless {
+                    Unless::Never => false,
+                    Unless::Stored => current.is_some_and(|h| h.keys.contains_key(&latest)),
+                    Unless::Moved(seen) => current.map_or(0, |h| h.epoch) != seen.0,
+                };
+                if refused {
                     return Ok(None);
                 }
                 let mut new = current.cloned().unwrap_or_else(Head::empty);
@@ -339,6 +344,7 @@ impl Store for S3Store {
         caps.multi_process = self.conditional;
         caps.list_threads = true;
         caps.attention = true;
+        caps.claim_if = true;
         caps
     }
 
@@ -498,7 +504,7 @@ impl Store for S3Store {
     }
 
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
-        self.claim_unless(thread, run, false)
+        self.claim_unless(thread, run, Unless::Never)
             .await?
             .ok_or_else(|| Error::unexpected("claim wrote no head"))
     }
@@ -506,10 +512,27 @@ impl Store for S3Store {
     /// The head holds the latest pointer: one read of it decides, and the claim is the swap
     /// of that same head (one GET and one conditional PUT, not the pointer's GET first).
     async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
-        self.claim_unless(thread, run, true).await
+        self.claim_unless(thread, run, Unless::Stored).await
+    }
+
+    /// The epoch is the head's: one read of it decides, and the claim is the swap of that
+    /// same head, so a claim that came in between makes the swap fail and the look repeat.
+    async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        self.claim_unless(thread, run, Unless::Moved(seen)).await
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {
         self.commit_one(commit).await
     }
+}
+
+/// When a claim claims nothing.
+#[derive(Debug, Clone, Copy)]
+enum Unless {
+    /// Always claims.
+    Never,
+    /// Not when the run has a latest pointer (`claim_if_new`).
+    Stored,
+    /// Not when the run's epoch is no longer this one (`claim_if`).
+    Moved(Epoch),
 }
