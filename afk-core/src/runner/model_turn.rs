@@ -132,7 +132,7 @@ impl ModelTurn<'_> {
             let call = self.agent.llm.complete(req).instrument(span);
             let res = tokio::select! {
                 r = call => r,
-                _ = control.wait_for(|s| *s != Signal::Run) => {
+                () = signalled(&mut control) => {
                     Signal::check(self.control)?;
                     continue;
                 }
@@ -244,5 +244,13 @@ fn recordable(r: &LlmResponse, max: Option<usize>) -> std::result::Result<Option
     match output_limit::answer_error(size, max) {
         Some(msg) => Err(msg),
         None => Ok(Some(size)),
+    }
+}
+
+/// Resolves once the run is told to stop. A run whose handle was dropped (nobody can signal
+/// it any more) is never told: it runs to its end.
+async fn signalled(control: &mut watch::Receiver<Signal>) {
+    if control.wait_for(|s| *s != Signal::Run).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }

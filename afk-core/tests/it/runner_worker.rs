@@ -528,3 +528,24 @@ async fn a_long_model_call_keeps_its_lease() {
     assert!(matches!(h.result().await.unwrap(), Outcome::Completed(_)));
     let _ = afk_core::runner::SystemClock.now_ms();
 }
+
+/// A run whose handle was dropped (started and left, as a service starting runs from requests
+/// does) still runs to its end: nobody can stop it any more, and a model call is not taken
+/// for a stop signal.
+#[tokio::test]
+async fn a_run_whose_handle_was_dropped_runs_to_its_end() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let clock = ManualClock::new(START_MS);
+    let (t, r) = (ThreadId::new("t_drop").unwrap(), RunId::new("run_w").unwrap());
+    let counter = InvocationCounter::new();
+    let llm = ScriptedLlm::new(script());
+    let mut agent = agent_with(llm.clone(), &counter);
+    let holding = Holding::new(llm, 2);
+    agent.llm = holding.clone();
+    let runner = Runner::new(store.clone(), config(&clock, "app"));
+    drop(runner.run_with_id(&agent, &t, r.clone(), "go"));
+    holding.reached.notified().await;
+    holding.release.notify_one();
+    until(&*store, &t, &r, |m| m.is_none()).await;
+    assert_eq!(completed_result(&*store, &t, &r).await, uncrashed().await);
+}
