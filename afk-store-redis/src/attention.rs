@@ -320,3 +320,6 @@ async fn repair(client: &Client, scripts: &Scripts, cfg: &RedisConfig, thread: &
         tracing::debug!(%thread, error = %e, "redis: an empty thread stays in the attention index");
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -208,6 +208,18 @@ impl RedisStore {
         &self.scripts
     }
 
+    /// The commit script alone, as a committer killed right after it would leave it: what was
+    /// left to do in the attention index is returned, not done.
+    #[cfg(test)]
+    pub(crate) async fn commit_script_only(&self, commit: &Commit) -> Result<Follow> {
+        let (keys, args) = self.commit_call(commit)?;
+        let answer = self
+            .client
+            .eval::<Value, _>(&self.scripts.commit, &keys, &args, Repeat::Never, "commit")
+            .await?;
+        Self::commit_answer(commit, Ok(answer))
+    }
+
     fn ttl_ms(&self) -> Vec<u8> {
         self.cfg
             .ttl_s
