@@ -152,7 +152,7 @@ async fn a_run_opened_after_its_threads_last_run_closed_is_listed() {
 /// throughout is in every listing. Requires that many removals raced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lister_racing_openers_and_closers_never_loses_an_open_run() {
-    const ROUNDS: usize = 12;
+    const ROUNDS: usize = 20;
     const THREADS: usize = 6;
     for (topo, cfg) in topologies() {
         let s = Arc::new(connect(cfg).await);
@@ -217,6 +217,9 @@ async fn cycle(
         } else {
             s.claim_if_new(&t, &r).await.unwrap().unwrap()
         };
+        // A runner reads the run between its claim and its first commit: the window in which
+        // another worker's closing empties the thread, or a lister repairs it.
+        tokio::time::sleep(Duration::from_millis(((worker + k) % 3) as u64)).await;
         s.commit(&commit(&t, &r, e, 0, open(&format!("{worker}/{k}"))))
             .await
             .unwrap();
