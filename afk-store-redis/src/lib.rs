@@ -1,11 +1,13 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, unreachable_pub)]
 
+mod attention;
 mod builder;
 mod config;
 mod conn;
 mod error;
 mod scripts;
+mod stamped;
 mod store;
 mod threads;
 mod tls;

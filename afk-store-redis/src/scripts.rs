@@ -6,7 +6,9 @@
 //! Keys derived inside a script from index members share the declared keys' hash tag, so they
 //! are in the same slot on Cluster.
 
-/// Shared helpers: run-key iteration and the live set of TTL mode. Prepended to the scripts that need them.
+/// Shared helpers: run-key iteration, the live set of TTL mode and a run's end, the thread's
+/// runs that need attention. Prepended (after `stamped::next_gen`) to the scripts that need
+/// them.
 const HELPERS: &str = r#"
 local FAMILIES = {'checkpoint:', 'effect:', 'messages:', 'bgtool:'}
 
@@ -47,13 +49,64 @@ local function keep_run(index, kp, run)
   redis.call('PERSIST', live)
   redis.call('PERSIST', index)
 end
+
+-- A run's end in TTL mode: every key of the run gets one expiry instant, now + ttl, and the run
+-- leaves the live set; when no run of the thread is live any more, the thread's index expires
+-- with its last run.
+local function finish_run(index, kp, run, ttl)
+  local t = redis.call('TIME')
+  local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + ttl
+  for _, m in ipairs(run_members(index, run)) do
+    redis.call('PEXPIREAT', kp .. m, at)
+  end
+  local live = live_key(index)
+  redis.call('SREM', live, run)
+  if redis.call('SCARD', live) == 0 then
+    local iat = redis.call('PEXPIRETIME', index)
+    if iat == -1 or iat < at then redis.call('PEXPIREAT', index, at) end
+  end
+end
+
+-- The thread's runs that need attention, beside its index (same hash tag): `#attention` maps a
+-- run to its entry, `#attention:runs` holds the same runs sorted (for listing), and
+-- `#attention:gen` is the thread's generation in the attention index (`attention.rs`).
+local function attn_key(index, suffix)
+  return string.sub(index, 1, #index - 6) .. '#attention' .. suffix
+end
+
+-- Enter `run` with `entry`, or replace its entry. Returns the generation to stamp the thread's
+-- add to the attention index with when this made the thread's set non-empty (a filling), else
+-- nil.
+local function attn_open(index, run, entry)
+  local runs = attn_key(index, ':runs')
+  local filled = redis.call('ZADD', runs, 0, run) == 1 and redis.call('ZCARD', runs) == 1
+  redis.call('HSET', attn_key(index, ''), run, entry)
+  if filled then return held_gen(attn_key(index, ':gen')) end
+  return nil
+end
+
+-- Take `run` out. Returns the raised generation when this took out the thread's last run (an
+-- emptying: its removal from the attention index follows), else nil.
+local function attn_close(index, run)
+  local runs = attn_key(index, ':runs')
+  local was = redis.call('ZREM', runs, run)
+  redis.call('HDEL', attn_key(index, ''), run)
+  if was == 1 and redis.call('EXISTS', runs) == 0 then
+    return next_gen(attn_key(index, ':gen'))
+  end
+  return nil
+end
 "#;
 
-/// Commit: check the fence, then write puts + latest and index them (no TTL: a run's keys
-/// expire only once it has finished, see [`FINISH_BODY`]).
-/// KEYS: index, fence, data keys…. ARGV: epoch, ttl_ms (unused), kp, run, values… (aligned with
-/// KEYS[3..]). Returns `"ok"` or `"fenced:<current epoch>"` (also for a run never claimed); on a
-/// fence failure nothing is written.
+/// Commit: check the fence, then write puts + latest and index them, and move the run in or
+/// out of the thread's runs that need attention. No TTL on an open run: a run's keys expire only
+/// once it has finished, which a commit carrying `Closed` says (`finish_run` above). KEYS:
+/// index, fence, data keys…. ARGV: epoch, ttl_ms, kp, run, attention (`''` none, `o` open, `c`
+/// closed), entry (`''` unless open), values… (aligned with KEYS[3..]). Returns `"ok"`,
+/// `"ok:add:<g>"` (the commit filled the thread's attention set: the thread's add to the
+/// attention index stamped with generation `g` follows), `"ok:rm:<g>"` (it emptied it: the
+/// removal follows), or `"fenced:<current epoch>"` (also for a run never claimed); on a fence
+/// failure nothing is written.
 ///
 /// The data keys are written with one `MSET` and indexed with one `ZADD` per chunk of
 /// [`CHUNK`] keys, not one `SET` and one `ZADD` per key: each `redis.call` costs the server
@@ -62,77 +115,78 @@ end
 /// commits of a bench run of 13 keys and ~7 KB each: 71 → 55 µs per commit on one node, 80 → 62
 /// µs on a Cluster node). The
 /// chunks keep `unpack` under Lua's limit of ~8000 results. Scores are the string `'0'`: a Lua
-/// number would be formatted with `snprintf` for every member. The index is written first: the
-/// only write of the script that can fail (an index key that is not a sorted set) then fails
-/// before any data is written.
+/// number would be formatted with `snprintf` for every member. The index is written first, then
+/// the attention keys, the data last: the writes that can fail (a key that is not of its type,
+/// only after a hand edit) fail before any data is written.
 pub(crate) const COMMIT_BODY: &str = r#"
 local refused = fenced(KEYS[2], ARGV[1])
 if refused then return refused end
 local plen = #ARGV[3]
 local n = #KEYS
 for i = 3, n, CHUNK do
-  local j = math.min(i + CHUNK - 1, n)
-  local kv, zs = {}, {}
-  for x = i, j do
-    kv[#kv + 1] = KEYS[x]
-    kv[#kv + 1] = ARGV[x + 2]
+  local zs = {}
+  for x = i, math.min(i + CHUNK - 1, n) do
     zs[#zs + 1] = '0'
     zs[#zs + 1] = string.sub(KEYS[x], plen + 1)
   end
   redis.call('ZADD', KEYS[1], unpack(zs))
+end
+local op, run, answer, g = ARGV[5], ARGV[4], 'ok', nil
+if op == 'o' then
+  g = attn_open(KEYS[1], run, ARGV[6])
+  answer = 'ok:add:'
+elseif op == 'c' then
+  g = attn_close(KEYS[1], run)
+  answer = 'ok:rm:'
+end
+for i = 3, n, CHUNK do
+  local kv = {}
+  for x = i, math.min(i + CHUNK - 1, n) do
+    kv[#kv + 1] = KEYS[x]
+    kv[#kv + 1] = ARGV[x + 4]
+  end
   redis.call('MSET', unpack(kv))
 end
+local ttl = tonumber(ARGV[2])
+if ttl > 0 and op == 'c' then
+  finish_run(KEYS[1], ARGV[3], run, ttl)
+elseif ttl > 0 and op == 'o' and redis.call('SISMEMBER', live_key(KEYS[1]), run) == 0 then
+  keep_run(KEYS[1], ARGV[3], run)
+end
+if g then return answer .. string.format('%.0f', g) end
 return 'ok'
 "#;
 
 /// Claim body (`Store::claim`, and `Store::claim_if_new` when ARGV[4] is `1`). KEYS: index,
-/// fence, the thread's generation (see `threads.rs`), the run's latest pointer. ARGV: kp, run,
-/// ttl_ms, if_new. Returns nil (nothing claimed) when if_new and the pointer exists, else
-/// `{epoch, gen}`: the caller compares `gen` with the stamp its thread-index `ZADD` saw, and
-/// when the removal of the thread's last emptying (generation `gen`) may come after that
-/// `ZADD`, sends the add stamped `gen` (`store::must_add_again`).
+/// fence, the thread's generations in the thread index and in the attention index (see
+/// `stamped.rs`), the run's latest pointer. ARGV: kp, run, ttl_ms, if_new. Returns nil (nothing
+/// claimed) when if_new and the pointer exists, else `{epoch, gen, attention gen}`: for each
+/// index the caller compares the generation `g` with the stamp its `ZADD` saw, and when the
+/// removal of the thread's emptying to `g` may come after that `ZADD`, sends the add stamped
+/// with `g` (`store::must_add_again`).
 pub(crate) const CLAIM_BODY: &str = r#"
-if ARGV[4] == '1' and redis.call('EXISTS', KEYS[4]) == 1 then
+if ARGV[4] == '1' and redis.call('EXISTS', KEYS[5]) == 1 then
   return false
 end
 local e = redis.call('INCR', KEYS[2])
 redis.call('ZADD', KEYS[1], 0, 'run:' .. ARGV[2])
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then keep_run(KEYS[1], ARGV[1], ARGV[2]) end
-return {e, tonumber(redis.call('GET', KEYS[3]) or '0')}
-"#;
-
-/// Finish (`Store::finish_run`, TTL mode only): check the fence, then give every key of the
-/// run one expiry instant, now + ttl, and take the run out of the thread's live set; when no
-/// run of the thread is live any more, the thread's index expires with its last run. KEYS:
-/// index, fence. ARGV: epoch, ttl_ms, kp, run. Returns `"ok"` or `"fenced:<current epoch>"`.
-pub(crate) const FINISH_BODY: &str = r#"
-local refused = fenced(KEYS[2], ARGV[1])
-if refused then return refused end
-local t = redis.call('TIME')
-local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
-for _, m in ipairs(run_members(KEYS[1], ARGV[4])) do
-  redis.call('PEXPIREAT', ARGV[3] .. m, at)
-end
-local live = live_key(KEYS[1])
-redis.call('SREM', live, ARGV[4])
-if redis.call('SCARD', live) == 0 then
-  local iat = redis.call('PEXPIRETIME', KEYS[1])
-  if iat == -1 or iat < at then redis.call('PEXPIREAT', KEYS[1], at) end
-end
-return 'ok'
+local g = tonumber(redis.call('GET', KEYS[3]) or '0')
+return {e, g, tonumber(redis.call('GET', KEYS[4]) or '0')}
 "#;
 
 /// The end of a delete: when the thread holds no key any more, raise its generation (the
-/// emptying of `threads.rs`; `{<prefix>:T}#gen` sits beside the index `{<prefix>:T}#index`, in
-/// its slot). Returns `{n, gen}`, `gen` 0 when the thread still holds keys. Preceded by
-/// `threads::next_gen`.
+/// emptying of the thread index; `{<prefix>:T}#gen` sits beside the index `{<prefix>:T}#index`,
+/// in its slot). `mark_if_empty(index)` returns the new generation, or 0 when the thread still
+/// holds keys. Preceded by `stamped::next_gen`.
 const MARK_IF_EMPTY: &str = r#"
-local g = 0
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  g = next_gen(string.sub(KEYS[1], 1, #KEYS[1] - 6) .. '#gen')
+local function mark_if_empty(index)
+  if redis.call('EXISTS', index) == 0 then
+    return next_gen(string.sub(index, 1, #index - 6) .. '#gen')
+  end
+  return 0
 end
-return {n, g}
 "#;
 
 /// List one page. KEYS: index. ARGV: kp, min, max, limit. Returns `{more, last, keys}`:
@@ -156,8 +210,9 @@ end
 return {more, last, out}
 "#;
 
-/// Delete keys. KEYS: index, data keys…. ARGV: kp. Returns `{how many existed, gen}`. One
-/// `ZREM` and one `DEL` per chunk of [`CHUNK`] keys, the index first (as in a commit).
+/// Delete keys. KEYS: index, data keys…. ARGV: kp. Returns `{how many existed, gen}` (`gen`
+/// of [`MARK_IF_EMPTY`]). One `ZREM` and one `DEL` per chunk of [`CHUNK`] keys, the index first
+/// (as in a commit). Keys only: a run's entry in the attention index stays.
 pub(crate) const DELETE: &str = r#"
 local plen = #ARGV[1]
 local n = 0
@@ -168,10 +223,13 @@ for i = 2, #KEYS, CHUNK do
   redis.call('ZREM', KEYS[1], unpack(ms))
   n = n + redis.call('DEL', unpack(KEYS, i, j))
 end
+return {n, mark_if_empty(KEYS[1])}
 "#;
 
-/// Delete a run. KEYS: index, fence. ARGV: kp, run. Returns `{how many keys existed, gen}`.
-/// One `DEL` and one `ZREM` per chunk of [`CHUNK`] members (a run of 10 steps has ~90 keys).
+/// Delete a run. KEYS: index, fence. ARGV: kp, run. Returns `{how many keys existed, gen,
+/// attention gen}`: `gen` of [`MARK_IF_EMPTY`]; `attention gen` non-zero when the run was the
+/// thread's last run needing attention (an emptying, whose removal follows). One `DEL` and one
+/// `ZREM` per chunk of [`CHUNK`] members (a run of 10 steps has ~90 keys).
 pub(crate) const DELETE_RUN_BODY: &str = r#"
 local n = 0
 local ms = run_members(KEYS[1], ARGV[2])
@@ -183,6 +241,8 @@ for i = 1, #ms, CHUNK do
   redis.call('ZREM', KEYS[1], unpack(ms, i, j))
 end
 redis.call('SREM', live_key(KEYS[1]), ARGV[2])
+local ga = attn_close(KEYS[1], ARGV[2]) or 0
+return {n, mark_if_empty(KEYS[1]), ga}
 "#;
 
 /// Most keys one `MSET`, `DEL`, `ZADD` or `ZREM` of a script takes (the Lua name `CHUNK`):
@@ -190,7 +250,7 @@ redis.call('SREM', live_key(KEYS[1]), ARGV[2])
 /// keys unpacks twice as many (score, member).
 pub(crate) const CHUNK: usize = 500;
 
-use crate::threads;
+use crate::stamped;
 
 /// A script's full text (helpers + body) and its SHA-1, for `EVALSHA` with an `EVAL` fallback.
 #[derive(Debug)]
@@ -211,7 +271,6 @@ impl Lua {
 pub(crate) struct Scripts {
     pub(crate) commit: Lua,
     pub(crate) claim: Lua,
-    pub(crate) finish: Lua,
     pub(crate) list: Lua,
     pub(crate) delete: Lua,
     pub(crate) delete_run: Lua,
@@ -219,25 +278,29 @@ pub(crate) struct Scripts {
     pub(crate) index_set_if_newer: Lua,
     pub(crate) index_held: Lua,
     pub(crate) index_mark_empty: Lua,
+    pub(crate) attention_page: Lua,
+    pub(crate) attention_read_back: Lua,
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        let with = |body: &str| Lua::new(format!("local CHUNK = {CHUNK}\n{HELPERS}{body}"));
-        let next_gen = threads::next_gen();
+        let next_gen = stamped::next_gen();
+        let with =
+            |body: &str| Lua::new(format!("local CHUNK = {CHUNK}\n{next_gen}{HELPERS}{body}"));
         Scripts {
             commit: with(COMMIT_BODY),
             claim: with(CLAIM_BODY),
-            finish: with(FINISH_BODY),
             list: Lua::new(LIST.to_string()),
             delete: Lua::new(format!(
-                "local CHUNK = {CHUNK}\n{next_gen}{DELETE}{MARK_IF_EMPTY}"
+                "local CHUNK = {CHUNK}\n{next_gen}{MARK_IF_EMPTY}{DELETE}"
             )),
-            delete_run: with(&format!("{next_gen}{DELETE_RUN_BODY}{MARK_IF_EMPTY}")),
-            index_add: Lua::new(threads::ADD.to_string()),
-            index_set_if_newer: Lua::new(threads::SET_IF_NEWER.to_string()),
-            index_held: Lua::new(format!("{next_gen}{}", threads::HELD)),
-            index_mark_empty: Lua::new(format!("{next_gen}{}", threads::MARK_EMPTY)),
+            delete_run: with(&format!("{MARK_IF_EMPTY}{DELETE_RUN_BODY}")),
+            index_add: Lua::new(stamped::ADD.to_string()),
+            index_set_if_newer: Lua::new(stamped::SET_IF_NEWER.to_string()),
+            index_held: Lua::new(format!("{next_gen}{}", stamped::HELD)),
+            index_mark_empty: Lua::new(format!("{next_gen}{}", stamped::MARK_EMPTY)),
+            attention_page: Lua::new(crate::attention::PAGE.to_string()),
+            attention_read_back: Lua::new(crate::attention::READ_BACK.to_string()),
         }
     }
 }

@@ -5,17 +5,19 @@ use std::collections::BTreeMap;
 
 use afk_core::store::validate_key;
 use afk_core::store::{
-    Capabilities, Commit, Epoch, ListPage, Store, latest_key, run_key, validate_commit,
-    validate_list,
+    AttentionPage, Capabilities, Commit, Epoch, ListPage, Store, latest_key, run_key,
+    validate_commit, validate_list,
 };
 use afk_core::{Error, Result, RunId, ThreadId};
 use async_trait::async_trait;
 use redis::{RedisResult, Value};
 
+use crate::attention::Follow;
 use crate::config::RedisConfig;
 use crate::conn::{Client, Repeat, ScriptCall};
 use crate::error::map_err;
 use crate::scripts::Scripts;
+use crate::stamped::{Seen, Set};
 
 /// Largest value one put (or the latest pointer) may carry: 32 MiB.
 ///
@@ -102,12 +104,13 @@ impl RedisStore {
         thread: &ThreadId,
         run: &RunId,
         if_new: bool,
-    ) -> ([Vec<u8>; 4], [Vec<u8>; 4]) {
+    ) -> ([Vec<u8>; 5], [Vec<u8>; 4]) {
         let kp = kp(&self.cfg, thread);
         let keys = [
             index_key(&self.cfg, thread),
             phys(&kp, &run_key(run)),
-            crate::threads::gen_key(&self.cfg, thread.as_str()),
+            Set::Threads.gen_key(&self.cfg, thread.as_str()),
+            Set::Attention.gen_key(&self.cfg, thread.as_str()),
             phys(&kp, &latest_key(run)),
         ];
         let args = [
@@ -120,25 +123,30 @@ impl RedisStore {
     }
 
     /// The claim script's answer: `None` for a refused `claim_if_new`, else the epoch, after
-    /// the stamped add when the claim's thread-index add saw stamp `seen` and may have lost to
-    /// a removal.
+    /// the stamped adds to the thread and attention indexes whose first add (which saw the
+    /// stamps `seen`) may have lost to a removal.
     async fn claim_answer(
         &self,
         thread: &ThreadId,
         run: &RunId,
-        seen: u64,
+        seen: Seen,
         answer: Result<Value>,
     ) -> Result<Option<Epoch>> {
-        let claimed: Option<(u64, u64)> = match answer {
+        let claimed: Option<(u64, u64, u64)> = match answer {
             Ok(v) => redis::from_redis_value(v).map_err(|e| map_err(e.into(), "claim"))?,
             Err(e) => return Err(fence_not_integer(run, e)),
         };
-        let Some((e, g)) = claimed else {
+        let Some((e, g, ga)) = claimed else {
             return Ok(None);
         };
-        if must_add_again(seen, g) {
-            self.add_again(thread, g).await?;
-        }
+        let threads = self.add_again(Set::Threads, thread, must_add_again(seen.threads, g), g);
+        let attention = self.add_again(
+            Set::Attention,
+            thread,
+            must_add_again(seen.attention, ga),
+            ga,
+        );
+        futures::future::try_join(threads, attention).await?;
         Ok(Some(Epoch(e)))
     }
 
@@ -148,7 +156,7 @@ impl RedisStore {
         &self,
         thread: &ThreadId,
         run: &RunId,
-        seen: u64,
+        seen: Seen,
     ) -> Result<Epoch> {
         let (keys, args) = self.claim_call(thread, run, false);
         let answer = self
@@ -160,11 +168,34 @@ impl RedisStore {
             .ok_or_else(|| Error::unexpected("redis: the claim script refused a plain claim"))
     }
 
-    async fn add_again(&self, thread: &ThreadId, g: u64) -> Result<()> {
-        let up = crate::threads::Update::Add(g);
-        crate::threads::update(&self.client, &self.scripts, &self.cfg, thread.as_str(), up)
-            .await
-            .map(|_| ())
+    /// The add to `set` stamped with generation `g`, when `needed`.
+    async fn add_again(&self, set: Set, thread: &ThreadId, needed: bool, g: u64) -> Result<()> {
+        if !needed {
+            return Ok(());
+        }
+        let up = crate::stamped::Update::Add(g);
+        crate::stamped::update(
+            &self.client,
+            &self.scripts,
+            &self.cfg,
+            set,
+            thread.as_str(),
+            up,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// What a commit of `thread` left to do in the attention index.
+    async fn follow(&self, thread: &ThreadId, follow: Follow) {
+        crate::attention::follow(
+            &self.client,
+            &self.scripts,
+            &self.cfg,
+            thread.as_str(),
+            follow,
+        )
+        .await;
     }
 
     #[cfg(test)]
@@ -175,6 +206,18 @@ impl RedisStore {
     #[cfg(test)]
     pub(crate) fn scripts(&self) -> &Scripts {
         &self.scripts
+    }
+
+    /// The commit script alone, as a committer killed right after it would leave it: what was
+    /// left to do in the attention index is returned, not done.
+    #[cfg(test)]
+    pub(crate) async fn commit_script_only(&self, commit: &Commit) -> Result<Follow> {
+        let (keys, args) = self.commit_call(commit)?;
+        let answer = self
+            .client
+            .eval::<Value, _>(&self.scripts.commit, &keys, &args, Repeat::Never, "commit")
+            .await?;
+        Self::commit_answer(commit, Ok(answer))
     }
 
     fn ttl_ms(&self) -> Vec<u8> {
@@ -207,7 +250,7 @@ impl RedisStore {
         commits: &[Commit],
         sent: Vec<usize>,
         r: Result<Vec<RedisResult<Value>>>,
-        out: &mut [Option<Result<()>>],
+        out: &mut [Option<Result<Follow>>],
     ) {
         match r {
             Ok(answers) if answers.len() == sent.len() => {
@@ -257,11 +300,14 @@ impl RedisStore {
         let mut keys = Vec::with_capacity(2 + n);
         keys.push(index_key(&self.cfg, &c.thread));
         keys.push(phys(&kp, &run_key(&c.run)));
-        let mut args: Vec<Cow<'c, [u8]>> = Vec::with_capacity(4 + n);
+        let mut args: Vec<Cow<'c, [u8]>> = Vec::with_capacity(COMMIT_ARGS + n);
         args.push(Cow::Owned(c.epoch.0.to_string().into_bytes()));
         args.push(Cow::Owned(self.ttl_ms()));
         args.push(Cow::Owned(kp.as_bytes().to_vec()));
         args.push(Cow::Borrowed(run.as_bytes()));
+        let (op, entry) = crate::attention::op_args(c);
+        args.push(Cow::Borrowed(op));
+        args.push(Cow::Borrowed(entry));
         for (k, v) in &c.puts {
             check_size(k, v.len())?;
             keys.push(phys(&kp, k));
@@ -276,14 +322,14 @@ impl RedisStore {
         Ok((keys, args))
     }
 
-    /// Decode the commit script's answer.
-    fn commit_answer(c: &Commit, v: RedisResult<Value>) -> Result<()> {
+    /// Decode the commit script's answer: what is left to do in the attention index.
+    fn commit_answer(c: &Commit, v: RedisResult<Value>) -> Result<Follow> {
         let what = || format!("commit of run {}", c.run);
         let v = v.map_err(|e| map_err(e, &what()))?;
         let s: Vec<u8> = redis::from_redis_value(v).map_err(|e| map_err(e.into(), &what()))?;
-        match s.as_slice() {
-            b"ok" => Ok(()),
-            other => match other.strip_prefix(b"fenced:") {
+        match crate::attention::follow_of(&s) {
+            Some(follow) => Ok(follow),
+            None => match s.strip_prefix(b"fenced:") {
                 Some(b"never claimed") => Err(Error::fenced(format!(
                     "run {} was never claimed; this commit carries epoch {}",
                     c.run, c.epoch
@@ -296,17 +342,19 @@ impl RedisStore {
                 ))),
                 None => Err(Error::unexpected(format!(
                     "redis: commit script answered {:?}",
-                    String::from_utf8_lossy(other)
+                    String::from_utf8_lossy(&s)
                 ))),
             },
         }
     }
 
     /// After a commit failed with `Unavailable` (the request may or may not have been applied),
-    /// read back: if the fence still carries the commit's epoch and every key holds the
-    /// commit's bytes, the commit was applied. Otherwise the script did not run (it is atomic),
-    /// and the error stands; a commit is idempotent, so the caller may retry it.
-    async fn resolve(&self, c: &Commit, err: Error) -> Result<()> {
+    /// read back: if the fence still carries the commit's epoch, every key holds the commit's
+    /// bytes and the run's attention entry is where the commit puts it, the commit was applied
+    /// (and which way it moved the attention index is unknown: [`Follow::Settle`]). Otherwise
+    /// the script did not run (it is atomic), and the error stands; a commit is idempotent, so
+    /// the caller may retry it.
+    async fn resolve(&self, c: &Commit, err: Error) -> Result<Follow> {
         if !err.is_retryable() {
             return Err(err);
         }
@@ -315,22 +363,27 @@ impl RedisStore {
         };
         let mut cmd = redis::cmd("MGET");
         cmd.arg(&keys[1..]);
-        match self
-            .client
-            .query::<Vec<Option<Vec<u8>>>>(&cmd, "read back a commit")
-            .await
-        {
-            Ok(got) => {
+        let read = async {
+            let got: Vec<Option<Vec<u8>>> = self.client.query(&cmd, "read back a commit").await?;
+            let attention_ok = self.attention_applied(c, &keys[1]).await?;
+            Ok::<_, Error>((got, attention_ok))
+        };
+        match read.await {
+            Ok((got, attention_ok)) => {
                 let fence_ok =
                     got.first().cloned().flatten() == Some(c.epoch.0.to_string().into_bytes());
                 let data_ok = got.len() == keys.len() - 1
                     && got[1..]
                         .iter()
-                        .zip(&args[4..])
+                        .zip(&args[COMMIT_ARGS..])
                         .all(|(g, want)| g.as_deref() == Some(want.as_ref()));
-                if fence_ok && data_ok {
+                if fence_ok && data_ok && attention_ok {
                     tracing::debug!(run = %c.run, "redis: ambiguous commit found applied");
-                    Ok(())
+                    Ok(if c.attention.is_some() {
+                        Follow::Settle
+                    } else {
+                        Follow::Nothing
+                    })
                 } else {
                     Err(err)
                 }
@@ -343,7 +396,37 @@ impl RedisStore {
             .with_source(err)),
         }
     }
+
+    /// Whether the run's attention entry is where `c` puts it (for a read-back): its entry for
+    /// `Open`; none for `Closed`, and with a TTL the fence (physical key `fence`) expiring.
+    async fn attention_applied(&self, c: &Commit, fence: &[u8]) -> Result<bool> {
+        use afk_core::store::Attention;
+        let Some(attention) = &c.attention else {
+            return Ok(true);
+        };
+        let keys = [
+            crate::attention::hash_key(&self.cfg, c.thread.as_str()),
+            fence.to_vec(),
+        ];
+        let (entry, pttl): (Option<Vec<u8>>, i64) = self
+            .client
+            .eval(
+                &self.scripts.attention_read_back,
+                &keys,
+                &[c.run.as_str()],
+                Repeat::Safe,
+                "read back a commit's attention entry",
+            )
+            .await?;
+        Ok(match attention {
+            Attention::Open(want) => entry.as_ref() == Some(want),
+            Attention::Closed => entry.is_none() && (self.cfg.ttl_s.is_none() || pttl >= 0),
+        })
+    }
 }
+
+/// The commit script's ARGV before the values: epoch, ttl, kp, run, attention, entry.
+const COMMIT_ARGS: usize = 6;
 
 fn check_size(key: &str, len: usize) -> Result<()> {
     if len > MAX_VALUE_SIZE {
@@ -381,7 +464,18 @@ impl Store for RedisStore {
         c.durable = false;
         c.multi_process = true;
         c.list_threads = true;
+        c.attention = true;
         c
+    }
+
+    /// The attention index `{<prefix>}#attention` and each listed thread's runs (see
+    /// `attention.rs`); in `(thread, run)` order.
+    async fn list_attention(&self, cursor: Option<&str>, limit: usize) -> Result<AttentionPage> {
+        crate::attention::list(&self.client, &self.scripts, &self.cfg, cursor, limit).await
+    }
+
+    async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
+        crate::attention::entry(&self.client, &self.cfg, thread, run).await
     }
 
     /// The thread index `{<prefix>}#threads` (see `threads.rs`); sorted by id.
@@ -484,7 +578,8 @@ impl Store for RedisStore {
             )
             .await?;
         if g > 0 {
-            crate::threads::forget(&self.client, &self.scripts, &self.cfg, thread.as_str(), g)
+            let t = thread.as_str();
+            crate::stamped::forget(&self.client, &self.scripts, &self.cfg, Set::Threads, t, g)
                 .await?;
         }
         Ok(())
@@ -494,7 +589,7 @@ impl Store for RedisStore {
         let kp = kp(&self.cfg, thread);
         let keys = [index_key(&self.cfg, thread), phys(&kp, &run_key(run))];
         let args = [kp.into_bytes(), run.as_str().as_bytes().to_vec()];
-        let (n, g): (u64, u64) = self
+        let (n, g, ga): (u64, u64, u64) = self
             .client
             .eval(
                 &self.scripts.delete_run,
@@ -505,43 +600,19 @@ impl Store for RedisStore {
                 "delete_run",
             )
             .await?;
+        if ga > 0 {
+            self.follow(thread, Follow::Remove(ga)).await;
+        }
         if g > 0 {
-            crate::threads::forget(&self.client, &self.scripts, &self.cfg, thread.as_str(), g)
+            let t = thread.as_str();
+            crate::stamped::forget(&self.client, &self.scripts, &self.cfg, Set::Threads, t, g)
                 .await?;
         }
         Ok(n)
     }
 
-    async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
-        // Without a TTL nothing expires: no round trip.
-        if self.cfg.ttl_s.is_none() {
-            return Ok(());
-        }
-        let kp = kp(&self.cfg, thread);
-        let keys = [index_key(&self.cfg, thread), phys(&kp, &run_key(run))];
-        let args = [
-            epoch.0.to_string().into_bytes(),
-            self.ttl_ms(),
-            kp.into_bytes(),
-            run.as_str().as_bytes().to_vec(),
-        ];
-        let what = format!("finish of run {run}");
-        let answer = self
-            .client
-            .eval::<Value, _>(&self.scripts.finish, &keys, &args, Repeat::Safe, &what)
-            .await?;
-        let s: Vec<u8> = redis::from_redis_value(answer).map_err(|e| map_err(e.into(), &what))?;
-        match s.as_slice() {
-            b"ok" => Ok(()),
-            other => Err(Error::fenced(format!(
-                "run {run} is claimed at epoch {}; this finish carries epoch {epoch}",
-                String::from_utf8_lossy(other.strip_prefix(b"fenced:").unwrap_or(other))
-            ))),
-        }
-    }
-
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
-        let seen = crate::threads::remember(&self.client, &self.scripts, &self.cfg, thread).await?;
+        let seen = crate::stamped::remember(&self.client, &self.scripts, &self.cfg, thread).await?;
         self.claim_after_remember(thread, run, seen).await
     }
 
@@ -553,14 +624,14 @@ impl Store for RedisStore {
         let (keys, args) = self.claim_call(thread, run, true);
         let (seen, answer) = if self.client.is_cluster() {
             let seen =
-                crate::threads::remember(&self.client, &self.scripts, &self.cfg, thread).await?;
+                crate::stamped::remember(&self.client, &self.scripts, &self.cfg, thread).await?;
             let answer = self
                 .client
                 .eval::<Value, _>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
                 .await;
             (seen, answer)
         } else {
-            let (add_keys, add_args) = crate::threads::add_call(&self.cfg, thread);
+            let (add_keys, add_args) = crate::stamped::add_call(&self.cfg, thread);
             let (add, answer) = self
                 .client
                 .eval_then(
@@ -569,9 +640,10 @@ impl Store for RedisStore {
                     "claim",
                 )
                 .await?;
-            let seen = add
-                .and_then(|v| Ok(redis::from_redis_value::<u64>(v)?))
-                .map_err(|e| map_err(e, "add the thread to the thread index"))?;
+            let stamps = add
+                .and_then(|v| Ok(redis::from_redis_value::<Vec<u64>>(v)?))
+                .map_err(|e| map_err(e, "add the thread to the thread and attention indexes"))?;
+            let seen = crate::stamped::seen_of(stamps)?;
             (seen, answer.map_err(|e| map_err(e, "claim")))
         };
         self.claim_answer(thread, run, seen, answer).await
@@ -580,18 +652,20 @@ impl Store for RedisStore {
     async fn commit(&self, commit: &Commit) -> Result<()> {
         let (keys, args) = self.commit_call(commit)?;
         let what = format!("commit of run {}", commit.run);
-        match self
+        let follow = match self
             .client
             .eval::<Value, _>(&self.scripts.commit, &keys, &args, Repeat::Never, &what)
             .await
         {
             Ok(v) => Self::commit_answer(commit, Ok(v)),
             Err(e) => self.resolve(commit, e).await,
-        }
+        }?;
+        self.follow(&commit.thread, follow).await;
+        Ok(())
     }
 
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
-        let mut out: Vec<Option<Result<()>>> = (0..commits.len()).map(|_| None).collect();
+        let mut out: Vec<Option<Result<Follow>>> = (0..commits.len()).map(|_| None).collect();
         let mut futs = Vec::new();
         for idx in self.pipeline_groups(commits) {
             let mut calls = Vec::new();
@@ -619,9 +693,15 @@ impl Store for RedisStore {
         for (sent, r) in futures::future::join_all(futs).await {
             self.pipeline_answers(commits, sent, r, &mut out).await;
         }
+        let follows = commits.iter().zip(&out).filter_map(|(c, r)| match r {
+            Some(Ok(f)) if *f != Follow::Nothing => Some(self.follow(&c.thread, *f)),
+            _ => None,
+        });
+        futures::future::join_all(follows).await;
         out.into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| Err(Error::unexpected("redis: commit left without an answer")))
+            .map(|r| match r {
+                Some(r) => r.map(|_| ()),
+                None => Err(Error::unexpected("redis: commit left without an answer")),
             })
             .collect()
     }

@@ -2,6 +2,7 @@
 //! `tests/<module>.rs` of its own. One binary per crate, because each test binary links the
 //! whole dependency graph: add a new test file here as a module, not as another `tests/*.rs`.
 
+mod attention;
 mod big_output;
 mod chunks;
 mod common;

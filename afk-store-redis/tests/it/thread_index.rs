@@ -11,8 +11,8 @@ use crate::common;
 use std::sync::Arc;
 
 use afk_core::store::Store;
-use afk_store_redis::{IndexRebuild, RedisConfig, RedisStore};
-use common::{commit, connect, run, thread, topologies};
+use afk_store_redis::{IndexRebuild, RedisStore};
+use common::{commit, connect, raw_query, run, thread, topologies};
 
 /// The members of the raw thread index.
 async fn members(s: &RedisStore) -> Vec<String> {
@@ -20,23 +20,6 @@ async fn members(s: &RedisStore) -> Vec<String> {
     let mut cmd = redis::cmd("ZRANGE");
     cmd.arg(&key).arg(0).arg(-1);
     raw_query(s.config(), cmd).await
-}
-
-/// One command on a plain connection to the node that holds the thread index.
-async fn raw_query<T: redis::FromRedisValue>(cfg: &RedisConfig, cmd: redis::Cmd) -> T {
-    let nodes: Vec<String> = cfg
-        .nodes
-        .iter()
-        .map(|(h, p)| format!("redis://{h}:{p}/{}", cfg.db))
-        .collect();
-    if cfg.cluster {
-        let client = redis::cluster::ClusterClient::new(nodes).unwrap();
-        let mut c = client.get_async_connection().await.unwrap();
-        cmd.query_async(&mut c).await.unwrap()
-    } else {
-        let mut c = common::raw(&nodes[0]).await;
-        cmd.query_async(&mut c).await.unwrap()
-    }
 }
 
 async fn listed(s: &RedisStore) -> Vec<String> {

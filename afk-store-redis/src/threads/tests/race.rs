@@ -10,7 +10,9 @@
 use afk_core::{RunId, ThreadId, store::Store};
 
 use crate::RedisStore;
-use crate::threads::*;
+use crate::config::RedisConfig;
+use crate::conn::Repeat;
+use crate::stamped::{Set, Update, forget, held, mark_empty, remember, update};
 
 fn stores_env() -> Vec<String> {
     let mut out = Vec::new();
@@ -32,26 +34,22 @@ async fn store(url: &str, tag: &str) -> RedisStore {
 
 async fn indexed(s: &RedisStore, t: &ThreadId) -> bool {
     let mut cmd = redis::cmd("ZSCORE");
-    cmd.arg(threads_key(s.config())).arg(t.as_str());
+    cmd.arg(Set::Threads.key(s.config())).arg(t.as_str());
     let score: Option<f64> = s.client().query(&cmd, "zscore").await.unwrap();
     score.is_some()
 }
 
 /// The emptying, as a delete that emptied the thread does it: the new generation.
 async fn mark(s: &RedisStore, t: &ThreadId) -> u64 {
-    s.client()
-        .eval(
-            &s.scripts().index_mark_empty,
-            &[
-                thread_index(s.config(), t.as_str()),
-                gen_key(s.config(), t.as_str()),
-            ],
-            NO_ARGS,
-            Repeat::Safe,
-            "mark",
-        )
-        .await
-        .unwrap()
+    mark_empty(
+        s.client(),
+        s.scripts(),
+        s.config(),
+        Set::Threads,
+        t.as_str(),
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test]
@@ -69,9 +67,16 @@ async fn a_whole_removal_between_a_claims_zadd_and_its_script_is_undone() {
         let g = mark(&s, &t).await;
         assert!(g > 0);
         assert!(
-            forget(s.client(), s.scripts(), s.config(), t.as_str(), g)
-                .await
-                .unwrap()
+            forget(
+                s.client(),
+                s.scripts(),
+                s.config(),
+                Set::Threads,
+                t.as_str(),
+                g
+            )
+            .await
+            .unwrap()
         );
         assert!(!indexed(&s, &t).await);
         // The claim's script runs now: it learns of the removal and adds the thread again.
@@ -99,6 +104,7 @@ async fn a_removal_that_died_after_its_zrem_does_not_lose_a_racing_claim() {
             s.client(),
             s.scripts(),
             s.config(),
+            Set::Threads,
             t.as_str(),
             Update::Remove(g),
         );
@@ -127,19 +133,26 @@ async fn a_removers_late_add_back_does_not_list_a_thread_emptied_again() {
         let (cfg, c, sc) = (s.config(), s.client(), s.scripts());
         // Remover 1: the thread is empty, the index drops it.
         let g = mark(&s, &t).await;
-        update(c, sc, cfg, t.as_str(), Update::Remove(g))
+        update(c, sc, cfg, Set::Threads, t.as_str(), Update::Remove(g))
             .await
             .unwrap();
         // A claim runs whole.
         s.claim(&t, &r).await.unwrap();
         // Remover 1 sees the thread holding a key: it will add it back...
-        let h = held(c, sc, cfg, t.as_str()).await.unwrap();
+        let h = held(c, sc, cfg, Set::Threads, t.as_str()).await.unwrap();
         assert!(h.is_some());
         // ...but first the run is deleted and a second removal runs whole.
         s.delete_run(&t, &r).await.unwrap();
         assert!(!indexed(&s, &t).await);
         // Remover 1's add back lands last.
-        let late = update(c, sc, cfg, t.as_str(), Update::Add(h.unwrap()));
+        let late = update(
+            c,
+            sc,
+            cfg,
+            Set::Threads,
+            t.as_str(),
+            Update::Add(h.unwrap()),
+        );
         assert_eq!(late.await.unwrap(), None, "{url}: a stale add was applied");
         assert!(
             !indexed(&s, &t).await,
@@ -162,7 +175,7 @@ async fn a_claims_late_add_does_not_list_a_thread_emptied_after_it() {
         // The claim script learns of the pending removal and adds stamped `g`.
         s.claim_after_remember(&t, &r, seen).await.unwrap();
         // The removal of that emptying lands after it and is refused.
-        let stale = update(c, sc, cfg, t.as_str(), Update::Remove(g));
+        let stale = update(c, sc, cfg, Set::Threads, t.as_str(), Update::Remove(g));
         assert_eq!(stale.await.unwrap(), None, "{url}");
         assert!(
             indexed(&s, &t).await,
@@ -171,7 +184,7 @@ async fn a_claims_late_add_does_not_list_a_thread_emptied_after_it() {
         s.delete_run(&t, &r).await.unwrap();
         assert!(!indexed(&s, &t).await, "{url}");
         // A second copy of the claim's add, landing now, is refused.
-        let late = update(c, sc, cfg, t.as_str(), Update::Add(g));
+        let late = update(c, sc, cfg, Set::Threads, t.as_str(), Update::Add(g));
         assert_eq!(late.await.unwrap(), None, "{url}");
         assert!(!indexed(&s, &t).await, "{url}: an empty thread is indexed");
     }
@@ -190,13 +203,14 @@ async fn a_remover_adds_back_a_thread_whose_claimer_died_before_its_add() {
         let seen = remember(c, sc, cfg, &t).await.unwrap();
         // The claim script alone: the claimer is killed before it sends its stamped add.
         let kp = format!("{{{}:{}}}:", cfg.prefix, t);
-        let (_, at): (u64, u64) = c
+        let (_, at, _): (u64, u64, u64) = c
             .eval(
                 &sc.claim,
                 &[
-                    thread_index(cfg, t.as_str()),
+                    Set::Threads.held_key(cfg, t.as_str()),
                     format!("{kp}run:r1").into_bytes(),
-                    gen_key(cfg, t.as_str()),
+                    Set::Threads.gen_key(cfg, t.as_str()),
+                    Set::Attention.gen_key(cfg, t.as_str()),
                     format!("{kp}checkpoint:r1:latest").into_bytes(),
                 ],
                 &[
@@ -212,11 +226,13 @@ async fn a_remover_adds_back_a_thread_whose_claimer_died_before_its_add() {
             .unwrap();
         assert_eq!(at, g, "{url}: the claim did not see the generation");
         assert!(
-            crate::store::must_add_again(seen, at),
+            crate::store::must_add_again(seen.threads, at),
             "{url}: the claim did not learn of the removal"
         );
         assert!(
-            !forget(c, sc, cfg, t.as_str(), g).await.unwrap(),
+            !forget(c, sc, cfg, Set::Threads, t.as_str(), g)
+                .await
+                .unwrap(),
             "{url}: the remover says the thread stayed removed"
         );
         assert!(

@@ -204,3 +204,24 @@ pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
         .await
         .expect("raw connection")
 }
+
+/// One command on a plain connection (a cluster connection on Cluster, which routes it by its
+/// first key), for looking at the physical layout.
+pub async fn raw_query<T: redis::FromRedisValue>(cfg: &RedisConfig, cmd: redis::Cmd) -> T {
+    let nodes: Vec<String> = cfg
+        .nodes
+        .iter()
+        .map(|(h, p)| format!("redis://{h}:{p}/{}", cfg.db))
+        .collect();
+    if cfg.cluster {
+        let client = redis::cluster::ClusterClient::new(nodes).expect("cluster client");
+        let mut c = client
+            .get_async_connection()
+            .await
+            .expect("cluster connection");
+        cmd.query_async(&mut c).await.expect("raw query")
+    } else {
+        let mut c = raw(&nodes[0]).await;
+        cmd.query_async(&mut c).await.expect("raw query")
+    }
+}
