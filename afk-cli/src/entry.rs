@@ -235,6 +235,7 @@ mod tests {
             agent: "helpdesk".into(),
             version: Some("2".into()),
             depth: 0,
+            parent: None,
             updated_ms: NOW - 600,
             epoch: 3,
             extra: Default::default(),

@@ -157,15 +157,19 @@ if g then return answer .. string.format('%.0f', g) end
 return 'ok'
 "#;
 
-/// Claim body (`Store::claim`, and `Store::claim_if_new` when ARGV[4] is `1`). KEYS: index,
+/// Claim body (`Store::claim`; `Store::claim_if_new` when ARGV[4] is `1`; `Store::claim_if`
+/// when ARGV[4] is `e:<epoch>`, claiming only while the fence holds that epoch). KEYS: index,
 /// fence, the thread's generations in the thread index and in the attention index (see
-/// `stamped.rs`), the run's latest pointer. ARGV: kp, run, ttl_ms, if_new. Returns nil (nothing
-/// claimed) when if_new and the pointer exists, else `{epoch, gen, attention gen}`: for each
+/// `stamped.rs`), the run's latest pointer. ARGV: kp, run, ttl_ms, condition. Returns nil
+/// (nothing claimed) when the condition refuses, else `{epoch, gen, attention gen}`: for each
 /// index the caller compares the generation `g` with the stamp its `ZADD` saw, and when the
 /// removal of the thread's emptying to `g` may come after that `ZADD`, sends the add stamped
 /// with `g` (`store::must_add_again`).
 pub(crate) const CLAIM_BODY: &str = r#"
 if ARGV[4] == '1' and redis.call('EXISTS', KEYS[5]) == 1 then
+  return false
+end
+if string.sub(ARGV[4], 1, 2) == 'e:' and (redis.call('GET', KEYS[2]) or '0') ~= string.sub(ARGV[4], 3) then
   return false
 end
 local e = redis.call('INCR', KEYS[2])

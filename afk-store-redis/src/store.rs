@@ -103,7 +103,7 @@ impl RedisStore {
         &self,
         thread: &ThreadId,
         run: &RunId,
-        if_new: bool,
+        unless: Unless,
     ) -> ([Vec<u8>; 5], [Vec<u8>; 4]) {
         let kp = kp(&self.cfg, thread);
         let keys = [
@@ -117,7 +117,11 @@ impl RedisStore {
             kp.into_bytes(),
             run.as_str().as_bytes().to_vec(),
             self.ttl_ms(),
-            if if_new { b"1".to_vec() } else { b"0".to_vec() },
+            match unless {
+                Unless::Never => b"0".to_vec(),
+                Unless::Stored => b"1".to_vec(),
+                Unless::Moved(seen) => format!("e:{seen}").into_bytes(),
+            },
         ];
         (keys, args)
     }
@@ -158,7 +162,7 @@ impl RedisStore {
         run: &RunId,
         seen: Seen,
     ) -> Result<Epoch> {
-        let (keys, args) = self.claim_call(thread, run, false);
+        let (keys, args) = self.claim_call(thread, run, Unless::Never);
         let answer = self
             .client
             .eval::<Value, _>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
@@ -465,6 +469,7 @@ impl Store for RedisStore {
         c.multi_process = true;
         c.list_threads = true;
         c.attention = true;
+        c.claim_if = true;
         c
     }
 
@@ -616,12 +621,25 @@ impl Store for RedisStore {
         self.claim_after_remember(thread, run, seen).await
     }
 
+    /// The indexes' adds, then the claim script, which claims only while the fence still
+    /// holds `seen` (the look and the claim in one script: atomic).
+    async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        let remembered =
+            crate::stamped::remember(&self.client, &self.scripts, &self.cfg, thread).await?;
+        let (keys, args) = self.claim_call(thread, run, Unless::Moved(seen));
+        let answer = self
+            .client
+            .eval::<Value, _>(&self.scripts.claim, &keys, &args, Repeat::Never, "claim")
+            .await;
+        self.claim_answer(thread, run, remembered, answer).await
+    }
+
     /// Single node: the thread index's add and the claim script (which looks at the pointer
     /// first) in one pipeline, one round trip. Cluster: the add, then the script (two: they
     /// live in two hash slots). Either way the add is applied before the claim can make the
     /// thread hold a key, as for `claim`.
     async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
-        let (keys, args) = self.claim_call(thread, run, true);
+        let (keys, args) = self.claim_call(thread, run, Unless::Stored);
         let (seen, answer) = if self.client.is_cluster() {
             let seen =
                 crate::stamped::remember(&self.client, &self.scripts, &self.cfg, thread).await?;
@@ -705,4 +723,15 @@ impl Store for RedisStore {
             })
             .collect()
     }
+}
+
+/// When the claim script claims nothing.
+#[derive(Debug, Clone, Copy)]
+enum Unless {
+    /// Always claims (`claim`).
+    Never,
+    /// Not when the run has a latest pointer (`claim_if_new`).
+    Stored,
+    /// Not when the fence holds another epoch than this one (`claim_if`).
+    Moved(Epoch),
 }

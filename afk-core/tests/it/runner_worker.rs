@@ -536,7 +536,10 @@ async fn a_long_model_call_keeps_its_lease() {
 async fn a_run_whose_handle_was_dropped_runs_to_its_end() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let clock = ManualClock::new(START_MS);
-    let (t, r) = (ThreadId::new("t_drop").unwrap(), RunId::new("run_w").unwrap());
+    let (t, r) = (
+        ThreadId::new("t_drop").unwrap(),
+        RunId::new("run_w").unwrap(),
+    );
     let counter = InvocationCounter::new();
     let llm = ScriptedLlm::new(script());
     let mut agent = agent_with(llm.clone(), &counter);
