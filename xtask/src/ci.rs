@@ -120,9 +120,21 @@ pub fn run() -> Result<i32> {
         ..chaos::Options::default()
     })?;
     times.push(("chaos", start.elapsed()));
+    if code != 0 {
+        report(&times);
+        eprintln!("ci: chaos failed");
+        return Ok(code);
+    }
+    let start = Instant::now();
+    let code = chaos::run(&chaos::Options {
+        quick: true,
+        workers: true,
+        ..chaos::Options::default()
+    })?;
+    times.push(("chaos --workers", start.elapsed()));
     report(&times);
     if code != 0 {
-        eprintln!("ci: chaos failed");
+        eprintln!("ci: chaos --workers failed");
     }
     Ok(code)
 }

@@ -126,8 +126,15 @@ enum Cmd {
         #[arg(long)]
         submit: bool,
     },
-    /// Count the campaign's unfinished runs and name those waiting for a settlement.
-    Pending,
+    /// Count the campaign's unfinished runs and name those waiting for a settlement (and,
+    /// with `--runs`, the listed runs that were never stored: `missing <index>`).
+    Pending {
+        /// Lines `<index> <seed>`.
+        #[arg(long)]
+        runs: Option<PathBuf>,
+    },
+    /// Start the run if nothing of it is stored (never resumes it): a request to a service.
+    Submit,
     /// Check the finished run (result, ledger, verify).
     Check,
     /// Open the store and keep it open until killed.
@@ -173,11 +180,20 @@ async fn run(cli: Cli) -> afk::Result<ExitCode> {
     let runner = Runner::new(store.clone(), runner_config(&cli));
     match &cli.cmd {
         Cmd::Worker { runs, submit } => return worker::run(&runner, &cli, runs, *submit).await,
-        Cmd::Pending => return worker::pending(store.as_ref()).await,
+        Cmd::Pending { runs } => return worker::pending(store.as_ref(), runs.as_deref()).await,
         _ => {}
     }
     match cli.cmd {
-        Cmd::Worker { .. } | Cmd::Pending => Ok(ExitCode::SUCCESS),
+        Cmd::Worker { .. } | Cmd::Pending { .. } => Ok(ExitCode::SUCCESS),
+        Cmd::Submit => {
+            if store.get(&thread, &latest_key(&run)).await?.is_some() {
+                println!("outcome exists steps=0");
+                return Ok(ExitCode::SUCCESS);
+            }
+            Ok(report(
+                drive(runner.run_with_id(&agent, &thread, run.clone(), "go")).await,
+            ))
+        }
         Cmd::Hold => {
             tokio::time::sleep(std::time::Duration::from_secs(600)).await;
             Ok(ExitCode::SUCCESS)

@@ -96,7 +96,7 @@ pub fn ids(index: u64) -> afk::Result<(ThreadId, RunId)> {
 
 /// Print `pending <n>` (the campaign's runs that have not finished, children included) and
 /// `uncertain <index>` for each top-level run waiting for a settlement, or whose child is.
-pub async fn pending(store: &dyn Store) -> afk::Result<ExitCode> {
+pub async fn pending(store: &dyn Store, runs: Option<&Path>) -> afk::Result<ExitCode> {
     let mut cursor: Option<String> = None;
     let (mut n, mut uncertain) = (0u64, std::collections::BTreeSet::new());
     loop {
@@ -118,6 +118,16 @@ pub async fn pending(store: &dyn Store) -> afk::Result<ExitCode> {
     println!("pending {n}");
     for i in uncertain {
         println!("uncertain {i}");
+    }
+    for (index, _) in runs.map(read_runs).transpose()?.unwrap_or_default() {
+        let (thread, run) = ids(index)?;
+        if store
+            .get(&thread, &afk::store::latest_key(&run))
+            .await?
+            .is_none()
+        {
+            println!("missing {index}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

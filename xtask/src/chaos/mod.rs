@@ -232,7 +232,11 @@ fn run_workers(
     work: &std::path::Path,
     seed: u64,
 ) -> Result<i32> {
-    let (runs, minutes) = if opts.quick { (10, 4) } else { (100, 30) };
+    let (runs, kills, minutes) = if opts.quick {
+        (10, 20, 4)
+    } else {
+        (100, 200, 30)
+    };
     let mut failed = 0u64;
     let mut lines = Vec::new();
     for &store in stores {
@@ -245,6 +249,7 @@ fn run_workers(
             work: &dir,
             set_dir,
             runs,
+            kills: opts.kills.unwrap_or(kills),
             limit: Duration::from_secs(opts.minutes.unwrap_or(minutes) * 60),
         };
         let mut t = Totals::default();

@@ -35,6 +35,9 @@ pub struct Ctx<'a> {
     pub set_dir: &'a Path,
     /// Runs to submit.
     pub runs: u64,
+    /// Kills to reach before the campaign may end (it goes on killing workers, and Redis,
+    /// until every run ended and this many kills were made).
+    pub kills: u64,
     /// Stop after this long, whatever is left.
     pub limit: Duration,
 }
@@ -80,17 +83,22 @@ impl Ctx<'_> {
         Ok(p)
     }
 
-    /// Runs `pending`: how many runs have not ended, and those waiting for a settlement.
-    fn pending(&self) -> Result<(u64, Vec<u64>)> {
-        let mut p = self.spawn(self.cmd(0, 0, "pending", 0, &["pending"]), "pending")?;
+    /// Runs `pending`: how many runs have not ended, those waiting for a settlement, and those
+    /// whose submitter was killed before their first commit (never stored, so never accepted:
+    /// submitted again).
+    fn pending(&self) -> Result<(u64, Vec<u64>, Vec<u64>)> {
+        let runs = self.work.join("runs.txt").to_string_lossy().into_owned();
+        let cmd = self.cmd(0, 0, "pending", 0, &["pending", "--runs", runs.as_str()]);
+        let mut p = self.spawn(cmd, "pending")?;
         p.wait_exit(Duration::from_secs(60));
         let n = p.number("pending ").unwrap_or(u64::MAX);
-        let uncertain = p
-            .out
-            .iter()
-            .filter_map(|l| l.strip_prefix("uncertain ")?.trim().parse().ok())
-            .collect();
-        Ok((n, uncertain))
+        let numbers = |prefix: &str| -> Vec<u64> {
+            p.out
+                .iter()
+                .filter_map(|l| l.strip_prefix(prefix)?.trim().parse().ok())
+                .collect()
+        };
+        Ok((n, numbers("uncertain "), numbers("missing ")))
     }
 
     /// Settles run `index` from its ledger without resuming it.
@@ -172,7 +180,7 @@ fn shared(
     loop {
         if next < runs.len() {
             let (index, seed) = runs[next];
-            let cmd = ctx.cmd(index, seed, &format!("sub{index}"), 0, &["run"]);
+            let cmd = ctx.cmd(index, seed, &format!("sub{index}"), 0, &["submit"]);
             let mut p = ctx.spawn(cmd, &format!("sub-{index}"))?;
             t.invocations += 1;
             if p.wait_ready(Duration::from_secs(60)) && rng.below(4) != 0 {
@@ -184,7 +192,7 @@ fn shared(
             next += 1;
         }
         std::thread::sleep(Duration::from_millis(100 + rng.below(300)));
-        if rng.below(3) == 0 {
+        if rng.below(2) == 0 {
             let i = rng.below(3) as usize;
             collect(&mut workers[i], delays);
             workers[i].kill();
@@ -200,12 +208,18 @@ fn shared(
         }
         if next == runs.len() && last_look.elapsed() > Duration::from_secs(1) {
             last_look = Instant::now();
-            let (n, uncertain) = ctx.pending()?;
+            let (n, uncertain, missing) = ctx.pending()?;
             for index in uncertain {
                 let seed = runs.iter().find(|(i, _)| *i == index).map_or(0, |r| r.1);
                 ctx.settle(index, seed, t)?;
             }
-            if n == 0 {
+            for &index in &missing {
+                let seed = runs.iter().find(|(i, _)| *i == index).map_or(0, |r| r.1);
+                let cmd = ctx.cmd(index, seed, &format!("sub{index}"), 0, &["submit"]);
+                submitters.push(ctx.spawn(cmd, &format!("sub-{index}"))?);
+                t.invocations += 1;
+            }
+            if n == 0 && missing.is_empty() && t.kills >= ctx.kills {
                 break;
             }
         }
@@ -234,17 +248,17 @@ fn single(
     loop {
         let mut w = ctx.worker(0, true)?;
         t.invocations += 1;
-        std::thread::sleep(Duration::from_millis(200 + rng.below(1_500)));
+        std::thread::sleep(Duration::from_millis(50 + rng.below(600)));
         collect(&mut w, delays);
         let submitted = w.number("submitted ").unwrap_or(u64::MAX);
         w.kill();
         t.kills += 1;
-        let (n, uncertain) = ctx.pending()?;
+        let (n, uncertain, _) = ctx.pending()?;
         for index in uncertain {
             let seed = runs.iter().find(|(i, _)| *i == index).map_or(0, |r| r.1);
             ctx.settle(index, seed, t)?;
         }
-        if n == 0 && submitted == 0 && t.kills > 3 {
+        if n == 0 && submitted == 0 && t.kills >= ctx.kills {
             return Ok(true);
         }
         if start.elapsed() > ctx.limit {
