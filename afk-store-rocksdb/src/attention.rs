@@ -36,6 +36,16 @@ fn prefix() -> Vec<u8> {
     p
 }
 
+/// The index's whole key range, `[start, end)`.
+pub(crate) fn range() -> (Vec<u8>, Vec<u8>) {
+    let start = prefix();
+    let mut end = start.clone();
+    if let Some(last) = end.last_mut() {
+        *last += 1; // the separator 0x00 becomes 0x01: past every key of the index
+    }
+    (start, end)
+}
+
 /// The key of `(thread, run)` in the index.
 pub(crate) fn key(thread: &ThreadId, run: &RunId) -> Vec<u8> {
     let mut k = prefix();

