@@ -6,8 +6,8 @@
 //! and resumes:
 //! - runs whose owner's lease has expired (plus [`RunnerConfig::lease_skew`]): a process died,
 //!   or hangs, while working on them;
-//! - at its first look, runs its own earlier incarnation held (the same
-//!   [`RunnerConfig::owner`]), without waiting for their leases;
+//! - runs its own earlier incarnation held (the same [`RunnerConfig::owner`], an entry
+//!   written before this worker started), without waiting for their leases;
 //! - runs stopped without an ending (a store outage, an interrupt) and runs a human answered
 //!   (`afk decide`, `afk settle`, [`Runner::decide`], [`Runner::settle`]);
 //! - suspended runs, from their not-before time on.
@@ -171,6 +171,7 @@ impl Worker {
     pub fn start(self) -> WorkerHandle {
         let (stop, stopped) = watch::channel(false);
         let stats = Arc::new(Mutex::new(WorkerStats::default()));
+        let started_ms = self.runner.shared.config.clock.now_ms();
         let state = Loop {
             runner: self.runner,
             agents: Arc::new(self.agents),
@@ -178,8 +179,11 @@ impl Worker {
             stats: Arc::clone(&stats),
             stopped,
             backoff: HashMap::new(),
+            refused: HashMap::new(),
+            started_from: HashMap::new(),
             in_flight: Arc::new(Mutex::new(HashMap::new())),
             tasks: JoinSet::new(),
+            started_ms,
         };
         WorkerHandle {
             stop,
@@ -225,21 +229,26 @@ struct Loop {
     stats: Arc<Mutex<WorkerStats>>,
     stopped: watch::Receiver<bool>,
     backoff: HashMap<RunKey, Backoff>,
+    /// Runs whose conditional claim was refused: the entry they had then, and when (ms).
+    refused: HashMap<RunKey, (Vec<u8>, u64)>,
+    /// The entry each run in flight was started from.
+    started_from: HashMap<RunKey, Vec<u8>>,
     /// Runs in flight, with the sender that interrupts each.
     in_flight: Arc<Mutex<HashMap<RunKey, watch::Sender<Signal>>>>,
     tasks: JoinSet<(RunKey, Result<Outcome>)>,
+    /// When this worker started (ms, by the runner's clock): entries of its own owner id
+    /// written before are its earlier incarnation's.
+    started_ms: u64,
 }
 
 impl Loop {
     async fn run(mut self) {
         let slots = Arc::new(Semaphore::new(self.config.concurrency));
-        let mut first = true;
         while !*self.stopped.borrow() {
             self.reap();
-            if let Err(e) = self.look(first, &slots).await {
+            if let Err(e) = self.look(&slots).await {
                 tracing::warn!(error = %e, "worker could not list the runs that need attention");
             }
-            first = false;
             let pause = jittered(self.config.poll_interval);
             let mut stopped = self.stopped.clone();
             tokio::select! {
@@ -252,7 +261,7 @@ impl Loop {
     }
 
     /// One look at the index: start every run that is due, as slots allow.
-    async fn look(&mut self, first: bool, slots: &Arc<Semaphore>) -> Result<()> {
+    async fn look(&mut self, slots: &Arc<Semaphore>) -> Result<()> {
         let store = Arc::clone(self.runner.store());
         let mut cursor: Option<String> = None;
         let mut unknown = 0u64;
@@ -265,13 +274,18 @@ impl Loop {
                 let Some(mark) = RunMark::decode(&r.entry) else {
                     continue;
                 };
-                match self.due(&key, &mark, first) {
+                let mut mark = mark;
+                if !self.claimable(&key, &r.entry, &mut mark) {
+                    continue;
+                }
+                match self.due(&key, &mark) {
                     Due::No => continue,
                     Due::UnknownAgent => unknown += 1,
                     Due::Yes { agent, expired_ms } => {
                         let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
                             return Ok(()); // all slots busy: the next look goes on
                         };
+                        self.started_from.insert(key.clone(), r.entry.clone());
                         self.start_one(key, *agent, (expired_ms, mark.epoch), permit);
                     }
                 }
@@ -282,12 +296,38 @@ impl Loop {
             }
         }
         self.backoff.retain(|k, _| seen.contains(k));
+        self.refused.retain(|k, _| seen.contains(k));
         lock(&self.stats).unknown_agent = unknown;
         Ok(())
     }
 
+    /// Whether the run may be claimed from this entry. A conditional claim refused means a
+    /// claim came after the entry was written: its claimer writes a new entry at once, unless
+    /// it died first. So while the entry is the one that was refused, wait; once it stayed so
+    /// for a lease and the skew allowance, the claimer is presumed dead, and the run is taken
+    /// with an unconditional claim (`mark.epoch` set to 0: fencing still stops a claimer that
+    /// was alive after all).
+    fn claimable(&mut self, key: &RunKey, entry: &[u8], mark: &mut RunMark) -> bool {
+        let Some((refused_entry, at)) = self.refused.get(key) else {
+            return true;
+        };
+        if refused_entry.as_slice() != entry {
+            self.refused.remove(key);
+            return true;
+        }
+        let cfg = &self.runner.shared.config;
+        let wait = cfg.lease.saturating_add(cfg.lease_skew);
+        let wait = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        if cfg.clock.now_ms() < at.saturating_add(wait) {
+            return false;
+        }
+        mark.epoch = 0;
+        mark.lease_until_ms = 0;
+        true
+    }
+
     /// Whether the run `key` with entry `mark` is due now, and with which agent.
-    fn due(&self, key: &RunKey, mark: &RunMark, first: bool) -> Due {
+    fn due(&self, key: &RunKey, mark: &RunMark) -> Due {
         if mark.depth > 0 || lock(&self.in_flight).contains_key(key) {
             return Due::No;
         }
@@ -299,7 +339,7 @@ impl Loop {
         let skew = u64::try_from(cfg.lease_skew.as_millis()).unwrap_or(u64::MAX);
         let mine = mark.owner.as_deref() == Some(cfg.owner.as_str());
         let expired_ms = match mark.state {
-            MarkState::Running if first && mine => None,
+            MarkState::Running if mine && mark.updated_ms < self.started_ms => None,
             MarkState::Running if mark.lease_expired(now, skew) => {
                 Some(now.saturating_sub(mark.lease_until_ms))
             }
@@ -336,7 +376,11 @@ impl Loop {
         (expired_ms, epoch): (Option<u64>, u64),
         permit: tokio::sync::OwnedSemaphorePermit,
     ) {
-        let handle = self.runner.take_over(&agent, &key.0, &key.1, Epoch(epoch));
+        let handle = if epoch == 0 {
+            self.runner.resume(&agent, &key.0, &key.1)
+        } else {
+            self.runner.take_over(&agent, &key.0, &key.1, Epoch(epoch))
+        };
         lock(&self.in_flight).insert(key.clone(), handle.interrupter());
         {
             let mut s = lock(&self.stats);
@@ -372,6 +416,7 @@ impl Loop {
             return; // a panicking or aborted task: its entry is looked at again
         };
         lock(&self.in_flight).remove(&key);
+        let started_from = self.started_from.remove(&key);
         let mut s = lock(&self.stats);
         match result {
             Ok(Outcome::Completed(_)) => {
@@ -382,7 +427,13 @@ impl Loop {
                 s.stopped += 1;
                 self.backoff.remove(&key);
             }
-            Err(e) if e.kind() == ErrorKind::Fenced => s.fenced += 1,
+            Err(e) if e.kind() == ErrorKind::Fenced => {
+                s.fenced += 1;
+                if let Some(entry) = started_from {
+                    let now = self.runner.shared.config.clock.now_ms();
+                    self.refused.entry(key).or_insert((entry, now));
+                }
+            }
             Err(e) => {
                 s.failed += 1;
                 tracing::warn!(thread = %key.0, run = %key.1, error = %e, "worker could not resume the run");

@@ -311,6 +311,7 @@ async fn a_restarted_worker_takes_back_its_own_runs_at_once() {
         0,
         "another owner took a live lease"
     );
+    clock.advance_ms(1); // the restart comes after the entry was written
     let again = worker(&store, &clock, "w1", &agent);
     until(&*store, &t, &r, |m| m.is_none()).await;
     let stats = again.shutdown().await;
@@ -469,6 +470,7 @@ async fn a_shutdown_hands_the_runs_back_at_once() {
     let mut slow = agent_with(llm.clone(), &counter);
     let holding = Holding::new(llm, 1);
     slow.llm = holding.clone();
+    clock.advance_ms(1); // the restart comes after the entry was written
     let first = worker(&store, &clock, "w1", &slow);
     holding.reached.notified().await;
     let stats = first.shutdown().await;
@@ -551,4 +553,40 @@ async fn a_run_whose_handle_was_dropped_runs_to_its_end() {
     holding.release.notify_one();
     until(&*store, &t, &r, |m| m.is_none()).await;
     assert_eq!(completed_result(&*store, &t, &r).await, uncrashed().await);
+}
+
+/// A process that claimed an orphan and died before writing its entry leaves the entry of an
+/// older claim: the worker's conditional claim is refused, and once the entry stayed the same
+/// for a lease and the skew allowance, the worker takes the run with a plain claim.
+#[tokio::test]
+async fn a_run_whose_claimer_died_before_its_entry_is_still_taken_over() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let clock = ManualClock::new(START_MS);
+    let (t, r) = (
+        ThreadId::new("t_claimer").unwrap(),
+        RunId::new("run_w").unwrap(),
+    );
+    let (agent, counter) = orphan(&store, &clock, "dead", &t, &r, 2).await;
+    store.claim(&t, &r).await.unwrap(); // a claimer that died before its first commit
+    clock.advance_ms(40_000);
+    let w = worker(&store, &clock, "alive", &agent);
+    let deadline = tokio::time::Instant::now() + NO_HANG;
+    while w.stats().fenced == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no conditional claim was refused"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        mark_of(&*store, &t, &r).await.unwrap().owner.as_deref(),
+        Some("dead")
+    );
+    clock.advance_ms(35_001);
+    until(&*store, &t, &r, |m| m.is_none()).await;
+    let stats = w.shutdown().await;
+    assert_eq!(stats.completed, 1, "{stats:?}");
+    assert_eq!(completed_result(&*store, &t, &r).await, uncrashed().await);
+    assert_eq!(counter.get("c2"), 1);
 }

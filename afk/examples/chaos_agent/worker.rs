@@ -36,7 +36,7 @@ fn ledger(cli: &Cli, index: u64) -> std::path::PathBuf {
 }
 
 /// Run a worker over the listed runs until killed; with `submit`, start the runs not stored
-/// yet first. Prints `ready`, then `takeover <ms>` for each expired lease it took over.
+/// yet (after the worker: it takes its earlier incarnation's runs, not these). Prints `ready`, then `takeover <ms>` for each expired lease it took over.
 pub async fn run(runner: &Runner, cli: &Cli, runs: &Path, submit: bool) -> afk::Result<ExitCode> {
     let runs = read_runs(runs)?;
     let mut worker = Worker::new(runner.clone()).with_config(
@@ -52,6 +52,7 @@ pub async fn run(runner: &Runner, cli: &Cli, runs: &Path, submit: bool) -> afk::
             .with_version(index.to_string());
         worker = worker.register(agent);
     }
+    let handle = worker.start();
     let mut submitted = 0u64;
     if submit {
         let store = runner.store();
@@ -72,7 +73,6 @@ pub async fn run(runner: &Runner, cli: &Cli, runs: &Path, submit: bool) -> afk::
             submitted += 1;
         }
     }
-    let handle = worker.start();
     println!("ready");
     println!("submitted {submitted}");
     let mut reported = 0;

@@ -219,11 +219,17 @@ fn shared(
                 submitters.push(ctx.spawn(cmd, &format!("sub-{index}"))?);
                 t.invocations += 1;
             }
-            if n == 0 && missing.is_empty() && t.kills >= ctx.kills {
+            let done = n == 0 && missing.is_empty();
+            // At the time limit the kill target gives way: what counts is that every run ended.
+            if done && (t.kills >= ctx.kills || start.elapsed() > ctx.limit) {
                 break;
             }
         }
         if start.elapsed() > ctx.limit {
+            let (n, _, missing) = ctx.pending()?;
+            if n == 0 && missing.is_empty() {
+                break; // every run ended, the kill target aside
+            }
             return Ok(false);
         }
     }
@@ -258,7 +264,9 @@ fn single(
             let seed = runs.iter().find(|(i, _)| *i == index).map_or(0, |r| r.1);
             ctx.settle(index, seed, t)?;
         }
-        if n == 0 && submitted == 0 && t.kills >= ctx.kills {
+        let done = n == 0 && submitted == 0;
+        // At the time limit the kill target gives way: what counts is that every run ended.
+        if done && (t.kills >= ctx.kills || start.elapsed() > ctx.limit) {
             return Ok(true);
         }
         if start.elapsed() > ctx.limit {
