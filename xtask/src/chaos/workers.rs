@@ -254,7 +254,14 @@ fn single(
     loop {
         let mut w = ctx.worker(0, true)?;
         t.invocations += 1;
-        std::thread::sleep(Duration::from_millis(50 + rng.below(600)));
+        // Killed 50-650 ms after it started until the kill target is reached; then it lives
+        // 5 s at a time, so that the runs (re-entering uncertain effects at every kill) end.
+        let life = if t.kills < ctx.kills {
+            50 + rng.below(600)
+        } else {
+            5_000
+        };
+        std::thread::sleep(Duration::from_millis(life));
         collect(&mut w, delays);
         let submitted = w.number("submitted ").unwrap_or(u64::MAX);
         w.kill();
