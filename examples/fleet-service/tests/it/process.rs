@@ -1,8 +1,7 @@
 //! The binary on RocksDB: it serves two requests from stdin and stops on SIGTERM with exit 0;
 //! killed with SIGKILL while both runs are inside the tool, and started again with the same
-//! `--worker-id`, it finishes both (that part needs the index of runs that need attention,
-//! which RocksDB does not keep on this branch yet: until it does, the test says so and checks
-//! only the first part; `restart.rs` checks recovery in process on the memory store).
+//! `--worker-id`, it finishes both (through the store's index of runs that need attention;
+//! `restart.rs` checks the same recovery in process on the memory store).
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
@@ -128,13 +127,10 @@ fn killed_mid_tool_and_restarted_with_its_worker_id_it_finishes_both_runs() {
     std::thread::sleep(Duration::from_millis(500)); // into the minute-long tool call
     s.child.kill().unwrap(); // SIGKILL
     s.child.wait().unwrap();
-    if !has_index(&url) {
-        eprintln!(
-            "skipped the restart: the RocksDB store keeps no index of runs that need attention \
-             yet (restart.rs checks it in process on the memory store)"
-        );
-        return;
-    }
+    assert!(
+        has_index(&url),
+        "the RocksDB store keeps no index of runs that need attention: nothing to recover"
+    );
     let mut again = Service::start(&url, 0);
     again.wait_for("worker: resumed 2 run(s)", 1);
     again.wait_for("completed 2", 1);
