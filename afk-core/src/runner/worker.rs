@@ -340,8 +340,9 @@ impl Loop {
         let mine = mark.owner.as_deref() == Some(cfg.owner.as_str());
         let expired_ms = match mark.state {
             MarkState::Running if mine && mark.updated_ms < self.started_ms => None,
+            // A lease end of 0: taken after a refused conditional claim, no lease to time.
             MarkState::Running if mark.lease_expired(now, skew) => {
-                Some(now.saturating_sub(mark.lease_until_ms))
+                (mark.lease_until_ms > 0).then(|| now.saturating_sub(mark.lease_until_ms))
             }
             MarkState::Stopped | MarkState::Ready => None,
             MarkState::Suspended if now >= mark.not_before_ms => None,
