@@ -210,11 +210,11 @@ fn shared(
             last_look = Instant::now();
             let (n, uncertain, missing) = ctx.pending()?;
             for index in uncertain {
-                let seed = runs.iter().find(|(i, _)| *i == index).map_or(0, |r| r.1);
+                let seed = seed_of(runs, index);
                 ctx.settle(index, seed, t)?;
             }
             for &index in &missing {
-                let seed = runs.iter().find(|(i, _)| *i == index).map_or(0, |r| r.1);
+                let seed = seed_of(runs, index);
                 let cmd = ctx.cmd(index, seed, &format!("sub{index}"), 0, &["submit"]);
                 submitters.push(ctx.spawn(cmd, &format!("sub-{index}"))?);
                 t.invocations += 1;
@@ -268,7 +268,7 @@ fn single(
         t.kills += 1;
         let (n, uncertain, _) = ctx.pending()?;
         for index in uncertain {
-            let seed = runs.iter().find(|(i, _)| *i == index).map_or(0, |r| r.1);
+            let seed = seed_of(runs, index);
             ctx.settle(index, seed, t)?;
         }
         let done = n == 0 && submitted == 0;
@@ -291,4 +291,9 @@ fn collect(p: &mut Proc, delays: &mut Vec<u64>) {
             .filter_map(|l| l.strip_prefix("takeover ")?.trim().parse::<u64>().ok()),
     );
     p.out.retain(|l| !l.starts_with("takeover "));
+}
+
+/// The seed of campaign run `index` (0 if it is not listed).
+fn seed_of(runs: &[(u64, u64)], index: u64) -> u64 {
+    runs.iter().find(|(i, _)| *i == index).map_or(0, |r| r.1)
 }
