@@ -168,6 +168,19 @@ impl<S: Store> Store for BrokenStore<S> {
         self.inner.attention(thread, run).await
     }
 
+    async fn list_finished(
+        &self,
+        before_ms: u64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk_core::store::FinishedPage> {
+        self.inner.list_finished(before_ms, cursor, limit).await
+    }
+
+    async fn forget_finished(&self, entries: &[afk_core::store::FinishedRun]) -> Result<()> {
+        self.inner.forget_finished(entries).await
+    }
+
     async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
         self.inner.finish_run(thread, run, epoch).await
     }

@@ -13,6 +13,7 @@ pub mod cases;
 mod dirs;
 mod harness;
 mod macros;
+pub mod retention;
 mod support;
 
 pub use dirs::process_dir;

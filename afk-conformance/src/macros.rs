@@ -66,6 +66,11 @@ macro_rules! __with_cases {
                 the_entry_moves_with_its_commit,
                 claim_if_claims_only_at_the_seen_epoch,
             }
+            finished {
+                closed_runs_are_listed_by_when_they_closed,
+                refused_closing_commits_enter_nothing,
+                forget_drops_only_what_it_names,
+            }
             model {
                 model_based,
             }

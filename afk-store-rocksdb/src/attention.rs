@@ -74,10 +74,14 @@ fn decode(inner: &Inner, k: &[u8]) -> Result<(ThreadId, RunId)> {
 
 /// Add the index change `commit` carries to `batch`, which holds the commit's records. Called
 /// only for a commit that passed its checks and its fence, under the run's lock.
+/// A closing commit also enters its run into the index of finished runs (`finished.rs`).
 pub(crate) fn stage(batch: &mut WriteBatch, commit: &Commit) {
     match &commit.attention {
         Some(Attention::Open(entry)) => batch.put(key(&commit.thread, &commit.run), entry),
-        Some(Attention::Closed) => batch.delete(key(&commit.thread, &commit.run)),
+        Some(Attention::Closed) => {
+            batch.delete(key(&commit.thread, &commit.run));
+            crate::finished::stage_closed(batch, commit, afk_core::store::store_now_ms());
+        }
         None => {}
     }
 }

@@ -6,6 +6,7 @@ mod builder;
 mod compat;
 mod config;
 mod error;
+mod finished;
 mod layout;
 mod ops;
 mod store;

@@ -127,7 +127,7 @@ fn open_error(err: rocksdb::Error, config: &RocksDbConfig) -> afk_core::Error {
 #[async_trait]
 impl Store for RocksDbStore {
     /// `rocksdb`: durable when opened with sync writes, one process only, batched commits, the
-    /// index of runs that need attention.
+    /// index of runs that need attention and that of finished runs.
     fn capabilities(&self) -> Capabilities {
         let mut c = Capabilities::new("rocksdb");
         c.durable = self.config.sync;
@@ -136,7 +136,28 @@ impl Store for RocksDbStore {
         c.list_threads = true;
         c.attention = true;
         c.claim_if = true;
+        c.finished = true;
         c
+    }
+
+    /// One iterator over the index of finished runs, from the cursor to the cutoff (see
+    /// `finished.rs`).
+    async fn list_finished(
+        &self,
+        before_ms: u64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk_core::store::FinishedPage> {
+        let cursor = cursor.map(str::to_owned);
+        self.blocking(move |db| crate::finished::list(db, before_ms, cursor.as_deref(), limit))
+            .await
+    }
+
+    /// One write batch of deletes.
+    async fn forget_finished(&self, entries: &[afk_core::store::FinishedRun]) -> Result<()> {
+        let entries = entries.to_vec();
+        self.blocking(move |db| crate::finished::forget(db, &entries))
+            .await
     }
 
     /// One bounded iterator over the index, from the cursor on, in `(thread, run)` order (see

@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 
-use afk_core::store::{Commit, latest_key, validate_commit};
+use afk_core::store::{Attention, Commit, FinishedRun, latest_key, store_now_ms, validate_commit};
 use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use futures::{StreamExt, TryStreamExt, stream};
 
@@ -216,13 +216,27 @@ impl S3Store {
         let flush = self
             .plan_flush(thread, run, &read, &slots, seq, &nonce)
             .await?;
-        // A commit that opens the run creates its marker before the swap (see `attention.rs`).
+        // A commit that opens the run creates its marker before the swap (see `attention.rs`);
+        // one that closes it, its entry in the index of finished runs (see `finished.rs`).
         let marker = moves.wants_marker(&read).then(|| {
             self.layout
                 .marker(thread, run, &moves.mark(read.seq, &nonce))
         });
+        let finished = (commit.attention == Some(Attention::Closed)).then(|| {
+            self.layout.finished(&FinishedRun {
+                finished_ms: store_now_ms(),
+                thread: thread.clone(),
+                run: run.clone(),
+            })
+        });
         let mut objects = self
-            .write_objects(thread, run, bodies, flush.as_ref(), marker)
+            .write_objects(
+                thread,
+                run,
+                bodies,
+                flush.as_ref(),
+                marker.into_iter().chain(finished),
+            )
             .await?;
         let attempt = Attempt {
             commit,
@@ -347,11 +361,11 @@ impl S3Store {
         run: &RunId,
         bodies: Vec<(String, Cow<'_, [u8]>)>,
         flush: Option<&Flush>,
-        marker: Option<String>,
+        markers: impl Iterator<Item = String>,
     ) -> Result<Vec<String>> {
         let mut objects: Vec<String> = Vec::with_capacity(bodies.len() + 2);
         let mut writes: Vec<_> = Vec::with_capacity(bodies.len() + 2);
-        if let Some(key) = marker {
+        for key in markers {
             writes.push(self.put_record(key.clone(), Vec::new()));
             objects.push(key);
         }

@@ -217,7 +217,7 @@ fn attempt_nonce(suffix: &str) -> Option<&str> {
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
     /// `""` or `"<prefix>/"`.
-    root: String,
+    pub(crate) root: String,
 }
 
 impl Layout {

@@ -6,6 +6,7 @@ mod builder;
 mod commit;
 mod config;
 mod error;
+mod finished;
 mod head;
 mod index;
 mod open;

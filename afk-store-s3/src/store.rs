@@ -345,7 +345,24 @@ impl Store for S3Store {
         caps.list_threads = true;
         caps.attention = true;
         caps.claim_if = true;
+        caps.finished = true;
         caps
+    }
+
+    /// Entries listed by one `ListObjectsV2` page up to the cutoff (see `finished.rs`); the
+    /// cursor is the last entry's key.
+    async fn list_finished(
+        &self,
+        before_ms: u64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<afk_core::store::FinishedPage> {
+        self.list_finished_page(before_ms, cursor, limit).await
+    }
+
+    /// One `DeleteObjects` per 1,000 entries.
+    async fn forget_finished(&self, entries: &[afk_core::store::FinishedRun]) -> Result<()> {
+        self.forget_finished_entries(entries).await
     }
 
     /// Markers listed by one `ListObjectsV2` page, each checked against its run's head (one

@@ -46,8 +46,8 @@ pub(crate) async fn list_threads(
         else {
             continue;
         };
-        if name == crate::head::MARKERS {
-            // The store's own folder (the index of runs that need attention), not a thread.
+        if name == crate::head::MARKERS || name == crate::finished::FINISHED {
+            // The store's own folders (its indexes of runs), not threads.
             continue;
         }
         match ThreadId::new(name) {

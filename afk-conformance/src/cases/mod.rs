@@ -16,6 +16,7 @@ pub mod corruption;
 pub mod crash;
 pub mod delete;
 pub mod fencing;
+pub mod finished;
 pub mod isolation;
 pub mod keys;
 pub mod large;

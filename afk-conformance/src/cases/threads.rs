@@ -212,6 +212,17 @@ mod tests {
         async fn attention(&self, t: &ThreadId, r: &RunId) -> Result<Option<Vec<u8>>> {
             self.0.attention(t, r).await
         }
+        async fn list_finished(
+            &self,
+            before_ms: u64,
+            cursor: Option<&str>,
+            limit: usize,
+        ) -> Result<afk_core::store::FinishedPage> {
+            self.0.list_finished(before_ms, cursor, limit).await
+        }
+        async fn forget_finished(&self, e: &[afk_core::store::FinishedRun]) -> Result<()> {
+            self.0.forget_finished(e).await
+        }
         async fn claim_if_new(&self, t: &ThreadId, r: &RunId) -> Result<Option<Epoch>> {
             self.0.claim_if_new(t, r).await
         }

@@ -32,3 +32,12 @@ pub fn child_run_id(parent: &RunId, step: u64, call_id: &str) -> RunId {
     // 4 + 32 characters of [a-z0-9_]: always a valid run id.
     RunId::new(format!("sub_{}", &hex[..32])).unwrap_or_else(|_| parent.clone())
 }
+
+/// Whether `run` has the form [`child_run_id`] gives (`sub_` and 32 lowercase hex digits).
+pub(crate) fn is_child_run_id(run: &RunId) -> bool {
+    run.as_str().strip_prefix("sub_").is_some_and(|h| {
+        h.len() == 32
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}

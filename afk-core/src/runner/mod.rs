@@ -34,8 +34,8 @@
 //!    `subagent::Launch`, which `start` implements and hands down: the recursion a
 //!    delegation makes is a call through it, not an import cycle.
 //! 5. **Public API**: [`Runner`] (`api`), [`RunHandle`] (`handle`), the operator calls
-//!    (`operator`), the [`Worker`] that resumes the runs nobody works on (`worker`), and this
-//!    module's re-exports.
+//!    (`operator`), the [`Worker`] that resumes the runs nobody works on (`worker`), the
+//!    retention sweep of finished runs (`retention`), and this module's re-exports.
 //! 6. **Test kit** (feature `test-kit`): a scripted model and tools (`scripted`) and the
 //!    fixture checks (`fixture_check`).
 
@@ -58,6 +58,7 @@ mod output_limit;
 mod persist;
 mod prompt;
 mod resume;
+mod retention;
 #[cfg(any(test, feature = "test-kit"))]
 pub mod scripted;
 mod settle;
@@ -80,6 +81,7 @@ pub use handle::RunHandle;
 pub use journal::Settlement;
 pub use llm::{LlmClient, LlmRequest};
 pub use operator::Recorded;
+pub use retention::{Swept, sweep_finished};
 pub use stats::RunnerStats;
 pub use tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
 pub use worker::{Worker, WorkerConfig, WorkerHandle, WorkerStats};

@@ -18,6 +18,10 @@
 //! Each run that fails to resume is retried after a backoff that doubles (jittered) up to
 //! [`WorkerConfig::max_backoff`]; at most [`WorkerConfig::concurrency`] runs at once.
 //!
+//! With [`WorkerConfig::with_retention`], the worker also deletes finished runs past an age
+//! ([`sweep_finished`](super::sweep_finished), every [`WorkerConfig::sweep_every`]) on stores
+//! that keep an index of finished runs (RocksDB, S3); runs that have not finished never go.
+//!
 //! [`WorkerHandle::shutdown`] stops taking runs, interrupts the ones in flight (they stop at
 //! their next safe point, with nothing terminal written, and let go of their leases so another
 //! worker takes them at once) and waits for them up to a deadline; runs still going then are
@@ -57,6 +61,14 @@ pub struct WorkerConfig {
     pub max_backoff: Duration,
     /// How long [`WorkerHandle::shutdown`] waits for interrupted runs. Default 10 s.
     pub shutdown_deadline: Duration,
+    /// Delete runs that finished longer ago than this (a retention sweep); `None` (the
+    /// default) keeps them. Only on stores with
+    /// [`Capabilities::finished`](crate::store::Capabilities::finished); on Redis the per-run
+    /// time to live does this.
+    pub retention: Option<Duration>,
+    /// How often the retention sweep runs (jittered by ±50%), the first time right after the
+    /// worker starts. Default 10 min.
+    pub sweep_every: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -67,6 +79,8 @@ impl Default for WorkerConfig {
             backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(300),
             shutdown_deadline: Duration::from_secs(10),
+            retention: None,
+            sweep_every: Duration::from_secs(600),
         }
     }
 }
@@ -100,6 +114,15 @@ impl WorkerConfig {
         self.shutdown_deadline = d;
         self
     }
+
+    /// Delete runs that finished more than `older_than` ago ([`WorkerConfig::retention`]),
+    /// sweeping every `every` ([`WorkerConfig::sweep_every`], at least 1 ms).
+    #[must_use]
+    pub fn with_retention(mut self, older_than: Duration, every: Duration) -> Self {
+        self.retention = Some(older_than);
+        self.sweep_every = every.max(Duration::from_millis(1));
+        self
+    }
 }
 
 /// What a worker did, for metrics and tests.
@@ -123,6 +146,10 @@ pub struct WorkerStats {
     /// For each takeover of an expired lease: how long after the lease's end it happened, in
     /// ms (the newest 10,000).
     pub takeover_delays_ms: Vec<u64>,
+    /// Finished runs the retention sweeps deleted.
+    pub swept: u64,
+    /// Retention sweeps that ended with an error (retried at the next sweep).
+    pub sweep_errors: u64,
 }
 
 /// Resumes the runs that need it; see the module docs.
@@ -184,6 +211,8 @@ impl Worker {
             in_flight: Arc::new(Mutex::new(HashMap::new())),
             tasks: JoinSet::new(),
             started_ms,
+            sweep: None,
+            next_sweep: tokio::time::Instant::now(),
         };
         WorkerHandle {
             stop,
@@ -239,6 +268,10 @@ struct Loop {
     /// When this worker started (ms, by the runner's clock): entries of its own owner id
     /// written before are its earlier incarnation's.
     started_ms: u64,
+    /// The retention sweep in progress, if any.
+    sweep: Option<tokio::task::JoinHandle<Result<super::retention::Swept>>>,
+    /// When the next retention sweep starts.
+    next_sweep: tokio::time::Instant,
 }
 
 impl Loop {
@@ -246,6 +279,7 @@ impl Loop {
         let slots = Arc::new(Semaphore::new(self.config.concurrency));
         while !*self.stopped.borrow() {
             self.reap();
+            self.retention().await;
             if let Err(e) = self.look(&slots).await {
                 tracing::warn!(error = %e, "worker could not list the runs that need attention");
             }
@@ -258,6 +292,51 @@ impl Loop {
             }
         }
         self.wind_down().await;
+    }
+
+    /// Collect a retention sweep that ended, and start one when it is due.
+    async fn retention(&mut self) {
+        let Some(older_than) = self.config.retention else {
+            return;
+        };
+        if let Some(h) = self.sweep.take_if(|h| h.is_finished()) {
+            let result = h.await; // finished: no wait
+            let mut stats = lock(&self.stats);
+            match result {
+                Ok(Ok(swept)) => {
+                    stats.swept += swept.deleted;
+                    tracing::info!(
+                        deleted = swept.deleted,
+                        kept = swept.kept,
+                        keys = swept.keys,
+                        "retention sweep done"
+                    );
+                }
+                Ok(Err(error)) => {
+                    stats.sweep_errors += 1;
+                    tracing::warn!(%error, "retention sweep failed; retried at the next sweep");
+                }
+                Err(error) => {
+                    stats.sweep_errors += 1;
+                    tracing::warn!(%error, "retention sweep panicked; retried at the next sweep");
+                }
+            }
+        }
+        let now = tokio::time::Instant::now();
+        if self.sweep.is_some() || now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + jittered(self.config.sweep_every);
+        let store = Arc::clone(self.runner.store());
+        if !store.capabilities().finished {
+            return;
+        }
+        // The index is stamped with the stores' clocks (wall clocks), not the runner's.
+        let age = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
+        let before = crate::store::store_now_ms().saturating_sub(age);
+        self.sweep = Some(tokio::spawn(async move {
+            super::retention::sweep_finished(store.as_ref(), before).await
+        }));
     }
 
     /// One look at the index: start every run that is due, as slots allow.
@@ -453,6 +532,9 @@ impl Loop {
 
     /// Interrupt what is in flight, wait up to the deadline, abort the rest.
     async fn wind_down(&mut self) {
+        if let Some(sweep) = self.sweep.take() {
+            sweep.abort(); // idempotent: the next worker's sweep finds what is left
+        }
         for ctl in lock(&self.in_flight).values() {
             let _ = ctl.send(Signal::Interrupt);
         }

@@ -391,6 +391,21 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         self.inner.attention(thread, run).await
     }
 
+    async fn list_finished(
+        &self,
+        before_ms: u64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::store::FinishedPage> {
+        self.enter(Op::List).await?;
+        self.inner.list_finished(before_ms, cursor, limit).await
+    }
+
+    async fn forget_finished(&self, entries: &[crate::store::FinishedRun]) -> Result<()> {
+        self.enter(Op::Delete).await?;
+        self.inner.forget_finished(entries).await
+    }
+
     async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
         // Not counted as a call (the crash points of the tests count the others): only a crashed
 

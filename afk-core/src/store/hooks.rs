@@ -105,6 +105,17 @@ pub enum Call<'a> {
         /// The run.
         run: &'a RunId,
     },
+    /// [`Store::list_finished`].
+    ListFinished {
+        /// The cutoff, ms since the Unix epoch.
+        before_ms: u64,
+        /// Where the page starts.
+        cursor: Option<&'a str>,
+        /// Most entries on the page.
+        limit: usize,
+    },
+    /// [`Store::forget_finished`].
+    ForgetFinished(&'a [super::FinishedRun]),
 }
 
 impl Call<'_> {
@@ -125,6 +136,8 @@ impl Call<'_> {
             Call::ListThreads { .. } => "list_threads",
             Call::ListAttention { .. } => "list_attention",
             Call::Attention { .. } => "attention",
+            Call::ListFinished { .. } => "list_finished",
+            Call::ForgetFinished(_) => "forget_finished",
         }
     }
 }
@@ -361,5 +374,25 @@ impl<H: Hooks, S: Store + ?Sized> Store for HookStore<H, S> {
     async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
         let call = Call::Attention { thread, run };
         self.around(call, self.inner.attention(thread, run)).await
+    }
+
+    async fn list_finished(
+        &self,
+        before_ms: u64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<super::FinishedPage> {
+        let call = Call::ListFinished {
+            before_ms,
+            cursor,
+            limit,
+        };
+        self.around(call, self.inner.list_finished(before_ms, cursor, limit))
+            .await
+    }
+
+    async fn forget_finished(&self, entries: &[super::FinishedRun]) -> Result<()> {
+        let call = Call::ForgetFinished(entries);
+        self.around(call, self.inner.forget_finished(entries)).await
     }
 }

@@ -9,19 +9,20 @@
 //! scan); the fence of a run is the key `run:<run>` holding `{"epoch": n}`, visible to
 //! [`Store::get`] and [`Store::list`] like any other key. Values are copied in and out; no
 //! caller ever shares a buffer with the store. The index of runs that need attention is one
-//! `BTreeMap` by `(thread, run)` beside the threads, under the same lock as the commits that
-//! move runs in and out of it.
+//! `BTreeMap` by `(thread, run)` beside the threads, and the index of finished runs one sorted
+//! set of entries, both under the same lock as the commits that move runs in and out of them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 
 use super::{
-    Attention, AttentionPage, AttentionRun, Capabilities, Commit, CommitRejected, Epoch, ListPage,
-    Store, attention_list_limit, latest_key, parse_attention_cursor, run_key, validate_commit,
-    validate_list,
+    Attention, AttentionPage, AttentionRun, Capabilities, Commit, CommitRejected, Epoch,
+    FinishedPage, FinishedRun, ListPage, Store, attention_list_limit, finished_cursor,
+    finished_list_limit, latest_key, parse_attention_cursor, parse_finished_cursor, run_key,
+    store_now_ms, validate_commit, validate_list,
 };
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId, validate_key};
@@ -31,12 +32,14 @@ const RUN_FAMILIES: [&str; 4] = ["checkpoint", "effect", "messages", "bgtool"];
 
 type Keys = BTreeMap<String, Vec<u8>>;
 
-/// Everything the store holds, under its one lock: the keys of each thread, and the index of
-/// runs that need attention. Dereferences to the threads, which nearly every method works on.
+/// Everything the store holds, under its one lock: the keys of each thread, the index of runs
+/// that need attention and the index of finished runs. Dereferences to the threads, which
+/// nearly every method works on.
 #[derive(Debug, Default)]
 struct Inner {
     threads: HashMap<ThreadId, Keys>,
     attention: BTreeMap<(ThreadId, RunId), Vec<u8>>,
+    finished: BTreeSet<FinishedRun>,
 }
 
 impl std::ops::Deref for Inner {
@@ -153,7 +156,42 @@ impl Store for MemoryStore {
         c.list_threads = true;
         c.attention = true;
         c.claim_if = true;
+        c.finished = true;
         c
+    }
+
+    /// Entries in their own order; the cursor names the last entry of the previous page.
+    async fn list_finished(
+        &self,
+        before_ms: u64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<FinishedPage> {
+        let limit = finished_list_limit(limit);
+        let after = cursor.map(parse_finished_cursor).transpose()?;
+        let inner = self.lock();
+        let start = match &after {
+            Some(e) => Bound::Excluded(e),
+            None => Bound::Unbounded,
+        };
+        let mut rest = inner
+            .finished
+            .range((start, Bound::Unbounded))
+            .take_while(|e| e.finished_ms < before_ms);
+        let runs: Vec<FinishedRun> = rest.by_ref().take(limit).cloned().collect();
+        let next_cursor = match (rest.next(), runs.last()) {
+            (Some(_), Some(last)) => Some(finished_cursor(last)),
+            _ => None,
+        };
+        Ok(FinishedPage { runs, next_cursor })
+    }
+
+    async fn forget_finished(&self, entries: &[FinishedRun]) -> Result<()> {
+        let mut inner = self.lock();
+        for e in entries {
+            inner.finished.remove(e);
+        }
+        Ok(())
     }
 
     /// The look at the epoch and the claim under one lock: atomic.
@@ -366,6 +404,11 @@ impl Store for MemoryStore {
             }
             Some(Attention::Closed) => {
                 threads.attention.remove(&(thread.clone(), run.clone()));
+                threads.finished.insert(FinishedRun {
+                    finished_ms: store_now_ms(),
+                    thread: thread.clone(),
+                    run: run.clone(),
+                });
             }
             None => {}
         }

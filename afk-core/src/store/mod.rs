@@ -30,6 +30,7 @@ mod attention;
 mod ext;
 #[cfg(any(test, feature = "test-kit"))]
 mod fault;
+mod finished;
 #[cfg(any(test, feature = "test-kit"))]
 mod hooks;
 // `MemoryStore` is named at the crate root only (`afk_core::MemoryStore`).
@@ -46,6 +47,10 @@ pub use attention::{
 pub use ext::StoreExt;
 #[cfg(any(test, feature = "test-kit"))]
 pub use fault::{CrashMode, FaultEvent, FaultStore, Hold, Op};
+pub use finished::{
+    FINISHED_MS_DIGITS, FinishedPage, FinishedRun, finished_cursor, finished_list_limit,
+    finished_unsupported, parse_finished_cursor, store_now_ms,
+};
 #[cfg(any(test, feature = "test-kit"))]
 pub use hooks::{Call, Done, HookStore, Hooks};
 #[cfg(test)]
@@ -163,6 +168,11 @@ pub struct Capabilities {
     pub attention: bool,
     /// Whether [`Store::claim_if`] claims on condition of the current epoch.
     pub claim_if: bool,
+    /// Whether the store keeps the index of finished runs by when they finished
+    /// ([`Store::list_finished`], [`Store::forget_finished`]), for a retention sweep. A store
+    /// whose server expires finished runs itself (Redis's per-run time to live) has no need
+    /// of it.
+    pub finished: bool,
 }
 
 impl Capabilities {
@@ -179,6 +189,7 @@ impl Capabilities {
             list_threads: false,
             attention: false,
             claim_if: false,
+            finished: false,
         }
     }
 }
@@ -244,6 +255,7 @@ pub const MAX_LIST_LIMIT: usize = 1000;
 /// | `delete`, `delete_run` (every family, prefix-sharing runs untouched) | `delete::*`, `isolation::prefix_sharing_runs_are_isolated` |
 /// | threads and runs isolated | `isolation::*` |
 /// | the index of runs that need attention: listed once with their entry, moved only by applied commits, atomically with them | `attention::*` (stores with [`Capabilities::attention`]) |
+/// | the index of finished runs: every applied closing commit enters its run, stamped, listed oldest first below a cutoff, once each; `forget_finished` drops only what it names | `finished::*` (stores with [`Capabilities::finished`]) |
 /// | values: empty, odd bytes, up to `max_value_size` | `values::*` |
 /// | keys: odd valid ones round-trip, invalid ones `InvalidInput` | `keys::*` |
 /// | everything above against the reference store, shrunk to a minimal sequence | `model::model_based` |
@@ -422,6 +434,40 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
         let _ = (thread, run);
         Err(attention_unsupported(self.capabilities().name))
+    }
+
+    /// List the index of finished runs: the runs a commit carrying [`Attention::Closed`]
+    /// (also [`Store::finish_run`]'s) closed before `before_ms` by the store's clock (ms since
+    /// the Unix epoch), oldest first, in `(finished_ms, thread, run)` order, at most `limit`
+    /// per page (clamped to `1..=`[`MAX_LIST_LIMIT`]); pass the returned `next_cursor` to
+    /// continue (opaque). Costs O(entries listed): a sweep reads what it may delete and
+    /// nothing else.
+    ///
+    /// Every applied closing commit enters its run; a refused one enters nothing. The index is
+    /// a hint: an entry stays until [`Store::forget_finished`] drops it, so a run may be listed
+    /// after it was deleted, twice (closed twice), or after a later commit opened it again.
+    /// Whoever deletes by it checks the run first.
+    ///
+    /// Errors: `Unsupported` unless [`Capabilities::finished`] (the default); `InvalidInput`
+    /// for a cursor the store did not hand out; `Unavailable`.
+    async fn list_finished(
+        &self,
+        before_ms: u64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<FinishedPage> {
+        let _ = (before_ms, cursor, limit);
+        Err(finished_unsupported(self.capabilities().name))
+    }
+
+    /// Drop these entries from the index of finished runs (exactly as listed: the same time,
+    /// thread and run); entries not in the index are ignored. The runs themselves are
+    /// untouched.
+    ///
+    /// Errors: `Unsupported` unless [`Capabilities::finished`] (the default); `Unavailable`.
+    async fn forget_finished(&self, entries: &[FinishedRun]) -> Result<()> {
+        let _ = entries;
+        Err(finished_unsupported(self.capabilities().name))
     }
 
     /// Apply several commits, in order, as one batch where the backend can (pipelines, write

@@ -374,6 +374,26 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
         .await
     }
 
+    async fn list_finished(
+        &self,
+        before_ms: u64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::store::FinishedPage> {
+        with_retry(&self.policy, &self.rng, &self.retries, || {
+            self.inner.list_finished(before_ms, cursor, limit)
+        })
+        .await
+    }
+
+    /// Retried: dropping an entry twice is harmless.
+    async fn forget_finished(&self, entries: &[crate::store::FinishedRun]) -> Result<()> {
+        with_retry(&self.policy, &self.rng, &self.retries, || {
+            self.inner.forget_finished(entries)
+        })
+        .await
+    }
+
     async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
         with_retry(&self.policy, &self.rng, &self.retries, || {
             self.inner.finish_run(thread, run, epoch)

@@ -27,6 +27,7 @@ mod runner_outage;
 mod runner_pause;
 mod runner_policies;
 mod runner_repeated_ids;
+mod runner_retention;
 mod runner_settle;
 mod runner_specs;
 mod runner_start_race;

@@ -84,3 +84,16 @@ async fn a_paused_run_outlives_the_ttl_and_resumes_and_a_finished_one_expires() 
     let page = store.list(&thread, "", None, 100).await.expect("list");
     assert!(page.keys.is_empty(), "left after expiry: {:?}", page.keys);
 }
+
+/// Redis expires finished runs itself: the sweep, which needs an index of finished runs, is
+/// `Unsupported` there, with nothing deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retention_sweep_is_unsupported_where_the_ttl_does_the_job() {
+    let Some(url) = require_env("AFK_TEST_REDIS_URL") else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(connect(config(&url).with_ttl_s(60)).await);
+    afk_conformance::retention::sweep_deletes_finished_runs_and_nothing_else(store)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}

@@ -9,4 +9,5 @@ mod conformance;
 mod durability;
 mod list_delete;
 mod open;
+mod retention;
 mod store;

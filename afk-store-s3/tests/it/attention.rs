@@ -354,7 +354,8 @@ async fn per_commit(
 
 /// Commits that keep a run open (a new entry on an open run) send exactly what commits
 /// without an attention send, through head flushes and merges; the opening commit adds one
-/// PUT (its marker), the closing one a `DeleteObjects` unless it sends one anyway.
+/// PUT (its marker), the closing one a PUT (its entry in the index of finished runs, sent
+/// with its records) and a `DeleteObjects` unless it sends one anyway.
 /// `finish_run` of a finished run is the read it always was.
 #[tokio::test]
 async fn only_commits_that_open_or_close_a_run_add_requests() {
@@ -381,8 +382,8 @@ async fn only_commits_that_open_or_close_a_run_add_requests() {
     let [g, p, o] = plain[N as usize - 1];
     assert_eq!(
         attn[N as usize - 1],
-        [g, p, o.max(1)],
-        "closing: the marker delete"
+        [g, p + 1, o.max(1)],
+        "closing: the finished entry and the marker delete"
     );
     let (t, r) = ids("run_attn");
     let before = store.traffic();

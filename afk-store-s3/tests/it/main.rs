@@ -13,6 +13,7 @@ mod packs;
 mod proxy;
 mod race;
 mod restart;
+mod retention;
 mod single_writer;
 mod store;
 mod traffic;

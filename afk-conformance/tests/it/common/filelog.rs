@@ -146,6 +146,19 @@ impl Store for FileLog {
         Err(attention_unsupported("filelog"))
     }
 
+    async fn list_finished(
+        &self,
+        _before_ms: u64,
+        _cursor: Option<&str>,
+        _limit: usize,
+    ) -> Result<afk_core::store::FinishedPage> {
+        Err(afk_core::store::finished_unsupported("filelog"))
+    }
+
+    async fn forget_finished(&self, _entries: &[afk_core::store::FinishedRun]) -> Result<()> {
+        Err(afk_core::store::finished_unsupported("filelog"))
+    }
+
     async fn claim_if(
         &self,
         _thread: &ThreadId,

@@ -1,0 +1,178 @@
+//! Retention through the runner on the reference store: a child run (a subagent's) is never
+//! deleted on its own, since a parent that has not finished may still need it, and goes with
+//! its parent once that one is swept; a worker with a retention sweeps finished runs and
+//! keeps paused ones.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
+use afk_core::runner::{
+    Agent, Decision, GateDecision, Outcome, Runner, ToolGate, Worker, WorkerConfig, child_run_id,
+    sweep_finished,
+};
+use afk_core::schema::ToolCall;
+use afk_core::store::{Store, StoreExt, latest_key, store_now_ms};
+use afk_core::{MemoryStore, RunId, ThreadId};
+use common::{resp, runner};
+use serde_json::json;
+
+/// Catches a hang; measures nothing.
+const NO_HANG: Duration = Duration::from_secs(20);
+
+/// Asks a human before every `add`.
+#[derive(Debug)]
+struct AddGate;
+
+impl ToolGate for AddGate {
+    fn decide(&self, _step: u64, call: &ToolCall) -> GateDecision {
+        if call.tool_name == "add" {
+            GateDecision::RequestApproval("adding needs approval".into())
+        } else {
+            GateDecision::Allow
+        }
+    }
+}
+
+/// Delegates to a child that pays (call `d1`, the child finishes), then asks to `add` (gated:
+/// the parent pauses with its child finished), then answers.
+fn parent(counter: &InvocationCounter) -> Agent {
+    let llm = ScriptedLlm::new(vec![
+        resp(json!({"text": "delegating", "tool_calls": [
+            {"id": "d1", "tool_name": "payer", "arguments": {"input": "pay 5"}}]})),
+        resp(json!({"text": "adding", "tool_calls": [
+            {"id": "c2", "tool_name": "add", "arguments": {"a": 1, "b": 2}}]})),
+        resp(json!({"text": "done", "tool_calls": []})),
+    ]);
+    Agent::new("boss", "Delegate, then add.", "m1", llm)
+        .with_subagent(common::payer(common::charge(counter)))
+        .with_tool(ScriptedTool::add(counter.clone()))
+        .with_gate(Arc::new(AddGate))
+}
+
+async fn keys_of(store: &dyn Store, thread: &ThreadId, run: &RunId) -> usize {
+    store
+        .list_all(thread, "")
+        .await
+        .unwrap()
+        .iter()
+        .filter(|k| {
+            afk_core::keys::run_prefixes(run)
+                .iter()
+                .any(|p| k.starts_with(p.as_str()))
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_run_is_kept_while_its_parent_waits_and_goes_with_its_parent() {
+    let store = Arc::new(MemoryStore::new());
+    let (thread, run) = (
+        ThreadId::new("t_ret").unwrap(),
+        RunId::new("run_boss").unwrap(),
+    );
+    let child = child_run_id(&run, 1, "d1");
+    let counter = InvocationCounter::new();
+    let r = runner(store.clone(), false);
+    let out = r
+        .run_with_id(&parent(&counter), &thread, run.clone(), "go")
+        .result()
+        .await
+        .unwrap();
+    assert!(matches!(out, Outcome::Paused { .. }), "{out:?}");
+    assert_eq!(counter.get("c1"), 1, "the child paid once");
+    let listed = store.list_finished(u64::MAX, None, 100).await.unwrap();
+    assert!(
+        listed.runs.iter().any(|e| e.run == child),
+        "the finished child is in the index: {listed:?}"
+    );
+
+    // The parent waits for a human with its child finished: the child stays.
+    let swept = sweep_finished(store.as_ref(), u64::MAX).await.unwrap();
+    assert_eq!(swept.deleted, 0, "{swept:?}");
+    assert!(keys_of(store.as_ref(), &thread, &child).await > 0);
+
+    let out = r
+        .resume_with_decision(&parent(&counter), &thread, &run, Decision::Approve)
+        .result()
+        .await
+        .unwrap();
+    assert!(matches!(out, Outcome::Completed(_)), "{out:?}");
+    assert_eq!(counter.get("c1"), 1, "the child's payment was not repeated");
+
+    // The parent finished: it goes, and its child with it (although the child's own entry
+    // was dropped by the first sweep).
+    let swept = sweep_finished(store.as_ref(), u64::MAX).await.unwrap();
+    assert_eq!(swept.deleted, 2, "{swept:?}");
+    assert_eq!(keys_of(store.as_ref(), &thread, &run).await, 0);
+    assert_eq!(keys_of(store.as_ref(), &thread, &child).await, 0);
+    assert!(store.is_empty(), "left: {:?}", store.dump());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_a_retention_sweeps_finished_runs_and_keeps_paused_ones() {
+    let store = Arc::new(MemoryStore::new());
+    let thread = ThreadId::new("t_worker_ret").unwrap();
+    let (done, paused) = (
+        RunId::new("r_done").unwrap(),
+        RunId::new("r_paused").unwrap(),
+    );
+    let counter = InvocationCounter::new();
+    let r: Runner = runner(store.clone(), false);
+    let adder = |counter: &InvocationCounter| {
+        let llm = ScriptedLlm::new(vec![
+            resp(json!({"text": "adding", "tool_calls": [
+                {"id": "c2", "tool_name": "add", "arguments": {"a": 1, "b": 2}}]})),
+            resp(json!({"text": "done", "tool_calls": []})),
+        ]);
+        Agent::new("adder", "Add.", "m1", llm).with_tool(ScriptedTool::add(counter.clone()))
+    };
+    let out = r
+        .run_with_id(&adder(&counter), &thread, done.clone(), "go")
+        .result()
+        .await
+        .unwrap();
+    assert!(matches!(out, Outcome::Completed(_)), "{out:?}");
+    let gated = adder(&counter).with_gate(Arc::new(AddGate));
+    let out = r
+        .run_with_id(&gated, &thread, paused.clone(), "go")
+        .result()
+        .await
+        .unwrap();
+    assert!(matches!(out, Outcome::Paused { .. }), "{out:?}");
+    let stamp = store_now_ms();
+    while store_now_ms() <= stamp {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    let worker = Worker::new(r.clone())
+        .register(gated)
+        .with_config(
+            WorkerConfig::default()
+                .with_poll_interval(Duration::from_millis(5))
+                .with_retention(Duration::ZERO, Duration::from_millis(5)),
+        )
+        .start();
+    tokio::time::timeout(NO_HANG, async {
+        while worker.stats().swept == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the worker swept nothing");
+    let stats = worker.shutdown().await;
+    assert_eq!((stats.swept, stats.sweep_errors), (1, 0), "{stats:?}");
+    assert_eq!(keys_of(store.as_ref(), &thread, &done).await, 0);
+    assert!(
+        store
+            .get(&thread, &latest_key(&paused))
+            .await
+            .unwrap()
+            .is_some(),
+        "the paused run was swept"
+    );
+}
