@@ -29,6 +29,7 @@ mod runs;
 mod settle;
 mod show;
 mod status;
+mod sweep;
 mod threads;
 mod timeline;
 mod transfer;
@@ -78,6 +79,8 @@ enum Command {
     Migrate(migrate::Args),
     /// Delete runs: one by id, or all but the newest N.
     Prune(prune::Args),
+    /// Delete the runs that finished more than an age ago, in every thread (RocksDB, S3).
+    Sweep(sweep::Args),
     /// Work with the AFK golden fixtures.
     Fixtures(fixtures::Args),
     /// Say what an uncertain tool call did (the run stopped with `EffectUncertain`), without
@@ -118,6 +121,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify::run(args, &ctx),
         Command::Migrate(args) => migrate::run(args, &ctx),
         Command::Prune(args) => prune::run(args, &ctx),
+        Command::Sweep(args) => sweep::run(args, &ctx),
         Command::Fixtures(args) => fixtures::run(args, store, cli.json),
         Command::Settle(args) => settle::settle(args, &ctx),
         Command::Decide(args) => settle::decide(args, &ctx),

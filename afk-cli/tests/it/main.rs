@@ -14,4 +14,5 @@ mod cli_progress;
 mod cli_redis_index;
 mod cli_servers;
 mod cli_settle;
+mod cli_sweep;
 mod common;
