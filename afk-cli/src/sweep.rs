@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use afk_core::store::store_now_ms;
-use afk_core::{Error, Result};
+use afk_core::Error;
 use serde_json::json;
 
 use super::output::{Ctx, Report, wl};
