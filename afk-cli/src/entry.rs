@@ -12,12 +12,13 @@
 //! a run without an entry): `{"state", "owner", "lease_until_ms", "lease_until",
 //! "lease_remaining_ms", "not_before_ms", "not_before", "waiting_for_human", "agent",
 //! "version", "depth", "epoch", "updated_ms"}`. `state` is the entry's (`running`, `stopped`,
-//! `paused`, `uncertain`, `ready`, `suspended`); `owner` the runner holding the run (null when
+//! `paused`, `uncertain`, `ready`, `suspended`, `mismatch`); `owner` the runner holding the run (null when
 //! nobody does); `lease_until_ms` and `lease_until` (UTC) the lease's end, null without a
 //! lease; `lease_remaining_ms` how long it still holds by this machine's clock, negative once
 //! it has expired; `not_before_ms` and `not_before` when a suspended run may go on (null
-//! otherwise); `waiting_for_human` `"decision"` (paused) or `"settlement"` (uncertain), null
-//! when no human is needed.
+//! otherwise); `waiting_for_human` `"decision"` (paused), `"settlement"` (uncertain) or
+//! `"deployment"` (mismatch: a resume by another agent than the run's was refused; `agent` and
+//! `version` name the run's), null when no human is needed.
 
 use afk_core::schema::{MarkState, RunMark};
 use afk_core::store::Store;
@@ -94,6 +95,7 @@ fn waiting_for(state: MarkState) -> Option<&'static str> {
     match state {
         MarkState::Paused => Some("decision"),
         MarkState::Uncertain => Some("settlement"),
+        MarkState::Mismatch => Some("deployment"),
         _ => None,
     }
 }
@@ -167,6 +169,14 @@ impl Entry {
 
     /// What the entry means for the operator, or `""` when a live runner holds the run.
     pub fn note(&self) -> String {
+        if self.waiting_for_human == Some("deployment") {
+            let version = self.version.as_deref().unwrap_or("(none)");
+            return format!(
+                "waiting for a human: a resume by another agent was refused; deploy agent '{}' \
+                 version {version}, or one declaring that version compatible",
+                self.agent
+            );
+        }
         if let Some(what) = self.waiting_for_human {
             let cmd = if what == "decision" {
                 "afk decide"
@@ -238,6 +248,7 @@ mod tests {
             parent: None,
             updated_ms: NOW - 600,
             epoch: 3,
+            refused: None,
             extra: Default::default(),
         }
     }
@@ -296,6 +307,14 @@ mod tests {
         let j = serde_json::to_value(&e).unwrap();
         assert_eq!(j["waiting_for_human"], "settlement");
         assert_eq!(j["lease_until"], serde_json::Value::Null);
+        m.state = MarkState::Mismatch;
+        let e = Entry::new(&m, NOW);
+        assert_eq!(e.waiting_for_human, Some("deployment"));
+        assert_eq!(
+            e.note(),
+            "waiting for a human: a resume by another agent was refused; deploy agent \
+             'helpdesk' version 2, or one declaring that version compatible"
+        );
     }
 
     #[test]

@@ -11,8 +11,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use afk_core::store::store_now_ms;
 use afk_core::Error;
+use afk_core::store::store_now_ms;
 use serde_json::json;
 
 use super::output::{Ctx, Report, wl};

@@ -83,11 +83,22 @@ impl Lease {
         cell.mark.not_before_ms = not_before_ms;
         let held = state == MarkState::Running;
         cell.mark.owner = Some(self.inner.owner.clone());
+        cell.mark.refused = None;
         if !held {
             cell.mark.lease_until_ms = 0;
         }
         self.inner.held.store(held, Ordering::SeqCst);
         self.inner.pending.store(true, Ordering::SeqCst);
+    }
+
+    /// The run's entry after a resume by the agent of fingerprint `refused` was refused: it
+    /// waits for a human ([`MarkState::Mismatch`]) and names the run's own agent.
+    pub(crate) async fn refuse(&self, agent: &str, version: &str, refused: &str) {
+        self.set(MarkState::Mismatch, 0).await;
+        let mut cell = self.inner.cell.lock().await;
+        agent.clone_into(&mut cell.mark.agent);
+        cell.mark.version = Some(version.to_owned()).filter(|v| !v.is_empty());
+        cell.mark.refused = Some(refused.to_owned());
     }
 
     /// Name the agent, nesting depth and parent the entry reports (those of `like`).

@@ -177,6 +177,21 @@ impl Checkpointer {
             .start_timer(self.writer.clone(), thread, run, self.epoch);
     }
 
+    /// Record that a resume by the agent of fingerprint `refused` was refused: the entry
+    /// waits for a human and names the run's own agent. Only the entry changes (an empty
+    /// commit), flushed.
+    pub(super) async fn refused(
+        &mut self,
+        stored: &crate::schema::AgentIdentity,
+        refused: &str,
+    ) -> Result<()> {
+        self.lease
+            .refuse(&stored.name, &stored.version, refused)
+            .await;
+        self.commit(Vec::new(), None, false).await?;
+        self.flush().await
+    }
+
     /// Record that the run now stands in `state` (letting go of it unless `running`): an
     /// empty commit carrying the new entry, queued after everything before it.
     pub(super) async fn mark(&mut self, state: MarkState, not_before_ms: u64) -> Result<()> {

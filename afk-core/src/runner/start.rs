@@ -265,7 +265,15 @@ async fn load(
         }
         (Loaded::Paused(_), Some((id, _))) => Err(settle::paused_refusal(&ckpt.run, &id)),
         (Loaded::Continue(mut restored), settlement) => {
-            check_agent(&ckpt.run, &mut restored.state, agent)?;
+            let refused = agent.1.fingerprint.clone();
+            if let Err(e) = check_agent(&ckpt.run, &mut restored.state, agent) {
+                if let Some(stored) = restored.state.snap.agent()
+                    && let Err(we) = ckpt.refused(&stored, &refused).await
+                {
+                    tracing::debug!(error = %we, "could not record the refused resume in the run's entry");
+                }
+                return Err(e);
+            }
             if let Some((id, s)) = &settlement {
                 settle::apply(ckpt, &restored.state, id, s).await?;
             }

@@ -120,7 +120,8 @@ impl ChildRun {
         let mut out = Error::new(
             e.kind(),
             format!(
-                "subagent '{}' (tool call {call} of run {parent}, step {step}) stopped without                  a final outcome in child run {}: {}",
+                "subagent '{}' (tool call {call} of run {parent}, step {step}) stopped without \
+                 a final outcome in child run {}: {}",
                 self.agent.name,
                 self.run,
                 e.message()

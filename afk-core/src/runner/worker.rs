@@ -425,6 +425,11 @@ impl Loop {
             }
             MarkState::Stopped | MarkState::Ready => None,
             MarkState::Suspended if now >= mark.not_before_ms => None,
+            // Refused an agent before: only another one may try (a new deployment).
+            MarkState::Mismatch => match self.agent_for(mark) {
+                Some(a) if mark.refused.as_deref() != Some(a.fingerprint().as_str()) => None,
+                _ => return Due::No,
+            },
             _ => return Due::No,
         };
         match self.agent_for(mark) {

@@ -27,6 +27,12 @@ pub enum MarkState {
     Ready,
     /// Suspended after a model outage: a worker resumes it from `not_before_ms` on.
     Suspended,
+    /// A resume was refused because its agent is not the one that started the run (a
+    /// different fingerprint, not declared compatible): it waits for a human to deploy that
+    /// agent, or one declaring its version compatible. The entry names the run's agent and the
+    /// fingerprint refused ([`RunMark::refused`]); a worker tries again only with an agent of
+    /// another fingerprint.
+    Mismatch,
 }
 
 impl MarkState {
@@ -39,12 +45,16 @@ impl MarkState {
             MarkState::Uncertain => "uncertain",
             MarkState::Ready => "ready",
             MarkState::Suspended => "suspended",
+            MarkState::Mismatch => "mismatch",
         }
     }
 
     /// Whether the run waits for a human (and no worker may resume it before one answers).
     pub fn waits_for_human(self) -> bool {
-        matches!(self, MarkState::Paused | MarkState::Uncertain)
+        matches!(
+            self,
+            MarkState::Paused | MarkState::Uncertain | MarkState::Mismatch
+        )
     }
 }
 
@@ -96,6 +106,9 @@ pub struct RunMark {
     /// is still the run's epoch when it claims.
     #[serde(default)]
     pub epoch: u64,
+    /// In a `mismatch` entry: the fingerprint of the agent whose resume was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     /// Fields of later versions, kept as they are.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
@@ -115,6 +128,7 @@ impl RunMark {
             parent: None,
             updated_ms: 0,
             epoch: 0,
+            refused: None,
             extra: serde_json::Map::new(),
         }
     }

@@ -267,3 +267,64 @@ fn the_fingerprint_covers_what_shapes_the_transcript_and_nothing_else() {
         "client, limits and version are not part of it"
     );
 }
+
+/// A refused resume leaves the run waiting for a human: its entry says `mismatch`, names the
+/// run's own agent and the fingerprint refused. A worker with that refused agent leaves it
+/// alone; one with the run's agent (a new deployment) continues it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_run_waits_for_a_deployment_and_a_worker_with_the_right_agent_continues_it() {
+    use afk_core::runner::{Worker, WorkerConfig};
+    use afk_core::schema::{MarkState, RunMark};
+    use afk_core::store::Store;
+    use std::time::Duration;
+
+    let counter = InvocationCounter::new();
+    let store = stopped_run(&counter).await;
+    let (thread, run) = ids();
+    let mut changed = v1(true, &counter);
+    changed.instructions = "Be reckless.".to_owned();
+    let err = runner(store.clone(), true)
+        .resume(&changed, &thread, &run)
+        .result()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AgentMismatch, "{err}");
+    let entry = || async {
+        RunMark::decode(&store.attention(&thread, &run).await.unwrap().unwrap()).unwrap()
+    };
+    let mark = entry().await;
+    assert_eq!(mark.state, MarkState::Mismatch, "{mark:?}");
+    assert_eq!(
+        (mark.agent.as_str(), mark.version.as_deref()),
+        ("crashy", Some("1"))
+    );
+    assert_eq!(mark.refused, Some(changed.fingerprint()));
+
+    let poll = WorkerConfig::default().with_poll_interval(Duration::from_millis(5));
+    let wrong = Worker::new(runner(store.clone(), true))
+        .register(changed.clone())
+        .with_config(poll.clone())
+        .start();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stats = wrong.shutdown().await;
+    assert_eq!((stats.resumed, stats.failed), (0, 0), "{stats:?}");
+    assert_eq!(
+        entry().await,
+        mark,
+        "the refused agent's worker left the entry alone"
+    );
+
+    let right = Worker::new(runner(store.clone(), true))
+        .register(v1(true, &counter))
+        .with_config(poll)
+        .start();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while store.attention(&thread, &run).await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the worker with the run's agent never finished it");
+    let stats = right.shutdown().await;
+    assert_eq!(stats.completed, 1, "{stats:?}");
+}
