@@ -131,6 +131,28 @@ pub(crate) fn commit(
     }
 }
 
+/// A commit of one record (and the pointer on it) carrying `attention`.
+pub(crate) fn commit_with(
+    thread: &ThreadId,
+    run: &RunId,
+    epoch: Epoch,
+    step: u64,
+    attention: Option<afk_core::store::Attention>,
+) -> Commit {
+    let record = format!("{{\"step\":{step}}}").into_bytes();
+    Commit {
+        thread: thread.clone(),
+        run: run.clone(),
+        epoch,
+        puts: vec![(
+            format!("checkpoint:{run}:{step}:step_started"),
+            record.clone(),
+        )],
+        latest: Some(record),
+        attention,
+    }
+}
+
 /// `Ok` when `result` is an error of `kind`; otherwise a message naming `what` and the
 /// caller's file and line.
 #[track_caller]

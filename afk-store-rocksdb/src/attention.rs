@@ -25,25 +25,17 @@ use afk_core::{Error, Result, RunId, ThreadId};
 use rocksdb::{ReadOptions, WriteBatch};
 
 use crate::error::{Op, map};
-use crate::layout::{RESERVED, SEP, prefix_end};
+use crate::layout::{SEP, prefix_end, reserved_prefix, reserved_range};
 use crate::ops::Inner;
 
 /// The prefix of every key of the index.
 fn prefix() -> Vec<u8> {
-    let mut p = vec![RESERVED];
-    p.extend_from_slice(b"attention");
-    p.push(SEP);
-    p
+    reserved_prefix("attention")
 }
 
 /// The index's whole key range, `[start, end)`.
 pub(crate) fn range() -> (Vec<u8>, Vec<u8>) {
-    let start = prefix();
-    let mut end = start.clone();
-    if let Some(last) = end.last_mut() {
-        *last += 1; // the separator 0x00 becomes 0x01: past every key of the index
-    }
-    (start, end)
+    reserved_range("attention")
 }
 
 /// The key of `(thread, run)` in the index.

@@ -23,25 +23,17 @@ use afk_core::{Error, Result, RunId, ThreadId};
 use rocksdb::{ReadOptions, WriteBatch};
 
 use crate::error::{Op, map};
-use crate::layout::{RESERVED, SEP};
+use crate::layout::{SEP, reserved_prefix, reserved_range};
 use crate::ops::Inner;
 
 /// The prefix of every key of the index.
 fn prefix() -> Vec<u8> {
-    let mut p = vec![RESERVED];
-    p.extend_from_slice(b"finished");
-    p.push(SEP);
-    p
+    reserved_prefix("finished")
 }
 
 /// The index's whole key range, `[start, end)`.
 pub(crate) fn range() -> (Vec<u8>, Vec<u8>) {
-    let start = prefix();
-    let mut end = start.clone();
-    if let Some(last) = end.last_mut() {
-        *last += 1; // the separator 0x00 becomes 0x01: past every key of the index
-    }
-    (start, end)
+    reserved_range("finished")
 }
 
 /// The key of `ms` alone: every entry stamped before `ms` sorts below it, every other one

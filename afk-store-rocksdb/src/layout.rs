@@ -18,6 +18,24 @@ pub(crate) const SEP: u8 = 0x00;
 /// it never reads them.
 pub(crate) const RESERVED: u8 = 0xff;
 
+/// The prefix of the store's own key range `name` (an index): `0xff <name> 0x00`.
+pub(crate) fn reserved_prefix(name: &str) -> Vec<u8> {
+    let mut p = vec![RESERVED];
+    p.extend_from_slice(name.as_bytes());
+    p.push(SEP);
+    p
+}
+
+/// The whole key range `[start, end)` of [`reserved_prefix`]`(name)`.
+pub(crate) fn reserved_range(name: &str) -> (Vec<u8>, Vec<u8>) {
+    let start = reserved_prefix(name);
+    let mut end = start.clone();
+    if let Some(last) = end.last_mut() {
+        *last += 1; // the separator 0x00 becomes 0x01: past every key of the range
+    }
+    (start, end)
+}
+
 /// The families of per-run keys; with `run:<run>` they are every key of a run.
 pub(crate) const RUN_FAMILIES: [&str; 4] = ["checkpoint", "effect", "messages", "bgtool"];
 

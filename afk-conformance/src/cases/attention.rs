@@ -10,32 +10,12 @@
 
 use std::collections::BTreeMap;
 
-use afk_core::store::{Attention, Commit, Epoch, MAX_ATTENTION_LEN, Store};
+use afk_core::store::{Attention, Epoch, MAX_ATTENTION_LEN, Store};
 use afk_core::{ErrorKind, RunId, ThreadId};
 
-use crate::support::{CaseResult, Ctx, ensure, expect_kind, unique_run, unique_thread};
-
-/// A commit of one record (and the pointer on it) carrying `attention`.
-fn commit_with(
-    thread: &ThreadId,
-    run: &RunId,
-    epoch: Epoch,
-    step: u64,
-    attention: Option<Attention>,
-) -> Commit {
-    let record = format!("{{\"step\":{step}}}").into_bytes();
-    Commit {
-        thread: thread.clone(),
-        run: run.clone(),
-        epoch,
-        puts: vec![(
-            format!("checkpoint:{run}:{step}:step_started"),
-            record.clone(),
-        )],
-        latest: Some(record),
-        attention,
-    }
-}
+use crate::support::{
+    CaseResult, Ctx, commit_with, ensure, expect_kind, unique_run, unique_thread,
+};
 
 fn open(entry: &str) -> Option<Attention> {
     Some(Attention::Open(entry.as_bytes().to_vec()))
