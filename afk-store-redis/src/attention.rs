@@ -34,12 +34,22 @@
 //! its add to the thread index (`stamped::ADD`, `ZADD NX` to both), and, like for the thread
 //! index, sends the add stamped with the attention generation its claim script read when the
 //! removal of that emptying may land after its `ZADD`. A run's first opening commit comes after
-//! its claim, so it finds its thread listed unless another run of the same thread emptied the
-//! set between the claim and the commit, and the removal of that emptying landed, and its
-//! remover's check (which adds the thread back once a run is in the set) came before the
-//! commit, and the committer died before its own add: only then is an open run left out.
-//! The price: a thread claimed and never opened stays listed with an empty set until a
-//! lister skips and repairs it (one repair per such claim, three round trips).
+//! its claim, so it finds its thread listed.
+//!
+//! **Pending claims.** Another run of the same thread could empty the set between the claim
+//! and the opening commit; if that emptying's removal landed and its remover's check (which
+//! adds the thread back once a run is in the set) came before the commit, a committer that
+//! died before its own add would leave its open run out. So a claim also enters its run in
+//! the thread's `{<prefix>:T}#attention:pending` (a sorted set scored by expiry, 5 minutes on,
+//! in the claim script), the run's first commit carrying an attention takes it out, and a
+//! thread with a live pending claim counts as held: closing its last run is no emptying, and
+//! the protocol's checks (`stamped::held_script`, `stamped::mark_empty_script`) find it held.
+//! Only a runner paused for longer than that between its claim and its first commit could
+//! still have its run left out.
+//!
+//! The price: a thread claimed and never opened stays listed with an empty set until its
+//! pending claim expired and a lister skipped and repaired it (one repair per such claim,
+//! three round trips).
 //!
 //! **Listing** is in `(thread, run)` order. One page: `ZRANGEBYLEX` of up to `limit` threads
 //! from the cursor's thread on, then one script per thread, sent concurrently

@@ -74,6 +74,16 @@ local function attn_key(index, suffix)
   return string.sub(index, 1, #index - 6) .. '#attention' .. suffix
 end
 
+-- Whether a claim of the thread is pending: claimed less than PENDING_MS ago and not yet
+-- committed with an attention (see `attention.rs`, "Pending claims"). Drops the expired ones.
+local function attn_pending(index)
+  local p = attn_key(index, ':pending')
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', p, '-inf', now)
+  return redis.call('EXISTS', p) == 1
+end
+
 -- Enter `run` with `entry`, or replace its entry. Returns the generation to stamp the thread's
 -- add to the attention index with when this made the thread's set non-empty (a filling), else
 -- nil.
@@ -81,17 +91,20 @@ local function attn_open(index, run, entry)
   local runs = attn_key(index, ':runs')
   local filled = redis.call('ZADD', runs, 0, run) == 1 and redis.call('ZCARD', runs) == 1
   redis.call('HSET', attn_key(index, ''), run, entry)
+  redis.call('ZREM', attn_key(index, ':pending'), run)
   if filled then return held_gen(attn_key(index, ':gen')) end
   return nil
 end
 
--- Take `run` out. Returns the raised generation when this took out the thread's last run (an
--- emptying: its removal from the attention index follows), else nil.
+-- Take `run` out. Returns the raised generation when this took out the thread's last run and
+-- no claim of the thread is pending (an emptying: its removal from the attention index
+-- follows), else nil.
 local function attn_close(index, run)
   local runs = attn_key(index, ':runs')
   local was = redis.call('ZREM', runs, run)
   redis.call('HDEL', attn_key(index, ''), run)
-  if was == 1 and redis.call('EXISTS', runs) == 0 then
+  redis.call('ZREM', attn_key(index, ':pending'), run)
+  if was == 1 and redis.call('EXISTS', runs) == 0 and not attn_pending(index) then
     return next_gen(attn_key(index, ':gen'))
   end
   return nil
@@ -174,6 +187,11 @@ if string.sub(ARGV[4], 1, 2) == 'e:' and (redis.call('GET', KEYS[2]) or '0') ~= 
 end
 local e = redis.call('INCR', KEYS[2])
 redis.call('ZADD', KEYS[1], 0, 'run:' .. ARGV[2])
+local pending = attn_key(KEYS[1], ':pending')
+local t = redis.call('TIME')
+local pending_until = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + PENDING_MS
+redis.call('ZADD', pending, pending_until, ARGV[2])
+redis.call('PEXPIREAT', pending, pending_until)
 local ttl = tonumber(ARGV[3])
 if ttl > 0 then keep_run(KEYS[1], ARGV[1], ARGV[2]) end
 local g = tonumber(redis.call('GET', KEYS[3]) or '0')
@@ -254,6 +272,11 @@ return {n, mark_if_empty(KEYS[1]), ga}
 /// keys unpacks twice as many (score, member).
 pub(crate) const CHUNK: usize = 500;
 
+/// How long a claim keeps its thread in the attention index without an opening commit (the
+/// Lua name `PENDING_MS`): 5 minutes (see `attention.rs`, "Pending claims"). A live runner
+/// commits within a round trip or a load of the run after its claim.
+pub(crate) const PENDING_MS: u64 = 5 * 60 * 1000;
+
 use crate::stamped;
 
 /// A script's full text (helpers + body) and its SHA-1, for `EVALSHA` with an `EVAL` fallback.
@@ -289,8 +312,11 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Self {
         let next_gen = stamped::next_gen();
-        let with =
-            |body: &str| Lua::new(format!("local CHUNK = {CHUNK}\n{next_gen}{HELPERS}{body}"));
+        let with = |body: &str| {
+            Lua::new(format!(
+                "local CHUNK = {CHUNK}\nlocal PENDING_MS = {PENDING_MS}\n{next_gen}{HELPERS}{body}"
+            ))
+        };
         Scripts {
             commit: with(COMMIT_BODY),
             claim: with(CLAIM_BODY),
@@ -301,8 +327,8 @@ impl Scripts {
             delete_run: with(&format!("{MARK_IF_EMPTY}{DELETE_RUN_BODY}")),
             index_add: Lua::new(stamped::ADD.to_string()),
             index_set_if_newer: Lua::new(stamped::SET_IF_NEWER.to_string()),
-            index_held: Lua::new(format!("{next_gen}{}", stamped::HELD)),
-            index_mark_empty: Lua::new(format!("{next_gen}{}", stamped::MARK_EMPTY)),
+            index_held: Lua::new(format!("{next_gen}{}", stamped::held_script())),
+            index_mark_empty: Lua::new(format!("{next_gen}{}", stamped::mark_empty_script())),
             attention_page: Lua::new(crate::attention::PAGE.to_string()),
             attention_read_back: Lua::new(crate::attention::READ_BACK.to_string()),
         }

@@ -22,7 +22,7 @@
 //!   whatever order they arrive in.
 //!
 //! **The rules.** (R1) An emptying raises the generation to `g` in its own script; its process
-//! then sends the removal `2g` ([`Update::Remove`]), then checks the thread's slot ([`HELD`]):
+//! then sends the removal `2g` ([`Update::Remove`]), then checks the thread's slot ([`held_script`]):
 //! if the held key exists again (a filling ran meanwhile) it adds the thread back stamped with
 //! the generation it read (`2h + 1`); this is [`forget`]. (R2) Every filling is followed by a
 //! stamped add `2g + 1`, `g` the generation the filling's script read (raised first when it
@@ -44,10 +44,10 @@
 //! finished** (up to the leftovers each set names): take the last emptying `E`, to generation
 //! `g`; its removal `2g` is sent. A stamped add decided before `E` read a generation below `g`
 //! and loses to `2g`. After `E` nothing fills the thread, so no add is decided from a filling
-//! or a [`HELD`] check; what remains are unstamped `ZADD`s (and their stamped adds) of claims
+//! or a [`held_script`] check; what remains are unstamped `ZADD`s (and their stamped adds) of claims
 //! that never filled: the thread index has none (a claim's script always fills,
 //! `threads.rs`), the attention index lists those threads with an empty set, which its lister
-//! skips and repairs (`attention.rs`). A repair ([`MARK_EMPTY`], then [`forget`]) is an
+//! skips and repairs (`attention.rs`). A repair ([`mark_empty_script`], then [`forget`]) is an
 //! emptying like any other.
 //!
 //! The remover's add back covers a filler that died between its script and its stamped add,
@@ -113,21 +113,46 @@ redis.call('INCR', KEYS[3])
 return redis.call('ZREM', KEYS[1], ARGV[1])
 "#;
 
-/// In the thread's slot: -1 when the held key does not exist, else the generation (raised
-/// first when it has none, so the add this answer stamps cannot be older than a later
-/// emptying). KEYS: held key, gen. Preceded by [`next_gen`].
-pub(crate) const HELD: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-return held_gen(KEYS[2])
+/// Lua: `is_held()`: whether the thread holds the set's held key (`KEYS[1]`) or, for the
+/// attention index (`KEYS[3]`, its pending claims), a claim pending less than its expiry
+/// (expired ones are dropped on the way).
+const IS_HELD: &str = r#"
+local function is_held()
+  if redis.call('EXISTS', KEYS[1]) == 1 then return true end
+  if KEYS[3] == nil then return false end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  return redis.call('EXISTS', KEYS[3]) == 1
+end
 "#;
 
+/// In the thread's slot: -1 when the thread is not held ([`IS_HELD`]), else the generation
+/// (raised first when it has none, so the add this answer stamps cannot be older than a later
+/// emptying). KEYS: held key, gen (, pending claims). Preceded by [`next_gen`].
+pub(crate) fn held_script() -> String {
+    format!(
+        "{IS_HELD}{}",
+        r#"
+if not is_held() then return -1 end
+return held_gen(KEYS[2])
+"#
+    )
+}
+
 /// An emptying outside the scripts that empty (a rebuild, a lister's repair): raise the
-/// generation when the held key does not exist. KEYS: held key, gen. Returns the new
-/// generation, or 0 when the held key exists. Preceded by [`next_gen`].
-pub(crate) const MARK_EMPTY: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+/// generation when the thread is not held ([`IS_HELD`]). KEYS: held key, gen (, pending
+/// claims). Returns the new generation, or 0 when the thread is held. Preceded by
+/// [`next_gen`].
+pub(crate) fn mark_empty_script() -> String {
+    format!(
+        "{IS_HELD}{}",
+        r#"
+if is_held() then return 0 end
 return next_gen(KEYS[2])
-"#;
+"#
+    )
+}
 
 /// One store-wide set of threads kept by this protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +194,16 @@ impl Set {
             Set::Attention => format!("{{{}:{}}}#attention:runs", cfg.prefix, thread),
         }
         .into_bytes()
+    }
+
+    /// The keys of [`held_script`] and [`mark_empty_script`]: the held key, the generation,
+    /// and for the attention index the thread's pending claims.
+    pub(crate) fn slot_keys(self, cfg: &RedisConfig, thread: &str) -> Vec<Vec<u8>> {
+        let mut keys = vec![self.held_key(cfg, thread), self.gen_key(cfg, thread)];
+        if self == Set::Attention {
+            keys.push(format!("{{{}:{}}}#attention:pending", cfg.prefix, thread).into_bytes());
+        }
+        keys
     }
 
     /// The thread's generation for this set, raised by every emptying, in the thread's slot.
@@ -283,7 +318,7 @@ pub(crate) async fn update(
     Ok((r >= 0).then_some(r == 1))
 }
 
-/// The thread's generation when its held key exists (see [`HELD`]).
+/// The thread's generation when its held key exists (see [`held_script`]).
 pub(crate) async fn held(
     client: &Client,
     scripts: &Scripts,
@@ -294,7 +329,7 @@ pub(crate) async fn held(
     let g: i64 = client
         .eval(
             &scripts.index_held,
-            &[set.held_key(cfg, thread), set.gen_key(cfg, thread)],
+            &set.slot_keys(cfg, thread),
             NO_ARGS,
             // Raises a missing generation once; a second copy reads it.
             Repeat::Safe,
@@ -304,7 +339,7 @@ pub(crate) async fn held(
     Ok(u64::try_from(g).ok())
 }
 
-/// An emptying found from outside ([`MARK_EMPTY`]): the new generation, or 0 when the held key
+/// An emptying found from outside ([`mark_empty_script`]): the new generation, or 0 when the held key
 /// exists.
 pub(crate) async fn mark_empty(
     client: &Client,
@@ -316,7 +351,7 @@ pub(crate) async fn mark_empty(
     client
         .eval(
             &scripts.index_mark_empty,
-            &[set.held_key(cfg, thread), set.gen_key(cfg, thread)],
+            &set.slot_keys(cfg, thread),
             NO_ARGS,
             // A second copy raises the generation once more: still an emptying.
             Repeat::Safe,

@@ -57,6 +57,47 @@ fn open() -> Attention {
     Attention::Open(b"open".to_vec())
 }
 
+/// Drop the thread's pending claims, as their expiry does.
+async fn expire_pending(s: &RedisStore, t: &ThreadId) {
+    let keys = Set::Attention.slot_keys(s.config(), t.as_str());
+    let mut cmd = redis::cmd("DEL");
+    cmd.arg(&keys[2]);
+    let _: i64 = s.client().query(&cmd, "del").await.unwrap();
+}
+
+/// A claim pending keeps its thread held: another run's close is no emptying, and a lister's
+/// repair finds the thread held, until the claim's first commit or its expiry.
+#[tokio::test]
+async fn a_pending_claim_keeps_its_thread_held() {
+    for url in stores_env() {
+        let s = store(&url, "pending").await;
+        let (t, a, b) = (ThreadId::new("t").unwrap(), run("a"), run("b"));
+        let (c, sc, cfg) = (s.client(), s.scripts(), s.config());
+        let ea = s.claim(&t, &a).await.unwrap();
+        s.commit(&commit(&t, &a, ea, open())).await.unwrap();
+        s.claim(&t, &b).await.unwrap();
+        let closed = s
+            .commit_script_only(&commit(&t, &a, ea, Attention::Closed))
+            .await
+            .unwrap();
+        assert_eq!(
+            closed,
+            Follow::Nothing,
+            "{url}: an emptying under a pending claim"
+        );
+        let g = mark_empty(c, sc, cfg, Set::Attention, t.as_str())
+            .await
+            .unwrap();
+        assert_eq!(g, 0, "{url}: a repair under a pending claim");
+        assert!(indexed(&s, &t).await, "{url}");
+        expire_pending(&s, &t).await;
+        let g = mark_empty(c, sc, cfg, Set::Attention, t.as_str())
+            .await
+            .unwrap();
+        assert!(g > 0, "{url}: once the claim expired, the thread is empty");
+    }
+}
+
 /// The runs a complete listing gives.
 async fn listed(s: &RedisStore) -> Vec<(ThreadId, RunId)> {
     let page = s.list_attention(None, 1000).await.unwrap();
@@ -64,9 +105,9 @@ async fn listed(s: &RedisStore) -> Vec<(ThreadId, RunId)> {
     page.runs.into_iter().map(|r| (r.thread, r.run)).collect()
 }
 
-/// Run `a` is the thread's last open run. Its closer's emptying comes first, then run `b`
-/// opens and its committer dies before its add; the closer's removal then takes the thread
-/// out, and its check after the removal finds `b` and adds the thread back.
+/// Run `a` is the thread's last open run. Its closer's emptying comes first, then run `b` is
+/// claimed and opens and its committer dies before its add; the closer's removal then takes
+/// the thread out, and its check after the removal finds `b` and adds the thread back.
 #[tokio::test]
 async fn a_closer_adds_back_a_thread_whose_opener_died_before_its_add() {
     for url in stores_env() {
@@ -74,7 +115,6 @@ async fn a_closer_adds_back_a_thread_whose_opener_died_before_its_add() {
         let (t, a, b) = (ThreadId::new("t").unwrap(), run("a"), run("b"));
         let ea = s.claim(&t, &a).await.unwrap();
         s.commit(&commit(&t, &a, ea, open())).await.unwrap();
-        let eb = s.claim(&t, &b).await.unwrap();
         let Follow::Remove(g) = s
             .commit_script_only(&commit(&t, &a, ea, Attention::Closed))
             .await
@@ -82,6 +122,7 @@ async fn a_closer_adds_back_a_thread_whose_opener_died_before_its_add() {
         else {
             panic!("{url}: closing the last run is no emptying");
         };
+        let eb = s.claim(&t, &b).await.unwrap();
         let died = s.commit_script_only(&commit(&t, &b, eb, open())).await;
         assert!(matches!(died.unwrap(), Follow::Add(_)), "{url}");
         let (c, sc, cfg) = (s.client(), s.scripts(), s.config());
@@ -95,8 +136,8 @@ async fn a_closer_adds_back_a_thread_whose_opener_died_before_its_add() {
     }
 }
 
-/// A lister finds a thread a claim added with nothing open and repairs it; the claimed run
-/// opens between the repair's emptying and its removal. Whichever of the opener's add and the
+/// A lister finds a thread a claim added with nothing open, once the claim's pending expired,
+/// and repairs it; the claimed run opens between the repair's emptying and its removal. Whichever of the opener's add and the
 /// removal lands first, the thread stays listed.
 #[tokio::test]
 async fn a_repair_racing_an_opener_keeps_its_thread() {
@@ -107,6 +148,7 @@ async fn a_repair_racing_an_opener_keeps_its_thread() {
             let (c, sc, cfg) = (s.client(), s.scripts(), s.config());
             let e = s.claim(&t, &r).await.unwrap();
             assert!(indexed(&s, &t).await, "{url}: the claim added its thread");
+            expire_pending(&s, &t).await; // a claim left pending for longer than its expiry
             let g = mark_empty(c, sc, cfg, Set::Attention, t.as_str())
                 .await
                 .unwrap();
