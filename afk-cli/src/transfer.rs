@@ -14,6 +14,13 @@
 //! has keys in the target is refused (nothing written). Then every imported key is read back
 //! and compared byte for byte, and the run is checked with `afk_core::verify`; any difference
 //! or problem fails the import (exit 1).
+//!
+//! On a store that keeps the index of runs that need attention, a last empty commit under the
+//! import's claim puts the run where it belongs: a finished run is closed (it enters the index
+//! of finished runs of a store with one), an unfinished one gets an entry naming its agent
+//! (from its newest snapshot) and its state (`paused`, `uncertain`, `suspended` with its
+//! not-before time, else `stopped`), so that a worker of the target finds it as it would have
+//! in the source.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -254,7 +261,72 @@ async fn import_run(
     if latest.is_some() {
         store.commit(&commit(Vec::new(), latest)).await?;
     }
+    if store.capabilities().attention
+        && let Some(attention) = attention_of(store, thread, run, keys, epoch).await?
+    {
+        let mut c = commit(Vec::new(), None);
+        c.attention = Some(attention);
+        store.commit(&c).await?;
+    }
     Ok(())
+}
+
+/// Where the imported run belongs in the index of runs that need attention: closed when it
+/// has finished, else open with an entry for its state and agent; `None` for a run whose
+/// pointer is unreadable (`afk verify` says why; no worker could resume it).
+async fn attention_of(
+    store: &dyn Store,
+    thread: &ThreadId,
+    run: &RunId,
+    keys: &[(String, Vec<u8>)],
+    epoch: afk_core::store::Epoch,
+) -> Result<Option<afk_core::store::Attention>> {
+    use afk_core::schema::{MarkState, PhasePayload, RunMark};
+    use afk_core::store::Attention;
+    let st = super::status::run_status(store, thread, run).await?;
+    if st.is_terminal() {
+        return Ok(Some(Attention::Closed));
+    }
+    // The newest snapshot names the agent and, for a suspended run, its not-before time.
+    let prefix = format!("checkpoint:{run}:");
+    let snapshot = keys
+        .iter()
+        .filter_map(|(k, v)| {
+            let step: u64 = k
+                .strip_prefix(&prefix)?
+                .strip_suffix(":runtime_state")?
+                .parse()
+                .ok()?;
+            Some((step, k, v))
+        })
+        .max_by_key(|(step, _, _)| *step)
+        .and_then(|(_, k, v)| afk_core::normalize::normalize_record(v, thread, k).ok())
+        .and_then(|r| match r.payload {
+            PhasePayload::RuntimeState(s) => Some(s),
+            _ => None,
+        });
+    let state = match st.state.as_str() {
+        "paused" => MarkState::Paused,
+        "uncertain" => MarkState::Uncertain,
+        "suspended" => MarkState::Suspended,
+        "unreadable" => return Ok(None),
+        _ => MarkState::Stopped,
+    };
+    let mut mark = RunMark::new(state);
+    mark.epoch = epoch.0;
+    // A child run is resumed by its parent, not by a worker.
+    mark.depth = u32::from(afk_core::runner::is_child_run_id(run));
+    mark.updated_ms = afk_core::store::store_now_ms();
+    if let Some(s) = &snapshot {
+        if let Some(agent) = s.agent() {
+            mark.agent = agent.name;
+            mark.version = Some(agent.version).filter(|v| !v.is_empty());
+        }
+        if state == MarkState::Suspended {
+            mark.not_before_ms = s.suspension().map_or(0, |x| x.not_before_ms);
+        }
+    }
+    Ok(Some(Attention::Open(mark.encode())))
 }
 
 /// Read every imported key back and compare; then verify the run.

@@ -34,7 +34,7 @@ pub fn child_run_id(parent: &RunId, step: u64, call_id: &str) -> RunId {
 }
 
 /// Whether `run` has the form [`child_run_id`] gives (`sub_` and 32 lowercase hex digits).
-pub(crate) fn is_child_run_id(run: &RunId) -> bool {
+pub fn is_child_run_id(run: &RunId) -> bool {
     run.as_str().strip_prefix("sub_").is_some_and(|h| {
         h.len() == 32
             && h.bytes()

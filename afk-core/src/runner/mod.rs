@@ -75,7 +75,7 @@ pub use agent::{Agent, FailurePolicies, FailurePolicy, GateDecision, Limits, Too
 pub use api::Runner;
 pub use clock::{Clock, IdGen, ManualClock, RandomIds, SequentialIds, SystemClock};
 pub use config::{MAX_SUSPENSION_BACKOFF, RunnerConfig};
-pub use delegation::child_run_id;
+pub use delegation::{child_run_id, is_child_run_id};
 pub use events::{Decision, Outcome, RunEvent};
 pub use handle::RunHandle;
 pub use journal::Settlement;
