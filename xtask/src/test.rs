@@ -63,7 +63,9 @@ impl Selection {
         let mut features = BTreeSet::new();
         for store in stores {
             match store {
-                Store::Memory => packages.extend(["afk-core", "afk-conformance", "custom-store"]),
+                Store::Memory => {
+                    packages.extend(["afk-core", "afk-conformance", "afk-seal", "custom-store"]);
+                }
                 Store::Rocksdb => {
                     packages.extend(["afk-store-rocksdb", "afk", "afk-cli"]);
                     build_debs.extend(ROCKSDB_DEBS);
@@ -229,6 +231,8 @@ mod tests {
                 "afk-conformance",
                 "-p",
                 "afk-core",
+                "-p",
+                "afk-seal",
                 "-p",
                 "custom-store"
             ]

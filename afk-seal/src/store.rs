@@ -1,0 +1,362 @@
+//! [`SealedStore`]: any store, with every value sealed at rest.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use afk_core::store::{
+    AttentionPage, Capabilities, Commit, CommitRejected, Epoch, FinishedPage, FinishedRun,
+    ListPage, Store, ThreadPage, commit_by_ref,
+};
+use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::format::{Key, OVERHEAD, looks_sealed, open, parse, seal};
+use crate::keyring::Keyring;
+use crate::keys::KeySource;
+
+/// How a [`SealedStore`] treats plaintext.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Seal every write; refuse to read a plaintext value (`Corrupt` naming its key).
+    #[default]
+    Sealed,
+    /// Seal every write; read plaintext values as they are: for a store being moved to
+    /// encryption (older values stay plaintext until rewritten).
+    Migrate,
+    /// Write plaintext; read sealed and plaintext values: for rolling encryption back.
+    DecryptOnly,
+}
+
+/// One thread's data keys, as its keyring record stores them: each wrapped by a
+/// key-encryption key, the active one sealing new values.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    version: u32,
+    thread: String,
+    active: String,
+    /// Data key id → the wrapped key, hex.
+    keys: std::collections::BTreeMap<String, String>,
+}
+
+/// One thread's data keys, unwrapped.
+#[derive(Debug)]
+struct ThreadKeys {
+    active: String,
+    keys: HashMap<String, Key>,
+}
+
+/// A [`Store`] that seals every value it writes (records, latest pointers, effect rows,
+/// transcript entries) with the thread's data key, and opens them on reads; see the crate
+/// docs. Keys, fences (`run:<run>`) and index entries stay as they are.
+#[derive(Debug)]
+pub struct SealedStore {
+    inner: Arc<dyn Store>,
+    source: Arc<dyn KeySource>,
+    ring: Arc<dyn Keyring>,
+    mode: Mode,
+    cache: Mutex<HashMap<ThreadId, Arc<ThreadKeys>>>,
+}
+
+/// Whether `key` holds a value of the store's own (a fence), never sealed.
+fn store_owned(key: &str) -> bool {
+    key.starts_with("run:")
+}
+
+impl SealedStore {
+    /// `inner` sealed with data keys from `ring`, wrapped by `source`, in [`Mode::Sealed`].
+    pub fn new(inner: Arc<dyn Store>, source: Arc<dyn KeySource>, ring: Arc<dyn Keyring>) -> Self {
+        SealedStore {
+            inner,
+            source,
+            ring,
+            mode: Mode::Sealed,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The same store in `mode`.
+    #[must_use]
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The store underneath (sealed values as stored).
+    pub fn inner(&self) -> &Arc<dyn Store> {
+        &self.inner
+    }
+
+    fn cached(&self, thread: &ThreadId) -> Option<Arc<ThreadKeys>> {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(thread)
+            .cloned()
+    }
+
+    /// Destroy the thread's data keys (crypto-shredding): every value of the thread, in this
+    /// store and in every copy of it, can no longer be opened; other threads are untouched.
+    /// Returns whether the thread had keys. Other processes forget the keys they hold in
+    /// memory only when they drop their `SealedStore`.
+    pub async fn erase(&self, thread: &ThreadId) -> Result<bool> {
+        let had = self.ring.erase(thread).await?;
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(thread);
+        Ok(had)
+    }
+
+    async fn unwrap_record(&self, thread: &ThreadId, bytes: &[u8]) -> Result<Arc<ThreadKeys>> {
+        let bad = |why: String| {
+            Error::new(
+                ErrorKind::Corrupt,
+                format!("keyring record of thread {thread} {why}"),
+            )
+        };
+        let record: Record =
+            serde_json::from_slice(bytes).map_err(|e| bad(format!("is not readable: {e}")))?;
+        if record.thread != thread.as_str() {
+            return Err(bad(format!("names thread {}", record.thread)));
+        }
+        let mut keys = HashMap::with_capacity(record.keys.len());
+        for (id, wrapped) in &record.keys {
+            let wrapped = hex::decode(wrapped).map_err(|_| bad(format!("key {id} is not hex")))?;
+            keys.insert(id.clone(), self.source.unwrap(thread, id, &wrapped).await?);
+        }
+        if !keys.contains_key(&record.active) {
+            return Err(bad(format!("names no key {} as active", record.active)));
+        }
+        let tk = Arc::new(ThreadKeys {
+            active: record.active,
+            keys,
+        });
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(thread.clone(), Arc::clone(&tk));
+        Ok(tk)
+    }
+
+    /// The thread's keys to read with; `NotFound` when it has none (erased, or another
+    /// keyring's).
+    async fn keys_to_read(&self, thread: &ThreadId, key: &str) -> Result<Arc<ThreadKeys>> {
+        if let Some(k) = self.cached(thread) {
+            return Ok(k);
+        }
+        match self.ring.load(thread).await? {
+            Some(bytes) => self.unwrap_record(thread, &bytes).await,
+            None => Err(Error::not_found(format!(
+                "thread {thread} has no data key in the keyring (erased, or sealed with another \
+                 keyring): {key} cannot be opened"
+            ))
+            .with_key(key.to_owned())),
+        }
+    }
+
+    /// The thread's keys to write with, created on its first write.
+    async fn keys_to_write(&self, thread: &ThreadId) -> Result<Arc<ThreadKeys>> {
+        if let Some(k) = self.cached(thread) {
+            return Ok(k);
+        }
+        if let Some(bytes) = self.ring.load(thread).await? {
+            return self.unwrap_record(thread, &bytes).await;
+        }
+        let id = "d1";
+        let dek = Key::generate();
+        let wrapped = self.source.wrap(thread, id, &dek).await?;
+        let record = Record {
+            version: 1,
+            thread: thread.to_string(),
+            active: id.to_owned(),
+            keys: [(id.to_owned(), hex::encode(wrapped))].into(),
+        };
+        let bytes = serde_json::to_vec(&record)
+            .map_err(|e| Error::unexpected(format!("keyring record: {e}")))?;
+        let stored = self.ring.create(thread, &bytes).await?;
+        self.unwrap_record(thread, &stored).await
+    }
+
+    /// Open (or, in a mode that allows it, pass) a stored value.
+    async fn open_value(&self, thread: &ThreadId, key: &str, bytes: Vec<u8>) -> Result<Vec<u8>> {
+        if store_owned(key) {
+            return Ok(bytes);
+        }
+        if !looks_sealed(&bytes) {
+            return match self.mode {
+                Mode::Sealed => Err(Error::corrupt_record(
+                    key,
+                    "plaintext value in an encrypted store (open it in migration mode to read \
+                     values written before encryption)",
+                )),
+                Mode::Migrate | Mode::DecryptOnly => Ok(bytes),
+            };
+        }
+        let parsed = parse(&bytes, key)?;
+        let keys = self.keys_to_read(thread, key).await?;
+        let dek = keys.keys.get(parsed.key_id).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidConfig,
+                format!(
+                    "{key} of thread {thread} was sealed with data key {}, which the thread's \
+                     keyring record does not hold",
+                    parsed.key_id
+                ),
+            )
+            .with_key(key.to_owned())
+        })?;
+        open(thread, key, dek, &parsed)
+    }
+
+    /// The commit as stored: its values sealed (unless decrypt-only).
+    async fn seal_commit(&self, c: &Commit) -> Result<Commit> {
+        if self.mode == Mode::DecryptOnly || (c.puts.is_empty() && c.latest.is_none()) {
+            return Ok(c.clone());
+        }
+        let keys = self.keys_to_write(&c.thread).await?;
+        let id = keys.active.as_str();
+        let dek = &keys.keys[id];
+        let mut out = c.clone();
+        for (k, v) in &mut out.puts {
+            if !store_owned(k) {
+                *v = seal(&c.thread, k, id, dek, v)?;
+            }
+        }
+        if let Some(v) = &mut out.latest {
+            let lk = afk_core::store::latest_key(&c.run);
+            *v = seal(&c.thread, &lk, id, dek, v)?;
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl Store for SealedStore {
+    /// The inner store's, with room for the seal taken off the value size limit.
+    fn capabilities(&self) -> Capabilities {
+        let mut c = self.inner.capabilities();
+        c.max_value_size = c.max_value_size.map(|m| m.saturating_sub(OVERHEAD));
+        c
+    }
+
+    async fn get(&self, thread: &ThreadId, key: &str) -> Result<Option<Vec<u8>>> {
+        match self.inner.get(thread, key).await? {
+            Some(v) => self.open_value(thread, key, v).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn get_many(&self, thread: &ThreadId, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        let got = self.inner.get_many(thread, keys).await?;
+        let mut out = Vec::with_capacity(got.len());
+        for (k, v) in keys.iter().zip(got) {
+            out.push(match v {
+                Some(v) => Some(self.open_value(thread, k, v).await?),
+                None => None,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn list(
+        &self,
+        thread: &ThreadId,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        self.inner.list(thread, prefix, cursor, limit).await
+    }
+
+    async fn delete(&self, thread: &ThreadId, keys: &[String]) -> Result<()> {
+        self.inner.delete(thread, keys).await
+    }
+
+    async fn delete_run(&self, thread: &ThreadId, run: &RunId) -> Result<u64> {
+        self.inner.delete_run(thread, run).await
+    }
+
+    async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        self.inner.claim(thread, run).await
+    }
+
+    async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        self.inner.claim_if_new(thread, run).await
+    }
+
+    async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        self.inner.claim_if(thread, run, seen).await
+    }
+
+    async fn commit(&self, commit: &Commit) -> Result<()> {
+        afk_core::store::validate_commit(commit)?;
+        let sealed = self.seal_commit(commit).await?;
+        self.inner.commit(&sealed).await
+    }
+
+    /// Sealing makes a new commit: the one handed in is handed back unchanged if refused.
+    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
+        commit_by_ref(self, commit).await
+    }
+
+    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        let mut sealed = Vec::with_capacity(commits.len());
+        let mut early: Vec<Option<Error>> = Vec::with_capacity(commits.len());
+        for c in commits {
+            match afk_core::store::validate_commit(c) {
+                Err(e) => {
+                    early.push(Some(e));
+                    continue;
+                }
+                Ok(()) => match self.seal_commit(c).await {
+                    Ok(s) => {
+                        sealed.push(s);
+                        early.push(None);
+                    }
+                    Err(e) => early.push(Some(e)),
+                },
+            }
+        }
+        let mut results = self.inner.commit_batch(&sealed).await.into_iter();
+        early
+            .into_iter()
+            .map(|e| match e {
+                Some(e) => Err(e),
+                None => results.next().unwrap_or_else(|| {
+                    Err(Error::unexpected("a commit of the batch has no result"))
+                }),
+            })
+            .collect()
+    }
+
+    async fn finish_run(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+        self.inner.finish_run(thread, run, epoch).await
+    }
+
+    async fn list_threads(&self, cursor: Option<&str>, limit: usize) -> Result<ThreadPage> {
+        self.inner.list_threads(cursor, limit).await
+    }
+
+    async fn list_attention(&self, cursor: Option<&str>, limit: usize) -> Result<AttentionPage> {
+        self.inner.list_attention(cursor, limit).await
+    }
+
+    async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
+        self.inner.attention(thread, run).await
+    }
+
+    async fn list_finished(
+        &self,
+        before_ms: u64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<FinishedPage> {
+        self.inner.list_finished(before_ms, cursor, limit).await
+    }
+
+    async fn forget_finished(&self, entries: &[FinishedRun]) -> Result<()> {
+        self.inner.forget_finished(entries).await
+    }
+}

@@ -1,0 +1,5 @@
+//! The integration tests of `afk-seal`, as one test binary: the conformance suite on a sealed
+//! store, and what sealing promises.
+
+mod conformance;
+mod sealing;
