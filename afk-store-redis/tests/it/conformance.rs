@@ -19,3 +19,23 @@ async fn store(var: &str) -> Option<Arc<RedisStore>> {
     let url = afk_conformance::require_env(var)?;
     Some(Arc::new(common::connect(common::config(&url)).await))
 }
+
+/// The suite again on a single node sealed at rest (`afk-seal`): sealing changes nothing a
+/// store user can see.
+mod sealed {
+    use std::sync::Arc;
+
+    use afk_seal::{Key, MemoryKeyring, SealedStore, StaticKeys};
+
+    afk_conformance::store_suite!(store());
+
+    async fn store() -> Option<Arc<SealedStore>> {
+        let inner = crate::conformance::store("AFK_TEST_REDIS_URL").await?;
+        let keys = StaticKeys::new("k1", Key::generate()).expect("keys");
+        Some(Arc::new(SealedStore::new(
+            inner,
+            Arc::new(keys),
+            Arc::new(MemoryKeyring::default()),
+        )))
+    }
+}
