@@ -58,7 +58,60 @@ pub async fn open(cmd: &str, url: &str, create: bool) -> Result<Arc<dyn Store>> 
     };
     tracing::info!(command = cmd, store = %afk::redact::redact_urls(url), "store opened");
     tracing::debug!(capabilities = ?store.capabilities(), "store capabilities");
-    Ok(store)
+    seal_from_env(store)
+}
+
+/// The variables that open a store sealed at rest: the key-encryption keys (`id=<64 hex>`
+/// entries, the first active) in `AFK_SEAL_KEYS` or the file named by `AFK_SEAL_KEY_FILE`,
+/// the keyring directory in `AFK_SEAL_KEYRING`, and `AFK_SEAL_MODE` (`sealed`, the default;
+/// `migrate`; `decrypt-only`).
+pub const SEAL_KEYS: &str = "AFK_SEAL_KEYS";
+/// See [`SEAL_KEYS`].
+pub const SEAL_KEY_FILE: &str = "AFK_SEAL_KEY_FILE";
+/// See [`SEAL_KEYS`].
+pub const SEAL_KEYRING: &str = "AFK_SEAL_KEYRING";
+/// See [`SEAL_KEYS`].
+pub const SEAL_MODE: &str = "AFK_SEAL_MODE";
+
+/// The keyring `AFK_SEAL_KEYRING` names; `None` when unset.
+pub fn keyring_from_env() -> Result<Option<afk_seal::DirKeyring>> {
+    match std::env::var_os(SEAL_KEYRING) {
+        Some(dir) if !dir.is_empty() => afk_seal::DirKeyring::open(dir).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// `store` sealed as the `AFK_SEAL_*` variables say, or as it is when none is set.
+fn seal_from_env(store: Arc<dyn Store>) -> Result<Arc<dyn Store>> {
+    use afk_core::{Error, ErrorKind};
+    let keys = if let Some(v) = std::env::var_os(SEAL_KEYS).filter(|v| !v.is_empty()) {
+        afk_seal::StaticKeys::parse(&v.to_string_lossy())?
+    } else if let Some(f) = std::env::var_os(SEAL_KEY_FILE).filter(|v| !v.is_empty()) {
+        afk_seal::StaticKeys::from_file(std::path::Path::new(&f))?
+    } else {
+        return Ok(store);
+    };
+    let ring = keyring_from_env()?.ok_or_else(|| {
+        Error::new(
+            ErrorKind::InvalidConfig,
+            format!("{SEAL_KEYS} is set: set {SEAL_KEYRING} to the keyring directory too"),
+        )
+    })?;
+    let mode = match std::env::var(SEAL_MODE).unwrap_or_default().as_str() {
+        "" | "sealed" => afk_seal::Mode::Sealed,
+        "migrate" => afk_seal::Mode::Migrate,
+        "decrypt-only" => afk_seal::Mode::DecryptOnly,
+        other => {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                format!("{SEAL_MODE}={other:?}: expected sealed, migrate or decrypt-only"),
+            ));
+        }
+    };
+    tracing::info!(mode = ?mode, "store sealed at rest");
+    Ok(Arc::new(
+        afk_seal::SealedStore::new(store, Arc::new(keys), Arc::new(ring)).with_mode(mode),
+    ))
 }
 
 /// Every key of one run (records, pointer, effect rows, transcript log, background rows, fence).

@@ -20,6 +20,7 @@ mod demo;
 mod entry;
 #[cfg(test)]
 mod entry_tests;
+mod erase;
 mod fixtures;
 mod logging;
 mod migrate;
@@ -81,6 +82,9 @@ enum Command {
     Prune(prune::Args),
     /// Delete the runs that finished more than an age ago, in every thread (RocksDB, S3).
     Sweep(sweep::Args),
+    /// Destroy a thread's data keys in a sealed store's keyring: none of its values can be
+    /// opened any more, anywhere (`AFK_SEAL_KEYRING`).
+    Erase(erase::Args),
     /// Work with the AFK golden fixtures.
     Fixtures(fixtures::Args),
     /// Say what an uncertain tool call did (the run stopped with `EffectUncertain`), without
@@ -122,6 +126,7 @@ fn main() -> ExitCode {
         Command::Migrate(args) => migrate::run(args, &ctx),
         Command::Prune(args) => prune::run(args, &ctx),
         Command::Sweep(args) => sweep::run(args, &ctx),
+        Command::Erase(args) => erase::run(args, &ctx),
         Command::Fixtures(args) => fixtures::run(args, store, cli.json),
         Command::Settle(args) => settle::settle(args, &ctx),
         Command::Decide(args) => settle::decide(args, &ctx),

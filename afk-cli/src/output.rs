@@ -105,6 +105,15 @@ impl Ctx {
             let store = super::common::open(cmd, &url, create).await?;
             body(store).await
         });
+        self.print_to(cmd, on_stdout, res)
+    }
+
+    /// Print the report of a command that opens no store (or its error); the exit code.
+    pub fn print(&self, cmd: &str, res: Result<Report>) -> ExitCode {
+        self.print_to(cmd, true, res)
+    }
+
+    fn print_to(&self, cmd: &str, on_stdout: bool, res: Result<Report>) -> ExitCode {
         match res {
             Ok(report) => {
                 let text = if self.json {

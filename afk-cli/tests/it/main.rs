@@ -12,6 +12,7 @@ mod cli_maintain;
 mod cli_ops;
 mod cli_progress;
 mod cli_redis_index;
+mod cli_seal;
 mod cli_servers;
 mod cli_settle;
 mod cli_sweep;

@@ -24,6 +24,10 @@ pub fn afk_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Out {
         .current_dir(dir)
         .env_remove("AFK_STORE")
         .env_remove("RUST_LOG")
+        .env_remove("AFK_SEAL_KEYS")
+        .env_remove("AFK_SEAL_KEY_FILE")
+        .env_remove("AFK_SEAL_KEYRING")
+        .env_remove("AFK_SEAL_MODE")
         .envs(env.iter().copied())
         .output()
         .expect("run afk");
