@@ -176,8 +176,9 @@ pub fn schema_of<A: JsonSchema>() -> Value {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
 
