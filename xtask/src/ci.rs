@@ -13,7 +13,7 @@ use crate::test::{self, ROCKSDB_DEBS};
 
 /// `cargo package` of every crate meant to be published, verified (built from the packaged
 /// sources alone). `--allow-dirty`: it checks what a package would hold, also before a commit.
-const PACKAGE: [&str; 16] = [
+const PACKAGE: [&str; 18] = [
     "package",
     "--allow-dirty",
     "-p",
@@ -26,6 +26,8 @@ const PACKAGE: [&str; 16] = [
     "afk-store-redis",
     "-p",
     "afk-store-s3",
+    "-p",
+    "afk-providers",
     "-p",
     "afk",
     "-p",
