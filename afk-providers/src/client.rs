@@ -13,9 +13,10 @@ use genai::{Headers, ModelIden, WebConfig};
 
 use crate::{convert, error};
 
-/// The header the step's idempotency key is sent in (the name the providers' own SDKs use
-/// for their retries; a server or gateway that deduplicates requests answers a repeated step
-/// from its cache, others ignore it).
+/// The header the step's idempotency key is sent in: the name of the IETF draft
+/// <https://datatracker.ietf.org/doc/draft-ietf-httpapi-idempotency-key-header/>. A server or
+/// gateway that deduplicates requests answers a repeated step from its cache; the others
+/// ignore the header.
 pub(crate) const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
 
 /// Default bound on one model call, connection and answer included.
