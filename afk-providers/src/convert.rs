@@ -167,3 +167,75 @@ fn usage(u: &chat::Usage) -> Usage {
     }
     usage
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use afk_core::runner::ToolSpec;
+    use genai::chat::ChatRole;
+    use serde_json::json;
+
+    use super::*;
+
+    fn req(messages: Vec<Message>) -> LlmRequest {
+        LlmRequest {
+            model: "m".into(),
+            messages: Arc::new(messages),
+            tools: Arc::from(Vec::<ToolSpec>::new()),
+            session_token: None,
+            checkpoint_token: None,
+            idempotency_key: "r:step:1".into(),
+            step: 1,
+        }
+    }
+
+    #[test]
+    fn calls_and_results_are_linked_and_a_v1_result_becomes_a_user_message() {
+        let mut asked = Message::text(Role::Assistant, "checking");
+        asked.tool_calls = Some(vec![ToolCall {
+            id: None,
+            tool_name: "add".into(),
+            arguments: json!({"a": 1}).as_object().cloned().unwrap_or_default(),
+            ..ToolCall::default()
+        }]);
+        let mut linked = Message::text(Role::Tool, "2");
+        linked.tool_call_id = Some("call_0".into());
+        let mut v1 = Message::text(Role::Tool, "3");
+        v1.name = Some("add".into());
+        let parts = Message {
+            content: MessageContent::Parts(vec![json!({"type": "text", "text": "a"}), json!(7)]),
+            ..Message::text(Role::User, "")
+        };
+        let chat = request(&req(vec![asked, linked, v1, parts]));
+        let m = &chat.messages;
+        assert_eq!(m[0].role, ChatRole::Assistant);
+        assert_eq!(m[0].content.first_text(), Some("checking"));
+        let calls = m[0].content.tool_calls();
+        assert_eq!(
+            calls[0].call_id, "call_0",
+            "a call without an id gets one by position"
+        );
+        assert_eq!(calls[0].fn_arguments, json!({"a": 1}));
+        assert_eq!(m[1].content.tool_responses()[0].call_id, "call_0");
+        assert_eq!(m[2].role, ChatRole::User);
+        assert_eq!(m[2].content.first_text(), Some("Result of add: 3"));
+        assert_eq!(m[3].content.first_text(), Some("a\n7"));
+        assert!(chat.tools.is_none(), "no tools, no tool list");
+    }
+
+    #[test]
+    fn usage_counts_are_kept_and_a_missing_total_is_the_sum() {
+        let u = chat::Usage {
+            prompt_tokens: Some(10),
+            completion_tokens: Some(-3),
+            ..chat::Usage::default()
+        };
+        let ours = usage(&u);
+        assert_eq!(
+            (ours.input_tokens, ours.output_tokens, ours.total_tokens),
+            (10, 0, 10)
+        );
+        assert!(ours.extra.is_empty());
+    }
+}
