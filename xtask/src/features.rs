@@ -13,7 +13,7 @@ use anyhow::Result;
 use crate::system;
 
 /// `(what, cargo arguments after "check")`.
-pub const COMBINATIONS: [(&str, &[&str]); 13] = [
+pub const COMBINATIONS: [(&str, &[&str]); 14] = [
     (
         "afk without a store",
         &["-p", "afk", "--no-default-features"],
@@ -56,6 +56,8 @@ pub const COMBINATIONS: [(&str, &[&str]); 13] = [
     // The README's embedding example, alone: in the workspace's test build, dev-dependencies
     // turn on afk-core's `test-kit`, which users do not get.
     ("the README's embedding example", &["-p", "embedding"]),
+    // The README's quick start (a provider and a function tool), alone for the same reason.
+    ("the README's quick start", &["-p", "newcomer"]),
     // The README's fleet example, alone for the same reason.
     ("the README's fleet example", &["-p", "fleet-service"]),
 ];
