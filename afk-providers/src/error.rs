@@ -18,23 +18,24 @@ use genai::webc;
 
 /// Map an error of the provider layer for a call to `provider`.
 pub(crate) fn map(provider: &str, err: genai::Error) -> Error {
-    let kind_message = match &err {
+    let source = || Box::new(Source(err.to_string()));
+    match &err {
         genai::Error::WebModelCall { webc_error, .. }
-        | genai::Error::WebAdapterCall { webc_error, .. } => {
-            return web(provider, webc_error, &err);
-        }
+        | genai::Error::WebAdapterCall { webc_error, .. } => web(provider, webc_error, &err),
         genai::Error::RequiresApiKey { .. }
         | genai::Error::NoAuthResolver { .. }
-        | genai::Error::NoAuthData { .. } => (
-            ErrorKind::InvalidConfig,
-            format!("{provider}: no API key configured"),
-        ),
-        _ => (
+        | genai::Error::NoAuthData { .. } => {
+            Error::invalid_config(format!("{provider}: no API key configured"))
+                .with_source(source())
+        }
+        // The answer arrived but is not the API's shape (no choices, a tool call that is
+        // not one, …): asking again gets the same answer.
+        _ => Error::new(
             ErrorKind::Llm,
             format!("{provider}: the answer could not be read"),
-        ),
-    };
-    Error::new(kind_message.0, kind_message.1).with_source(Box::new(Source(err.to_string())))
+        )
+        .with_source(source()),
+    }
 }
 
 /// A failed web call: by HTTP status, or by what the transport says.
