@@ -142,7 +142,7 @@ impl FixtureFile {
 #[derive(Debug, PartialEq)]
 enum Normalized {
     Record(Box<crate::schema::CheckpointRecord>),
-    Effect(crate::schema::EffectRow),
+    Effect(Box<crate::schema::EffectRow>),
     Other,
 }
 
@@ -150,7 +150,7 @@ fn normalize_entry(thread: &ThreadId, key: &str, value: &Value) -> Result<Normal
     if key.starts_with("checkpoint:") {
         normalize_record_value(value.clone(), thread, key).map(|r| Normalized::Record(Box::new(r)))
     } else if key.starts_with("effect:") {
-        normalize_effect_row_value(value.clone(), key).map(Normalized::Effect)
+        normalize_effect_row_value(value.clone(), key).map(|r| Normalized::Effect(Box::new(r)))
     } else {
         Ok(Normalized::Other)
     }

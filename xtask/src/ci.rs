@@ -13,7 +13,7 @@ use crate::test::{self, ROCKSDB_DEBS};
 
 /// `cargo package` of every crate meant to be published, verified (built from the packaged
 /// sources alone). `--allow-dirty`: it checks what a package would hold, also before a commit.
-const PACKAGE: [&str; 18] = [
+const PACKAGE: [&str; 20] = [
     "package",
     "--allow-dirty",
     "-p",
@@ -28,6 +28,7 @@ const PACKAGE: [&str; 18] = [
     "afk-store-s3",
     "-p",
     "afk-seal",
+    "afk-providers",
     "-p",
     "afk",
     "-p",

@@ -13,7 +13,7 @@ use anyhow::Result;
 use crate::system;
 
 /// `(what, cargo arguments after "check")`.
-pub const COMBINATIONS: [(&str, &[&str]); 9] = [
+pub const COMBINATIONS: [(&str, &[&str]); 14] = [
     (
         "afk without a store",
         &["-p", "afk", "--no-default-features"],
@@ -28,6 +28,26 @@ pub const COMBINATIONS: [(&str, &[&str]); 9] = [
         &["-p", "afk", "--no-default-features", "--features", "s3"],
     ),
     ("afk with every store", &["-p", "afk", "--all-features"]),
+    // Each model provider alone, through the facade without a store and in its own crate.
+    (
+        "afk with openai only",
+        &["-p", "afk", "--no-default-features", "--features", "openai"],
+    ),
+    (
+        "afk with anthropic only",
+        &[
+            "-p",
+            "afk",
+            "--no-default-features",
+            "--features",
+            "anthropic",
+        ],
+    ),
+    ("afk-providers without a provider", &["-p", "afk-providers"]),
+    (
+        "afk-providers with both providers",
+        &["-p", "afk-providers", "--features", "openai,anthropic"],
+    ),
     ("afk-cli (default)", &["-p", "afk-cli"]),
     (
         "afk-cli with every store",
@@ -36,6 +56,8 @@ pub const COMBINATIONS: [(&str, &[&str]); 9] = [
     // The README's embedding example, alone: in the workspace's test build, dev-dependencies
     // turn on afk-core's `test-kit`, which users do not get.
     ("the README's embedding example", &["-p", "embedding"]),
+    // The README's quick start (a provider and a function tool), alone for the same reason.
+    ("the README's quick start", &["-p", "newcomer"]),
     // The README's fleet example, alone for the same reason.
     ("the README's fleet example", &["-p", "fleet-service"]),
 ];
@@ -64,10 +86,11 @@ pub fn run() -> Result<i32> {
 mod tests {
     use super::COMBINATIONS;
 
-    /// Each store feature of the facade is checked alone, and none is checked twice.
+    /// Each store and provider feature of the facade is checked alone, and none is checked
+    /// twice.
     #[test]
     fn every_store_is_checked_alone_once() {
-        for store in ["redis", "s3"] {
+        for store in ["redis", "s3", "openai", "anthropic"] {
             let alone = COMBINATIONS
                 .iter()
                 .filter(|(_, args)| {

@@ -97,7 +97,8 @@ impl FailurePolicies {
 ///   (`async_writes`), a call whose `pre_llm` record was still queued when the process died
 ///   is not counted. The result's `llm_calls` counts the answers the run used, as an
 ///   uncrashed run would.
-/// * `max_cost_usd` counts the cost of the **answers the run recorded**: a lost answer's cost
+/// * `max_cost_usd` counts the cost of the **answers the run recorded** (the sum of their
+///   [`LlmResponse::cost_usd`](crate::schema::LlmResponse::cost_usd)): a lost answer's cost
 ///   was never seen, so it cannot be counted.
 /// * `max_tool_calls` counts recorded tool calls (each call once, replayed or not);
 ///   `max_wall_time_ms` counts active time saved in snapshots.
@@ -117,7 +118,8 @@ pub struct Limits {
     /// Most *active* milliseconds: time spent paused or crashed does not count
     /// (AFK counts wall time from the run's first start, pauses and outages included).
     pub max_wall_time_ms: Option<u64>,
-    /// Most accumulated model cost in USD.
+    /// Most accumulated model cost in USD: the sum of the recorded answers'
+    /// [`LlmResponse::cost_usd`](crate::schema::LlmResponse::cost_usd).
     pub max_cost_usd: Option<f64>,
     /// Most tool calls of one batch that run at the same time.
     pub tool_parallelism: usize,

@@ -18,9 +18,10 @@
 //! the `use` lines keeps it so, reading the list below, and `cargo xtask arch` draws the
 //! graph in ARCHITECTURE.md):
 //! 1. **Vocabulary**, no I/O: the contracts an application implements (`tool`, `llm`,
-//!    `agent`, `clock`), the effect journal's ids, fields and rules (`journal`), the prompt
-//!    texts (`prompt`), the run's event and decision types (`events`), delegation's ids
-//!    (`delegation`), settings (`config`) and counters (`stats`).
+//!    `agent`, `clock`), tools made from functions (`fn_tool`), model prices (`price`), the
+//!    effect journal's ids, fields and rules (`journal`), the prompt texts (`prompt`), the
+//!    run's event and decision types (`events`), delegation's ids (`delegation`), settings
+//!    (`config`) and counters (`stats`).
 //! 2. **Run state and persistence**: the state carried from step to step and its budgets
 //!    (`state`), the run's writer (`persist`) and its entry and lease in the store's index of
 //!    runs that need attention (`lease`), the tools offered to the model (`toolbox`),
@@ -48,6 +49,7 @@ mod delegation;
 mod events;
 #[cfg(feature = "test-kit")]
 pub mod fixture_check;
+mod fn_tool;
 mod handle;
 mod journal;
 mod lease;
@@ -56,6 +58,7 @@ mod model_turn;
 mod operator;
 mod output_limit;
 mod persist;
+mod price;
 mod prompt;
 mod resume;
 mod retention;
@@ -77,11 +80,13 @@ pub use clock::{Clock, IdGen, ManualClock, RandomIds, SequentialIds, SystemClock
 pub use config::{MAX_SUSPENSION_BACKOFF, RunnerConfig};
 pub use delegation::{child_run_id, is_child_run_id};
 pub use events::{Decision, Outcome, RunEvent};
+pub use fn_tool::{FnTool, ToolFn, schema_of};
 pub use handle::RunHandle;
 pub use journal::Settlement;
 pub use llm::{LlmClient, LlmRequest};
 pub use operator::Recorded;
 pub use retention::{Swept, sweep_finished};
+pub use price::{ModelPrice, PriceTable};
 pub use stats::RunnerStats;
 pub use tool::{EffectPolicy, Tool, ToolContext, ToolError, ToolRef, ToolSpec};
 pub use worker::{Worker, WorkerConfig, WorkerHandle, WorkerStats};

@@ -189,9 +189,7 @@ impl ModelTurn<'_> {
         let snap = &mut self.st.snap;
         snap.llm_calls += 1;
         snap.usage.add(&resp.usage);
-        if let Some(c) = resp.extra.get("cost_usd").and_then(Value::as_f64) {
-            snap.total_cost_usd += c;
-        }
+        snap.total_cost_usd += resp.billed_cost_usd();
         snap.session_token = resp.session_token.clone();
         snap.checkpoint_token = resp.checkpoint_token.clone();
         // Set once: the same model and provider answer step after step.

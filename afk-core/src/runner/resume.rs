@@ -87,7 +87,7 @@ pub(crate) enum Loaded {
     /// The run ended; here is its stored result.
     Terminal(Box<AgentResult>),
     /// The run waits for a human decision.
-    Paused(PauseRequest),
+    Paused(Box<PauseRequest>),
     /// Continue from this state.
     Continue(Box<Restored>),
 }
@@ -228,7 +228,7 @@ async fn read_latest(
             });
             let meant = only_for.is_none_or(|c| request.tool_call_id.as_deref() == Some(c));
             let Some(decision) = decision.filter(|_| meant) else {
-                return Ok(Latest::Done(Loaded::Paused(request)));
+                return Ok(Latest::Done(Loaded::Paused(Box::new(request))));
             };
             let Some(call) = request.tool_call_id.clone() else {
                 return Err(Error::corrupt_record(

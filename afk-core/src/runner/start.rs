@@ -127,7 +127,7 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
                 // pause's entry): the run waits for a human, nobody holds it.
                 ckpt.mark(MarkState::Paused, 0).await?;
                 ckpt.flush().await?;
-                return Ok(Outcome::Paused { request });
+                return Ok(Outcome::Paused { request: *request });
             }
         },
     };

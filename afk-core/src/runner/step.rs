@@ -206,10 +206,15 @@ impl RunTask {
             },
         };
         let resp = &answer.resp;
-        if !resp.text.is_empty() {
-            let text = resp.text.clone();
-            self.st
-                .push_message(text_message(Role::Assistant, text, None));
+        // The model's turn in the transcript: its text and, in the v2 field, the calls it
+        // made, which the tool messages after it answer (a provider refuses a tool result
+        // whose call is not in the transcript).
+        if !resp.text.is_empty() || !resp.tool_calls.is_empty() {
+            let mut message = text_message(Role::Assistant, resp.text.clone(), None);
+            if !resp.tool_calls.is_empty() {
+                message.tool_calls = Some(resp.tool_calls.clone());
+            }
+            self.st.push_message(message);
         }
         self.st.snap.final_response = Some(Arc::clone(resp));
         let tool_calls = resp.tool_calls.len();

@@ -79,6 +79,16 @@ pub struct LlmResponse {
     pub raw: Map<String, Value>,
     /// Model that answered.
     pub model: Option<String>,
+    /// What this answer cost in USD, as the model client computed it (the provider clients
+    /// of `afk-providers` price the usage with the application's `PriceTable`). The run's
+    /// `total_cost_usd` and the cost budget ([`Limits::max_cost_usd`]) add it up; `None`, a
+    /// negative or a non-finite value adds nothing. A v2 field: AFK Python does not write it
+    /// (its cost only appears in `total_cost_usd`); left out of the record when unset, read
+    /// leniently (a value that is not a number reads as `None`).
+    ///
+    /// [`Limits::max_cost_usd`]: crate::runner::Limits::max_cost_usd
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
     /// Unknown fields, kept as read.
     #[serde(flatten)]
     pub extra: Extra,
@@ -95,4 +105,20 @@ record_de!(LlmResponse {
     usage: def,
     raw: def,
     model: def,
+    cost_usd: lenient(lenient_cost),
 });
+
+/// `cost_usd` as read: a number, or `None` for anything else.
+fn lenient_cost(v: Value) -> Result<Option<f64>, std::convert::Infallible> {
+    Ok(v.as_f64())
+}
+
+impl LlmResponse {
+    /// The cost this answer adds to a run: [`LlmResponse::cost_usd`] when it is a finite,
+    /// positive number, else 0.
+    pub fn billed_cost_usd(&self) -> f64 {
+        self.cost_usd
+            .filter(|c| c.is_finite() && *c > 0.0)
+            .unwrap_or(0.0)
+    }
+}

@@ -22,6 +22,7 @@ mod runner_control;
 mod runner_crash;
 mod runner_errors;
 mod runner_events;
+mod runner_fn_tools;
 mod runner_operator;
 mod runner_outage;
 mod runner_pause;

@@ -16,7 +16,6 @@ use afk_core::schema::{AgentResult, LlmResponse};
 use afk_core::{ErrorKind, MemoryStore, Result, RunId, ThreadId};
 use async_trait::async_trait;
 use common::{agent_with, essence, latest_terminal, runner, script};
-use serde_json::Value;
 
 /// A model that answers from its script and then, as many times as planned for the request's
 /// step, dies like a process killed mid-turn: the run task panics after the call was made,
@@ -57,7 +56,7 @@ impl LlmClient for DyingLlm {
 fn priced_script() -> Vec<LlmResponse> {
     let mut s = script();
     for r in &mut s {
-        r.extra.insert("cost_usd".into(), Value::from(0.4));
+        r.cost_usd = Some(0.4);
     }
     s
 }

@@ -142,3 +142,32 @@ async fn max_wall_time_counts_active_time() {
     exceeds(&c, "run_wall", "Exceeded max_wall_time_s=1").await;
     assert_eq!(c.llm.calls(), 1);
 }
+
+/// Only a finite, positive `cost_usd` counts: a negative, a non-numeric or a missing cost
+/// adds nothing, so a bad value from a client cannot lower or poison the total.
+#[tokio::test]
+async fn only_a_positive_finite_answer_cost_counts_toward_the_budget() {
+    let answers = [
+        json!({"text": "a", "cost_usd": -5.0}),
+        json!({"text": "b", "cost_usd": "0.3"}),
+        json!({"text": "c"}),
+        json!({"text": "d", "cost_usd": 0.25}),
+    ];
+    let costs: Vec<f64> = answers
+        .iter()
+        .map(|a| resp(a.clone()).billed_cost_usd())
+        .collect();
+    assert_eq!(costs, [0.0, 0.0, 0.0, 0.25]);
+    let r = resp(json!({"text": "d", "cost_usd": 0.25}));
+    let back = serde_json::to_value(&r).unwrap();
+    assert_eq!(
+        back["cost_usd"],
+        json!(0.25),
+        "the cost is kept in the record"
+    );
+    let none = serde_json::to_value(resp(json!({"text": "c"}))).unwrap();
+    assert!(
+        none.get("cost_usd").is_none(),
+        "no key when there is no cost: {none}"
+    );
+}
