@@ -28,6 +28,7 @@ const PACKAGE: [&str; 20] = [
     "afk-store-s3",
     "-p",
     "afk-seal",
+    "-p",
     "afk-providers",
     "-p",
     "afk",
