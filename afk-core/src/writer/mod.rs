@@ -311,11 +311,9 @@ impl Writer {
     /// first. Not bounded by time (the retry policy bounds each write); use [`Writer::flush`]
     /// for a bound.
     ///
-    /// When the run has no commit in a store call and the writer has fewer than
-    /// `MAX_CALLS` store calls in flight, the caller writes the run's queued commit itself, on
-    /// its own task, rather than waking the background task and waiting to be woken back: a
-    /// step then stays on one thread. With more in flight (many runs at their barriers at
-    /// once), the background task writes it, batched with other runs' commits. The write is the same one the task would make
+    /// When the run has no commit in a store call, the caller writes the run's queued commit
+    /// itself, on its own task, rather than waking the background task and waiting to be woken
+    /// back: a step then stays on one thread. The write is the same one the task would make
     /// (same merged commit, same retries, same bookkeeping). If the caller is dropped while
     /// that write is in flight (its run was aborted), the write is finished on a task of its
     /// own and recorded as if the background task had made it, so an abort loses nothing the
@@ -341,10 +339,7 @@ impl Writer {
                 if let Some(why) = st.dead {
                     return Err(stopped(why));
                 }
-                // With many store calls in flight already (many runs at their barriers at
-                // once), the run's commit goes to the background task, which writes the
-                // commits of many runs in one call, instead of one more call of its own.
-                let entry = if st.busy.contains(&key) || st.calls >= worker::MAX_CALLS {
+                let entry = if st.busy.contains(&key) {
                     None
                 } else {
                     let was_full = st.queue.len() >= self.inner.config.queue_maxsize;

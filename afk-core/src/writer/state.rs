@@ -110,8 +110,6 @@ pub(crate) struct State {
     /// When the background task's timer fires next, if it is set: a held commit due no
     /// earlier needs no wake-up.
     pub(crate) armed: Option<Instant>,
-    /// Store calls writing commits in flight: the background task's and barriers' own.
-    pub(crate) calls: usize,
 }
 
 impl State {

@@ -5,9 +5,8 @@
 //! of its own waits for room, one that merges takes none). It wakes the task only when the
 //! task must act: for an entry due at once, or due before the task's timer fires. A barrier on
 //! a run with no commit in flight takes the run's queued entry and writes it on its own task
-//! (`Writer::barrier`, [`take_next`], [`record_one`]) while fewer than [`MAX_CALLS`] store
-//! calls are in flight, so a step needs no wake-up of the task and no wake-up back; everything
-//! else is the task's, which hands entries to the store:
+//! (`Writer::barrier`, [`take_next`], [`record_one`]), so a step needs no wake-up of the task
+//! and no wake-up back; everything else is the task's, which hands entries to the store:
 //! - **merging**: a commit merges into the newest queued entry of its run claim if that entry
 //!   has not been handed to the store yet and the merged commit stays within the store's
 //!   limits (see [`merge`]). Because it is the *newest* entry of the run, nothing else of the
@@ -23,8 +22,8 @@
 //!   one; the runner waits only at barriers, so holding never delays it;
 //! - **pipelining per run**: at most one commit of a run claim is in a store call at a time;
 //!   the run's next entry (everything it queued meanwhile, merged) is handed over once that
-//!   call answers and it is due. Runs do not wait for each other: the task keeps up to
-//!   [`MAX_CALLS`] store calls in flight at once, each for runs that have none in flight;
+//!   call answers and it is due. Runs do not wait for each other: up to [`MAX_CALLS`] store
+//!   calls are in flight at once, each for runs that have none in flight;
 //! - **batching**: the entries handed over together, at most one per run claim and at most
 //!   `max_batch_size`, go to one `commit_batch` call. One per run claim because a batch is not
 //!   atomic as a whole: if a run's first commit failed and its second succeeded, the second
@@ -47,8 +46,7 @@ use super::state::{AliveGuard, RunKey, Shared, State};
 use crate::error::{Error, Result};
 use crate::store::{Commit, RetryStore, Store};
 
-/// Most store calls the task keeps in flight at once (each for different runs); barriers write
-/// their run's commit themselves only while fewer than this many calls are in flight.
+/// Most store calls the task keeps in flight at once (each for different runs).
 pub(crate) const MAX_CALLS: usize = 8;
 
 /// Largest merged commit, in payload bytes ([`Commit::byte_len`]): a backlog is written in
@@ -185,7 +183,6 @@ pub(crate) fn take_next(st: &mut State, key: &RunKey) -> Option<Entry> {
     let at = st.queue.iter().position(|q| q.entry.key == *key)?;
     let q = st.queue.remove(at)?;
     st.busy.insert(key.clone());
-    st.calls += 1;
     st.stats.inline += 1;
     Some(q.entry)
 }
@@ -216,7 +213,6 @@ fn record(
     commits: usize,
     done: impl IntoIterator<Item = (RunKey, u64, Result<()>)>,
 ) -> bool {
-    st.calls = st.calls.saturating_sub(1);
     st.stats.batches += 1;
     st.stats.max_batch_len = st.stats.max_batch_len.max(commits as u64);
     let mut failed_runs: HashSet<RunKey> = HashSet::new();
@@ -368,7 +364,6 @@ impl Worker {
                 break;
             }
             took = true;
-            st.calls += 1;
             let store = self.store.clone();
             self.calls.push(Box::pin(async move {
                 let results = store.commit_batch(&commits).await;

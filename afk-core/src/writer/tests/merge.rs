@@ -121,41 +121,6 @@ async fn runs_do_not_wait_for_each_others_store_calls() {
     assert_eq!(w.stats().batches, 2);
 }
 
-/// Many runs at their barriers at once: the first barriers write their own commits, up to
-/// `MAX_CALLS` store calls; the rest go to the background task, which writes them together,
-/// several runs per call, instead of one more store call per run.
-#[tokio::test(start_paused = true)]
-async fn barriers_beyond_the_call_limit_share_the_background_tasks_batches() {
-    let (fs, w) = writer(CheckpointConfig::default());
-    fs.set_latency(Duration::from_millis(10));
-    let t = tid("t1");
-    let runs = 4 * worker::MAX_CALLS as u64;
-    let mut claims = Vec::new();
-    for i in 0..runs {
-        let r = rid(&format!("r{i}"));
-        let e = claimed(&fs, &t, &r).await;
-        w.submit(record(&t, &r, e, 0, "pre_llm"), false)
-            .await
-            .unwrap();
-        claims.push((r, e));
-    }
-    let barriers = claims.iter().map(|(r, e)| w.barrier(&t, r, *e));
-    for done in futures::future::join_all(barriers).await {
-        done.unwrap();
-    }
-    let stats = w.stats();
-    assert_eq!(stats.written, runs);
-    assert_eq!(stats.inline, worker::MAX_CALLS as u64, "{stats:?}");
-    assert!(stats.batches < runs, "one store call per run: {stats:?}");
-    assert!(stats.max_batch_len > 1, "{stats:?}");
-    for (r, _) in &claims {
-        assert_eq!(
-            latest(&fs, &t, r).await,
-            Some(format!("checkpoint:{r}:0:pre_llm"))
-        );
-    }
-}
-
 /// Limits a store reports (the in-memory store has none) and enforces, on each commit.
 #[derive(Debug)]
 struct Limits {
