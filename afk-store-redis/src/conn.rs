@@ -2,6 +2,17 @@
 //! its own) or a `ClusterConnection` (slot routing, MOVED/ASK, reconnects per node). Every
 //! call is bounded by an overall deadline so that no operation hangs while a server is away.
 //!
+//! On a single node the deadline measures the server's silence, not the time a call waits
+//! behind others: a call fails once it has waited the deadline *and* the server has answered
+//! nothing (no call of this client) for the deadline. Thousands of runs sharing one
+//! connection queue their calls behind each other, at most `WINDOW` of them handed to the
+//! connection at once (so the client's own backlog of requests to write does not pass for a
+//! silent server); while the server keeps answering, a queued call waits its turn (overload
+//! slows runs down, it does not fail them), and a server that stopped answering fails every
+//! waiting call within the deadline of its last answer. On
+//! Cluster, where one node may be gone while the others answer, each call has the deadline of
+//! its own.
+//!
 //! A server that is back must serve the next request. The `ConnectionManager` keeps the
 //! outcome of its last reconnect attempt: if that attempt ran while the server was still down,
 //! the first request after the server is back gets its stale `Connection refused` (and only
@@ -95,6 +106,60 @@ pub(crate) enum Conn {
 pub(crate) struct Client {
     conn: Conn,
     deadline: Duration,
+    /// When the server last answered (single node; see the module docs).
+    pulse: Option<std::sync::Arc<Pulse>>,
+    /// Calls handed to the connection at once (single node): the rest wait here, so what the
+    /// connection has in hand is answered in about one deadline's worth of server time.
+    window: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+}
+
+/// Most calls a single-node client hands to its connection at once (a call may be a pipeline
+/// of a batch's commits): enough to keep the server busy, few enough that a call handed over
+/// is answered soon after the server reads it.
+const WINDOW: usize = 32;
+
+/// When a single node last answered a call of the client, shared by its clones.
+#[derive(Debug)]
+struct Pulse {
+    since: tokio::time::Instant,
+    /// Microseconds from `since` to the latest answer.
+    last_us: std::sync::atomic::AtomicU64,
+}
+
+impl Pulse {
+    fn new() -> Self {
+        Pulse {
+            since: tokio::time::Instant::now(),
+            last_us: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The server answered now.
+    fn beat(&self) {
+        let us = u64::try_from(self.since.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.last_us
+            .fetch_max(us, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// When the server last answered (`since` if never).
+    fn last(&self) -> tokio::time::Instant {
+        let us = self.last_us.load(std::sync::atomic::Ordering::Relaxed);
+        self.since + Duration::from_micros(us)
+    }
+}
+
+/// Whether `r` came from the server (an answer, or an error the server sent), rather than from
+/// a connection that failed.
+fn answered<T>(r: &RedisResult<T>) -> bool {
+    match r {
+        Ok(_) => true,
+        Err(e) => {
+            !(e.is_io_error()
+                || e.is_timeout()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal())
+        }
+    }
 }
 
 impl std::fmt::Debug for Client {
@@ -157,7 +222,9 @@ async fn open_single(
     };
     let mc = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(cfg.connect_timeout()))
-        .set_response_timeout(Some(cfg.response_timeout()))
+        // No timeout per request inside the client: it would count the time a request waits
+        // behind others on the connection. `Client::bounded` bounds it instead.
+        .set_response_timeout(None)
         .set_number_of_retries(1)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(200));
@@ -349,7 +416,15 @@ impl Client {
             Ok(Err(e)) => return Err(connect_err(e, what)),
             Err(_) => return Err(timeout_err(what, deadline)),
         };
-        let client = Client { conn, deadline };
+        let pulse = (!cfg.cluster).then(|| std::sync::Arc::new(Pulse::new()));
+        let window =
+            (!cfg.cluster).then(|| std::sync::Arc::new(tokio::sync::Semaphore::new(WINDOW)));
+        let client = Client {
+            conn,
+            deadline,
+            pulse,
+            window,
+        };
         if !cfg.cluster && client.answers_as_single_node(what).await? {
             return Ok(client);
         }
@@ -366,17 +441,17 @@ impl Client {
     /// unknown to this server, or an authentication error), so PING must prove what it can.
     async fn answers_as_single_node(&self, what: &str) -> Result<bool> {
         let info = redis::cmd("CLUSTER").arg("INFO").clone();
-        match tokio::time::timeout(self.deadline, self.raw::<Value>(&info)).await {
-            Err(_) => Err(timeout_err(what, self.deadline)),
+        match self.bounded(self.raw::<Value>(&info)).await {
+            None => Err(timeout_err(what, self.deadline)),
             // A Cluster node describes its cluster (`cluster_state:ok`, …); anything else (a
             // proxy's own answer) is not taken for one.
-            Ok(Ok(reply)) if is_cluster_info(&reply) => Err(Error::invalid_config(format!(
+            Some(Ok(reply)) if is_cluster_info(&reply) => Err(Error::invalid_config(format!(
                 "redis: {what} failed: the server is a Redis Cluster node; use a \
                  redis+cluster:// URL (rediss+cluster:// with TLS)"
             ))),
-            Ok(Ok(_)) => Ok(false),
-            Ok(Err(e)) if not_a_cluster(&e) => Ok(true),
-            Ok(Err(_)) => Ok(false),
+            Some(Ok(_)) => Ok(false),
+            Some(Err(e)) if not_a_cluster(&e) => Ok(true),
+            Some(Err(_)) => Ok(false),
         }
     }
 
@@ -450,6 +525,41 @@ impl Client {
         }
     }
 
+    /// `call`'s result, or `None` once it has waited the deadline: on a single node, only if
+    /// the server also answered nothing for the deadline (see the module docs); on Cluster,
+    /// the deadline from the start.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = RedisResult<T>>,
+    ) -> Option<RedisResult<T>> {
+        let sent = tokio::time::Instant::now();
+        let window = self.window.clone();
+        // Unconstrained: a call whose answer is there is always ready when polled, so the
+        // timer never fires instead because the task used up its scheduling budget.
+        let mut call = std::pin::pin!(tokio::task::unconstrained(async move {
+            // Closed never: a failed acquire only skips the window.
+            let _turn = match &window {
+                Some(w) => w.acquire().await.ok(),
+                None => None,
+            };
+            call.await
+        }));
+        loop {
+            let from = self.pulse.as_ref().map_or(sent, |p| p.last().max(sent));
+            match tokio::time::timeout_at(from + self.deadline, call.as_mut()).await {
+                Ok(r) => {
+                    if let Some(p) = self.pulse.as_ref().filter(|_| answered(&r)) {
+                        p.beat();
+                    }
+                    return Some(r);
+                }
+                // The server answered others meanwhile: this call is queued, not lost.
+                Err(_) if self.pulse.as_ref().is_some_and(|p| p.last() > from) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
     /// Run one command under the deadline. Only used for reads, so a command that failed on
     /// a dead connection is sent once more on a fresh one (see the module docs).
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd, what: &str) -> Result<T> {
@@ -476,9 +586,9 @@ impl Client {
                 ok => ok,
             }
         };
-        match tokio::time::timeout(self.deadline, fut).await {
-            Ok(r) => r.map_err(|e| map(e, what)),
-            Err(_) => Err(timeout_err(what, self.deadline)),
+        match self.bounded(fut).await {
+            Some(r) => r.map_err(|e| map(e, what)),
+            None => Err(timeout_err(what, self.deadline)),
         }
     }
 
@@ -515,9 +625,9 @@ impl Client {
                 other => other,
             }
         };
-        match tokio::time::timeout(self.deadline, fut).await {
-            Ok(r) => r.map_err(|e| map_err(e, what)),
-            Err(_) => Err(timeout_err(what, self.deadline)),
+        match self.bounded(fut).await {
+            Some(r) => r.map_err(|e| map_err(e, what)),
+            None => Err(timeout_err(what, self.deadline)),
         }
     }
 
@@ -553,9 +663,9 @@ impl Client {
             }
             Ok::<_, RedisError>(out)
         };
-        match tokio::time::timeout(self.deadline, fut).await {
-            Ok(r) => r.map_err(|e| map_err(e, what)),
-            Err(_) => Err(timeout_err(what, self.deadline)),
+        match self.bounded(fut).await {
+            Some(r) => r.map_err(|e| map_err(e, what)),
+            None => Err(timeout_err(what, self.deadline)),
         }
     }
 
@@ -598,9 +708,9 @@ impl Client {
             };
             Ok::<_, RedisError>((a, b))
         };
-        match tokio::time::timeout(self.deadline, fut).await {
-            Ok(r) => r.map_err(|e| map_err(e, what)),
-            Err(_) => Err(timeout_err(what, self.deadline)),
+        match self.bounded(fut).await {
+            Some(r) => r.map_err(|e| map_err(e, what)),
+            None => Err(timeout_err(what, self.deadline)),
         }
     }
 }

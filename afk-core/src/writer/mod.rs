@@ -342,13 +342,18 @@ impl Writer {
                 let entry = if st.busy.contains(&key) {
                     None
                 } else {
-                    worker::take_next(st, &key)
+                    let was_full = st.queue.len() >= self.inner.config.queue_maxsize;
+                    worker::take_next(st, &key).map(|e| (e, was_full))
                 };
                 (target, entry)
             };
-            let Some(entry) = entry else {
+            let Some((entry, was_full)) = entry else {
                 return self.inner.shared.wait_for(&key, target).await;
             };
+            if was_full {
+                // Submits waiting for room re-check.
+                self.inner.shared.notify();
+            }
             let mut call = InlineCall::start(&self.inner, entry);
             // A store that panics fails this claim, as a write of the background task fails
             // it; it does not take the run's task down.

@@ -2,8 +2,13 @@
 //!
 //! Per run claim (run and epoch): how many commits were accepted (`submitted`, the sequence number of the newest),
 //! the newest sequence number known durable (`durable`; per-run order makes it a watermark:
-//! everything at or below it is written), and the error that failed the run, if any. Waiters
-//! re-check after every change, signalled through a `watch` counter, so no wake-up is lost.
+//! everything at or below it is written), and the error that failed the run, if any. A
+//! claim's waiters (barriers, flushes, tickets) re-check after every change of that claim,
+//! woken through the claim's own `Notify`, registered under the lock, so no wake-up is lost
+//! and a write that ends wakes only the waiters of the claims it wrote (with thousands of runs
+//! waiting, waking all of them on every write cost more than the writes). Submits waiting for
+//! room in a full queue, and everyone when the background task stops, are woken through a
+//! `watch` counter.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -70,6 +75,17 @@ pub(crate) struct RunState {
     /// background task writes the run's held commits up to it without waiting for more.
     pub(crate) wanted: u64,
     pub(crate) error: Option<Arc<Error>>,
+    /// Wakes the claim's waiters when its state changes; made by its first waiter.
+    pub(crate) waiters: Option<Arc<Notify>>,
+}
+
+impl RunState {
+    /// Wake the claim's waiters so they re-check (call after changing its state).
+    pub(crate) fn wake(&self) {
+        if let Some(n) = &self.waiters {
+            n.notify_waiters();
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -126,6 +142,7 @@ impl State {
                 && (r.error.is_some() || r.durable >= r.submitted);
             if forget {
                 retired += r.durable;
+                r.wake();
             }
             !forget
         });
@@ -136,6 +153,7 @@ impl State {
     pub(crate) fn forget(&mut self, key: &RunKey) {
         if let Some(r) = self.runs.remove(key) {
             self.retired_durable += r.durable;
+            r.wake();
         }
     }
 
@@ -152,6 +170,7 @@ impl State {
         let error = Arc::new(error);
         let run = self.runs.entry(key.clone()).or_default();
         let kept = run.error.get_or_insert_with(|| error.clone()).clone();
+        run.wake();
         self.stats.failed += 1;
         if self.first_failure.is_none() {
             self.first_failure = Some(error);
@@ -198,7 +217,7 @@ impl Shared {
         self.progress.subscribe()
     }
 
-    /// Wake every waiter so it re-checks.
+    /// Wake the submits waiting for room in the queue so they re-check.
     pub(crate) fn notify(&self) {
         self.progress.send_modify(|v| *v = v.wrapping_add(1));
     }
@@ -207,11 +226,11 @@ impl Shared {
     /// background task is gone with it unwritten (`Unavailable`, not retryable). Tells the
     /// background task that `seq` is wanted, so it stops holding it.
     pub(crate) async fn wait_for(&self, key: &RunKey, seq: u64) -> Result<()> {
-        let mut rx = self.progress.subscribe();
         loop {
-            {
+            let (notified, raised) = {
                 let mut guard = self.lock();
                 let st = &mut *guard;
+                let dead = st.dead;
                 let Some(run) = st.runs.get_mut(key) else {
                     return Ok(());
                 };
@@ -221,18 +240,21 @@ impl Shared {
                 if let Some(e) = &run.error {
                     return Err(replay(e));
                 }
-                if let Some(why) = st.dead {
+                if let Some(why) = dead {
                     return Err(stopped(why));
                 }
-                if run.wanted < seq {
-                    run.wanted = seq;
-                    drop(guard);
-                    self.wake.notify_one();
-                }
+                let raised = run.wanted < seq;
+                run.wanted = run.wanted.max(seq);
+                // Registered under the lock: a change made after this check wakes it.
+                let n = run.waiters.get_or_insert_with(Default::default).clone();
+                let mut notified = Box::pin(n.notified_owned());
+                notified.as_mut().enable();
+                (notified, raised)
+            };
+            if raised {
+                self.wake.notify_one();
             }
-            if rx.changed().await.is_err() {
-                return Err(stopped("dropped"));
-            }
+            notified.await;
         }
     }
 }
@@ -252,7 +274,11 @@ impl Drop for AliveGuard {
         } else {
             "the background task panicked or was aborted"
         };
-        self.shared.lock().dead.get_or_insert(why);
+        {
+            let mut st = self.shared.lock();
+            st.dead.get_or_insert(why);
+            st.runs.values().for_each(RunState::wake);
+        }
         self.shared.notify();
     }
 }

@@ -191,12 +191,14 @@ pub(crate) fn take_next(st: &mut State, key: &RunKey) -> Option<Entry> {
 /// `Writer::barrier`): the same bookkeeping as the task's ([`record`]), then a wake-up for the
 /// task if the run has more queued (it skipped them while the run was busy).
 pub(crate) fn record_one(shared: &Shared, key: &RunKey, seq: u64, result: Result<()>) {
-    let more = {
+    let (more, dropped) = {
         let mut st = shared.lock();
-        record(&mut st, 1, std::iter::once((key.clone(), seq, result)));
-        st.queue.iter().any(|q| q.entry.key == *key)
+        let dropped = record(&mut st, 1, std::iter::once((key.clone(), seq, result)));
+        (st.queue.iter().any(|q| q.entry.key == *key), dropped)
     };
-    shared.notify();
+    if dropped {
+        shared.notify();
+    }
     if more {
         shared.wake.notify_one();
     }
@@ -204,12 +206,13 @@ pub(crate) fn record_one(shared: &Shared, key: &RunKey, seq: u64, result: Result
 
 /// The bookkeeping of one store call's end (under the lock), whoever made it: each run claim
 /// is no longer busy; a written commit makes its sequence number durable; a failed one fails
-/// its claim, whose queued entries are dropped with it.
+/// its claim, whose queued entries are dropped with it. The waiters of each claim are woken;
+/// returns whether queued entries were dropped (room for submits waiting on a full queue).
 fn record(
     st: &mut State,
     commits: usize,
     done: impl IntoIterator<Item = (RunKey, u64, Result<()>)>,
-) {
+) -> bool {
     st.stats.batches += 1;
     st.stats.max_batch_len = st.stats.max_batch_len.max(commits as u64);
     let mut failed_runs: HashSet<RunKey> = HashSet::new();
@@ -220,6 +223,7 @@ fn record(
                 st.stats.written += 1;
                 let run = st.runs.entry(key).or_default();
                 run.durable = run.durable.max(seq);
+                run.wake();
             }
             Err(e) => {
                 tracing::warn!(
@@ -231,11 +235,13 @@ fn record(
             }
         }
     }
-    if !failed_runs.is_empty() {
-        let before = st.queue.len();
-        st.queue.retain(|q| !failed_runs.contains(&q.entry.key));
-        st.stats.failed += (before - st.queue.len()) as u64;
+    if failed_runs.is_empty() {
+        return false;
     }
+    let before = st.queue.len();
+    st.queue.retain(|q| !failed_runs.contains(&q.entry.key));
+    st.stats.failed += (before - st.queue.len()) as u64;
+    st.queue.len() < before
 }
 
 /// What a finished store call reports: the `(run, seq)` of each commit and its result.
@@ -387,8 +393,9 @@ impl Worker {
             });
             (key, seq, result)
         });
-        record(&mut self.shared.lock(), commits, done);
-        self.shared.notify();
+        if record(&mut self.shared.lock(), commits, done) {
+            self.shared.notify();
+        }
     }
 }
 

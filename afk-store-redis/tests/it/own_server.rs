@@ -412,3 +412,92 @@ async fn a_server_that_is_not_redis_is_invalid_config() {
     assert!(err.message().contains("Redis protocol"), "{err}");
     assert!(start.elapsed() < NO_HANG);
 }
+
+/// Overload is not an outage: thousands of commits of a hundred keys each, sent at once on the
+/// store's one connection (the server's work, not the client's, makes them queue), wait behind
+/// each other longer than the deadline (2 s here; 2,000 such commits took 9.6 s on the loaded
+/// 2-core machine, with gaps of up to 1.1 s between answers), and
+/// each one succeeds, because the server keeps answering. A per-call deadline counting that
+/// wait failed the last ones with `Unavailable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_queued_behind_others_longer_than_the_deadline_succeed() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
+        return;
+    }
+    let server = OwnServer::start(&[]);
+    let mut cfg = config(&server.url());
+    cfg.connect_timeout_ms = 1000;
+    cfg.response_timeout_ms = 1000;
+    let s = connect(cfg).await;
+    let t = thread("queued");
+    let runs: Vec<RunId> = (0..3000).map(|i| run(&format!("run_{i}"))).collect();
+    let mut epochs = Vec::new();
+    for chunk in runs.chunks(100) {
+        let claims = futures::future::join_all(chunk.iter().map(|r| s.claim(&t, r))).await;
+        epochs.extend(claims.into_iter().map(|e| e.expect("claim")));
+    }
+    let commits: Vec<_> = runs
+        .iter()
+        .zip(epochs)
+        .map(|(r, e)| {
+            let keys: Vec<String> = (0..100).map(|i| format!("messages:{r}:{i:020}")).collect();
+            let puts: Vec<(&str, &[u8])> = keys
+                .iter()
+                .map(|k| (k.as_str(), &b"sixteen bytes..."[..]))
+                .collect();
+            commit(&t, r, e, &puts, None)
+        })
+        .collect();
+    // The script cache warm, as after a service's first commit.
+    s.commit(&commits[0]).await.expect("first commit");
+    // A task per commit, as runs commit.
+    let tasks: Vec<_> = commits
+        .into_iter()
+        .map(|c| {
+            let s = s.clone();
+            tokio::spawn(async move { s.commit(&c).await })
+        })
+        .collect();
+    let done: Vec<_> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(|r| r.expect("commit task"))
+        .collect();
+    let failed: Vec<_> = done.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} commits failed, first: {:?}",
+        failed.len(),
+        done.len(),
+        failed.first()
+    );
+}
+
+/// A server that is there but silent (stopped, its connections open) is an outage: every call
+/// waiting on it, however many, fails with `Unavailable`, and once the server goes on the
+/// store serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_fails_every_waiting_call_as_unavailable() {
+    if require_env("AFK_TEST_REDIS_URL").is_none() {
+        return;
+    }
+    let server = OwnServer::start(&[]);
+    let s = connect(quick(&server.url())).await;
+    let t = thread("silent");
+    let runs: Vec<RunId> = (0..200).map(|i| run(&format!("run_{i}"))).collect();
+    for r in &runs[..1] {
+        assert_eq!(s.claim(&t, r).await.unwrap(), Epoch(1));
+    }
+    server.pause();
+    let keys: Vec<String> = runs.iter().map(latest_key).collect();
+    let calls = keys.iter().map(|k| s.get(&t, k));
+    let done = tokio::time::timeout(NO_HANG, futures::future::join_all(calls))
+        .await
+        .expect("every call ends while the server is silent");
+    server.resume();
+    for r in &done {
+        let err = r.as_ref().expect_err("a silent server answers nothing");
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    }
+    assert_eq!(s.claim(&t, &runs[0]).await.unwrap(), Epoch(2));
+}

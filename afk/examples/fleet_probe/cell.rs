@@ -199,6 +199,9 @@ fn measurements(
     secs: f64,
 ) -> Value {
     let steps = clocks.tool_calls.load(std::sync::atomic::Ordering::Relaxed);
+    let model_calls = clocks
+        .model_calls
+        .load(std::sync::atomic::Ordering::Relaxed);
     let waits = clocks.waits();
     let mut times: Vec<u64> = ended.iter().map(|(d, _)| d.as_micros() as u64).collect();
     times.sort_unstable();
@@ -208,11 +211,22 @@ fn measurements(
             *failed.entry(kind.clone()).or_default() += 1;
         }
     }
+    // The workload as meant: every completed run made STEPS tool calls and STEPS + 1 model
+    // calls, each once (a failed or unfinished run may have made fewer).
+    let completed = ended.iter().filter(|(_, f)| f.is_none()).count() as u64;
+    let all_done = completed == cell.runs;
+    if all_done && (steps != cell.runs * STEPS || model_calls != cell.runs * (STEPS + 1)) {
+        failed.insert(
+            format!("workload: {steps} tool and {model_calls} model calls"),
+            cell.runs,
+        );
+    }
     let mut lags = gauge.lags_us.lock().map(|l| l.clone()).unwrap_or_default();
     lags.sort_unstable();
     json!({
         "store": cell.store, "runs": cell.runs, "latency_ms": cell.latency.as_millis() as u64,
         "mode": format!("{:?}", cell.mode).to_lowercase(), "secs": secs, "steps": steps,
+        "model_calls": model_calls,
         "run_us": [quantile(&times, 0.5), quantile(&times, 0.99), quantile(&times, 1.0)],
         "wait_us": [quantile(&waits, 0.5), quantile(&waits, 0.99), quantile(&waits, 1.0)],
         "lag_us": [quantile(&lags, 0.5), quantile(&lags, 0.99), quantile(&lags, 1.0)],

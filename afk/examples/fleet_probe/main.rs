@@ -54,7 +54,9 @@
 //!   itself on its own task (`inline_writes`): whether runs share round trips;
 //! - **failed**: runs that ended with an error (by kind) or did not end within the cell's
 //!   deadline (60 s + 4 × the ideal, or `AFK_FLEET_DEADLINE_S` seconds: on moto, 1,000 S3 runs
-//!   at 1 s take longer than the default allows);
+//!   at 1 s take longer than the default allows); and, when every run completed but the
+//!   workload was not the one meant (10 tool calls and 11 model calls per run, each once:
+//!   counted by the model and the tool), a `workload:` entry with the counts;
 //! - **Redis bytes/run**: the change of `used_memory` (`INFO memory`) over the cell ÷ runs, and
 //!   keys per run (`DBSIZE`).
 

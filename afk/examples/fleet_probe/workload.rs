@@ -23,6 +23,8 @@ pub struct Clocks {
     waits_us: Mutex<Vec<u64>>,
     /// Tool calls made.
     pub tool_calls: AtomicU64,
+    /// Model calls answered.
+    pub model_calls: AtomicU64,
 }
 
 impl Clocks {
@@ -75,6 +77,7 @@ impl LlmClient for SlowModel {
             .unwrap_or("")
             .to_owned();
         let answer = self.inner.complete(request).await;
+        self.clocks.model_calls.fetch_add(1, Ordering::Relaxed);
         self.clocks.answered(&run);
         answer
     }

@@ -152,6 +152,26 @@ impl OwnServer {
             && !reply.starts_with(b"-LOADING")
     }
 
+    /// Stop the server process (`SIGSTOP`) without closing its connections: a server that is
+    /// there and silent. [`OwnServer::resume`] lets it go on.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Let a paused server go on (`SIGCONT`).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("the server runs").id();
+        let ok = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid} failed");
+    }
+
     /// Start it again on the same port; waits until it answers (see [`OwnServer::answers`]).
     pub fn restart(&mut self) {
         self.kill();
@@ -192,6 +212,10 @@ impl OwnServer {
 
 impl Drop for OwnServer {
     fn drop(&mut self) {
+        if self.child.is_some() {
+            // A paused server would not die of the kill until it goes on.
+            self.resume();
+        }
         self.kill();
     }
 }
