@@ -44,7 +44,9 @@ pub struct Swept {
     /// Runs listed but kept: opened again, not terminal, unreadable, or a child run (which
     /// goes with its parent).
     pub kept: u64,
-    /// Entries dropped from the index of finished runs.
+    /// Entries dropped from the index of finished runs (those of runs deleted or kept, and
+    /// those of runs gone already: deleted before, or listed twice because they were closed
+    /// twice).
     pub forgotten: u64,
 }
 
@@ -80,6 +82,7 @@ pub async fn sweep_finished(store: &dyn Store, before_ms: u64) -> Result<Swept> 
                     swept.kept += 1;
                     done.push(entry);
                 }
+                Verdict::Gone => done.push(entry),
                 Verdict::Keep => swept.kept += 1,
             }
         }
@@ -100,6 +103,8 @@ enum Verdict {
     Delete,
     /// Not to be deleted by this entry: drop the entry, keep the run.
     Drop,
+    /// The run is gone already (deleted, or listed twice: closed twice): drop the entry.
+    Gone,
     /// Keep the run and its entry (a later sweep looks again).
     Keep,
 }
@@ -110,7 +115,7 @@ async fn judge(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result<Verd
     }
     let key = latest_key(run);
     let Some(bytes) = store.get(thread, &key).await? else {
-        return Ok(Verdict::Drop); // deleted already
+        return Ok(Verdict::Gone);
     };
     let record = match normalize_record(&bytes, thread, &key) {
         Ok(r) => r,

@@ -176,3 +176,35 @@ async fn a_worker_with_a_retention_sweeps_finished_runs_and_keeps_paused_ones() 
         "the paused run was swept"
     );
 }
+
+/// A run closed twice (its terminal commit, then a later `finish_run`, in another millisecond)
+/// is listed twice: the sweep deletes it once and drops both entries, counting nothing as kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_closed_twice_is_deleted_once() {
+    let store = Arc::new(MemoryStore::new());
+    let (thread, run) = (ThreadId::new("t_twice").unwrap(), RunId::new("r").unwrap());
+    let counter = InvocationCounter::new();
+    let llm = ScriptedLlm::new(vec![resp(json!({"text": "done", "tool_calls": []}))]);
+    let agent = Agent::new("a", "Answer.", "m1", llm).with_tool(ScriptedTool::add(counter));
+    let out = runner(store.clone(), false)
+        .run_with_id(&agent, &thread, run.clone(), "go")
+        .result()
+        .await
+        .unwrap();
+    assert!(matches!(out, Outcome::Completed(_)), "{out:?}");
+    let stamp = store_now_ms();
+    while store_now_ms() <= stamp + 1 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let epoch = store.claim(&thread, &run).await.unwrap();
+    store.finish_run(&thread, &run, epoch).await.unwrap();
+    let listed = store.list_finished(u64::MAX, None, 10).await.unwrap();
+    assert_eq!(listed.runs.len(), 2, "{listed:?}");
+    let swept = sweep_finished(store.as_ref(), u64::MAX).await.unwrap();
+    assert_eq!(
+        (swept.deleted, swept.kept, swept.forgotten),
+        (1, 0, 2),
+        "{swept:?}"
+    );
+    assert!(store.is_empty());
+}
