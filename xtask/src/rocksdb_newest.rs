@@ -212,6 +212,7 @@ tokio = {{ version = "1", features = ["rt-multi-thread", "macros"] }}
 
 [dev-dependencies]
 afk-conformance = {{ path = {conformance} }}
+afk-seal = {{ path = {seal} }}
 tempfile = "3"
 tokio = {{ version = "1", features = ["rt-multi-thread", "macros", "test-util"] }}
 
@@ -228,6 +229,7 @@ debug = false
         core = toml_str(&repo.join("afk-core")),
         store = toml_str(&store),
         conformance = toml_str(&repo.join("afk-conformance")),
+        seal = toml_str(&repo.join("afk-seal")),
     );
     for (name, test) in &tests {
         manifest.push_str(&format!(
