@@ -273,7 +273,7 @@ async fn import_run(
 
 /// Where the imported run belongs in the index of runs that need attention: closed when it
 /// has finished, else open with an entry for its state and agent; `None` for a run whose
-/// pointer is unreadable (`afk verify` says why; no worker could resume it).
+/// pointer is unreadable or missing (`afk verify` says why; no worker could resume it).
 async fn attention_of(
     store: &dyn Store,
     thread: &ThreadId,
@@ -309,7 +309,8 @@ async fn attention_of(
         "paused" => MarkState::Paused,
         "uncertain" => MarkState::Uncertain,
         "suspended" => MarkState::Suspended,
-        "unreadable" => return Ok(None),
+        // Unreadable, or keys without a pointer: nothing a worker could resume.
+        "unreadable" | "claimed" => return Ok(None),
         _ => MarkState::Stopped,
     };
     let mut mark = RunMark::new(state);
