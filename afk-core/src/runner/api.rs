@@ -13,6 +13,7 @@ use super::handle::RunHandle;
 use super::journal::Settlement;
 use super::start::{Shared, execute};
 use super::stats::RunnerStats;
+use super::telemetry;
 use crate::ids::{RunId, ThreadId};
 use crate::store::{Epoch, Store};
 
@@ -153,7 +154,8 @@ impl Runner {
     fn spawn(&self, agent: &Agent, thread: &ThreadId, run: RunId, start: Start) -> RunHandle {
         let (ctl, control) = watch::channel(Signal::Run);
         let (events, ev_rx) = broadcast::channel(self.shared.config.event_capacity.max(1));
-        let span = tracing::info_span!("run", run = %run, thread = %thread);
+        let resumed = !matches!(start, Start::Fresh(_));
+        let span = telemetry::invoke_agent(&agent.name, thread.as_str(), run.as_str(), resumed);
         let fut = execute(
             self.shared.clone(),
             Entry {

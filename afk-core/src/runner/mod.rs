@@ -70,6 +70,7 @@ mod state;
 mod stats;
 mod step;
 mod subagent;
+mod telemetry;
 mod tool;
 mod toolbox;
 mod worker;

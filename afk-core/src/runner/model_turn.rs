@@ -14,6 +14,7 @@ use super::llm::LlmRequest;
 use super::output_limit;
 use super::persist::Checkpointer;
 use super::state::{LLM_REQUEST_KEY, RunState, Stopwatch};
+use super::telemetry;
 use super::tool::ToolSpec;
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{LlmResponse, PhasePayload, PostLlmPayload, PreLlmPayload, RunStatus};
@@ -71,7 +72,7 @@ impl ModelTurn<'_> {
         let provider = self.agent.llm.provider();
         self.announce(&provider).await?;
         let key = request_key(self.ckpt.run.as_str(), step);
-        match self.ask(&key).await? {
+        match self.ask(&provider, &key).await? {
             Ok((model, resp, size)) => {
                 let resp = self.accept(model, provider, resp).await?;
                 Ok(Turn::Answer(Answer { resp, size }))
@@ -112,7 +113,7 @@ impl ModelTurn<'_> {
     }
 
     /// Ask each candidate model in turn until one gives an answer the store can record.
-    async fn ask(&mut self, key: &str) -> Result<Asked> {
+    async fn ask(&mut self, provider: &str, key: &str) -> Result<Asked> {
         let step = self.st.snap.step;
         let max_value = self.ckpt.store().capabilities().max_value_size;
         let mut last_err = None;
@@ -127,9 +128,9 @@ impl ModelTurn<'_> {
                 idempotency_key: key.to_owned(),
                 step,
             };
-            let span = tracing::info_span!("model_call", model = %model, step);
+            let span = telemetry::chat(provider, model, step, false);
             let mut control = self.control.clone();
-            let call = self.agent.llm.complete(req).instrument(span);
+            let call = self.agent.llm.complete(req).instrument(span.clone());
             let res = tokio::select! {
                 r = call => r,
                 () = signalled(&mut control) => {
@@ -139,6 +140,7 @@ impl ModelTurn<'_> {
             };
             match res {
                 Ok(r) => {
+                    telemetry::record_answer(&span, &r, false);
                     let r = self.stamp(r, key);
                     // An answer the store cannot record fails like a failed call: the next
                     // candidate is asked, then the LLM policy applies.
@@ -151,6 +153,7 @@ impl ModelTurn<'_> {
                     }
                 }
                 Err(e) => {
+                    telemetry::record_error(&span, e.kind().as_str());
                     tracing::warn!(model = %model, error = %e, "model call failed");
                     if e.is_retryable() {
                         retryable = Some(e);

@@ -22,6 +22,7 @@ use super::persist::Checkpointer;
 use super::prompt::{system_message, text_message};
 use super::state::{RunState, Stopwatch};
 use super::subagent::Delegator;
+use super::telemetry;
 use super::toolbox::Toolbox;
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema::{
@@ -124,7 +125,7 @@ impl RunTask {
             let active_ms = self.active_ms();
             self.st.check_budgets(&self.agent.limits, active_ms)?;
             let step = self.st.snap.step;
-            let span = tracing::info_span!("step", run = %self.ckpt.run, step);
+            let span = telemetry::step(self.ckpt.run.as_str(), step);
             let done = self.one_step(&mut reuse_pending).instrument(span).await?;
             if let Some(outcome) = done {
                 return Ok(outcome);
@@ -198,7 +199,15 @@ impl RunTask {
         };
         *reuse_pending = false;
         let answer = match pending {
-            Some(resp) => Answer { resp, size: None },
+            Some(resp) => {
+                // No model call: a span that says the answer is replayed, without usage.
+                let provider = self.agent.llm.provider();
+                let asked = self.st.snap.normalized_model.as_ref();
+                let model = asked.unwrap_or(&self.agent.model);
+                let span = telemetry::chat(&provider, model, step, true);
+                telemetry::record_answer(&span, &resp, true);
+                Answer { resp, size: None }
+            }
             None => match self.model_turn().await? {
                 Turn::Answer(a) => a,
                 Turn::Degraded => return self.finish().await.map(Some),

@@ -35,5 +35,6 @@ mod runner_start_race;
 mod runner_stats;
 mod runner_subagent;
 mod runner_suspend;
+mod runner_telemetry;
 mod runner_worker;
 mod write_behind_merge;

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::runner::journal::{OUTPUT_DROPPED, SETTLED_ERROR};
 use crate::runner::output_limit::OutputLimit;
 use crate::runner::subagent::{self, ChildOutcome};
+use crate::runner::telemetry;
 use crate::runner::tool::ToolContext;
 use crate::schema::{Extra, PauseRequest};
 
@@ -110,7 +111,7 @@ fn start(b: &mut Batch<'_>, calls: &[PlannedCall<'_>], step: u64) -> Vec<Started
         };
         let args = Value::Object(c.call.arguments.clone());
         let name = c.call.tool_name.clone();
-        let span = tracing::info_span!("tool_call", tool = %name, call_id = %c.id, step);
+        let span = telemetry::execute_tool(&name, &c.id, step, false);
         let fut: BoxFuture<'static, Call> = if let Some(tool) = b.toolbox.tool(b.agent, &name) {
             Box::pin(async move {
                 let t0 = Instant::now();
@@ -254,8 +255,14 @@ fn call_result(
                 latency_ms,
             };
         }
-        Ok(Err(m)) => format!("Error executing tool '{tool_name}': {m}"),
-        Err(_) => format!("Error executing tool '{tool_name}': tool panicked"),
+        Ok(Err(m)) => {
+            telemetry::record_error(&tracing::Span::current(), "tool_error");
+            format!("Error executing tool '{tool_name}': {m}")
+        }
+        Err(_) => {
+            telemetry::record_error(&tracing::Span::current(), "panic");
+            format!("Error executing tool '{tool_name}': tool panicked")
+        }
     };
     CallResult {
         latency_ms,

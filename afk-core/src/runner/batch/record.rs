@@ -13,6 +13,7 @@ use crate::runner::events::RunEvent;
 use crate::runner::journal::Plan;
 use crate::runner::prompt::{text_message, tool_text};
 use crate::runner::subagent;
+use crate::runner::telemetry;
 use crate::schema::{Role, ToolExecution};
 
 /// Record every call of the batch in order, with `results` of the executed ones.
@@ -27,6 +28,10 @@ pub(super) fn apply(
     let mut fail: Option<Error> = None;
     for (i, c) in calls.iter().enumerate() {
         let replayed = matches!(c.plan, Plan::Replay(_));
+        if replayed {
+            // No fresh call: a span that says so, and nothing else.
+            drop(telemetry::execute_tool(&c.call.tool_name, &c.id, step, true).entered());
+        }
         let res = outcome(b, c, results.remove(&i));
         b.st.snap.tool_calls += 1;
         if !res.success {
