@@ -17,7 +17,8 @@
 //!
 //! and prints, for each, the time, the store calls (every trait method call, counted by a
 //! wrapper) and, on a single Redis node, the commands the server ran (`INFO commandstats`,
-//! the scripts' own calls included; other clients of the server count too). A store without
+//! the scripts' own calls included; other clients of the server count too), on S3 the
+//! requests the store sent (`S3Store::traffic`: GET, PUT, LIST pages and DELETE). A store without
 //! the index (`Capabilities::attention` off) is measured for the scan only, and the probe says
 //! so.
 
@@ -251,22 +252,52 @@ async fn by_scan(store: &dyn Store, concurrency: usize) -> BTreeSet<(ThreadId, R
         .await
 }
 
-/// Commands the Redis server ran since the last call (single node; `None` elsewhere).
-struct ServerCount(Option<redis::aio::MultiplexedConnection>);
+/// What the server did since the last call: the commands a single Redis node ran, or the
+/// requests an S3 store sent (`None` elsewhere).
+enum ServerCount {
+    None,
+    Redis(redis::aio::MultiplexedConnection),
+    #[cfg(feature = "s3")]
+    S3 {
+        store: Arc<afk::backend::s3::S3Store>,
+        seen: u64,
+    },
+}
 
 impl ServerCount {
-    async fn new(url: &str) -> ServerCount {
+    async fn new(url: &str, _s3: Option<Arc<S3Handle>>) -> ServerCount {
+        #[cfg(feature = "s3")]
+        if let Some(store) = _s3 {
+            let mut count = ServerCount::S3 { store, seen: 0 };
+            count.take().await;
+            return count;
+        }
         if !url.starts_with("redis://") || url.contains(',') {
-            return ServerCount(None);
+            return ServerCount::None;
         }
         let base = url.split('?').next().unwrap_or(url);
         let client = redis::Client::open(base).expect("redis url");
-        ServerCount(client.get_multiplexed_async_connection().await.ok())
+        match client.get_multiplexed_async_connection().await {
+            Ok(c) => ServerCount::Redis(c),
+            Err(_) => ServerCount::None,
+        }
     }
 
-    /// Commands since the last reset (without the probe's own `INFO` and `CONFIG`); resets.
+    /// Commands (Redis: without the probe's own `INFO` and `CONFIG`) or requests (S3: every
+    /// GET, PUT, LIST and DELETE) since the last call.
     async fn take(&mut self) -> Option<u64> {
-        let c = self.0.as_mut()?;
+        let c = match self {
+            ServerCount::None => return None,
+            ServerCount::Redis(c) => c,
+            #[cfg(feature = "s3")]
+            ServerCount::S3 { store, seen } => {
+                let t = store.traffic();
+                let total = t.gets + t.puts + t.other;
+                let n = total - *seen;
+                *seen = total;
+                return Some(n);
+            }
+        };
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(c)
@@ -324,9 +355,7 @@ async fn measure<F: std::future::Future<Output = BTreeSet<(ThreadId, RunId)>>>(
 fn main() {
     let args = Args::parse();
     support::runtime().block_on(async {
-        let inner = afk::open(&args.url)
-            .await
-            .unwrap_or_else(|e| usage(&e.to_string()));
+        let (inner, s3) = open(&args.url).await;
         let counting: Arc<CountingStore> = Arc::new(HookStore::new(inner, Counter::default()));
         let store: &dyn Store = counting.as_ref();
         let caps = store.capabilities();
@@ -345,8 +374,8 @@ fn main() {
             .filter(|(_, _, finished)| !finished)
             .map(|(t, r, _)| (t.clone(), r.clone()))
             .collect();
-        let mut server = ServerCount::new(&args.url).await;
-        println!("| how | round | runs found | time | store calls | server commands |");
+        let mut server = ServerCount::new(&args.url, s3).await;
+        println!("| how | round | runs found | time | store calls | server commands (Redis) or requests (S3) |");
         println!("|---|---|---|---|---|---|");
         if caps.attention {
             let found = measure("index", counting.hooks(), &mut server, || by_index(store)).await;
@@ -377,6 +406,28 @@ fn main() {
             clean(&args.url, prefix).await;
         }
     });
+}
+
+/// The S3 store behind an `s3://` URL, kept to read its request counters.
+#[cfg(feature = "s3")]
+type S3Handle = afk::backend::s3::S3Store;
+#[cfg(not(feature = "s3"))]
+type S3Handle = ();
+
+/// The store at `url`, and for an `s3://` URL the S3 store itself (for its request counts).
+async fn open(url: &str) -> (Arc<dyn Store>, Option<Arc<S3Handle>>) {
+    #[cfg(feature = "s3")]
+    if url.starts_with("s3://") {
+        let s3 = afk::backend::s3::S3Store::from_url(url)
+            .await
+            .unwrap_or_else(|e| usage(&e.to_string()));
+        let s3 = Arc::new(s3);
+        return (s3.clone(), Some(s3));
+    }
+    let store = afk::open(url)
+        .await
+        .unwrap_or_else(|e| usage(&e.to_string()));
+    (store, None)
 }
 
 /// The plain `redis://host:port` URLs of the nodes of a Redis URL: the seeds of a
