@@ -33,7 +33,7 @@ pub(crate) fn invoke_agent(agent: &str, thread: &str, run: &str, resumed: bool) 
 
 /// The span of one step of a run.
 pub(crate) fn step(run: &str, step: u64) -> Span {
-    tracing::info_span!("step", afk.run.id = %run, afk.step = step)
+    tracing::info_span!("step", afk.run.id = %run, afk.step = signed(step))
 }
 
 /// The span of one model call (`replayed`: an answer recorded before a crash, given again
@@ -51,7 +51,7 @@ pub(crate) fn chat(provider: &str, model: &str, step: u64, replayed: bool) -> Sp
         gen_ai.response.finish_reasons = Empty,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
-        afk.step = step,
+        afk.step = signed(step),
         afk.replayed = replayed,
         error.type = Empty,
     )
@@ -74,8 +74,12 @@ pub(crate) fn record_answer(span: &Span, resp: &LlmResponse, replayed: bool) {
         );
     }
     if !replayed {
-        span.record("gen_ai.usage.input_tokens", resp.usage.input_tokens);
-        span.record("gen_ai.usage.output_tokens", resp.usage.output_tokens);
+        // As i64: OpenTelemetry's integer attributes are signed (an u64 is exported as text).
+        span.record("gen_ai.usage.input_tokens", signed(resp.usage.input_tokens));
+        span.record(
+            "gen_ai.usage.output_tokens",
+            signed(resp.usage.output_tokens),
+        );
     }
 }
 
@@ -90,10 +94,15 @@ pub(crate) fn execute_tool(name: &str, call_id: &str, step: u64, replayed: bool)
         gen_ai.tool.name = %name,
         gen_ai.tool.call.id = %call_id,
         gen_ai.tool.type = "function",
-        afk.step = step,
+        afk.step = signed(step),
         afk.replayed = replayed,
         error.type = Empty,
     )
+}
+
+/// `n` as OpenTelemetry's signed integer (saturating).
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// A failed call or run: `error.type` on its span (the error's kind, or `tool_error`).
