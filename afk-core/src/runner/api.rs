@@ -155,7 +155,8 @@ impl Runner {
         let (ctl, control) = watch::channel(Signal::Run);
         let (events, ev_rx) = broadcast::channel(self.shared.config.event_capacity.max(1));
         let resumed = !matches!(start, Start::Fresh(_));
-        let span = telemetry::invoke_agent(&agent.name, thread.as_str(), run.as_str(), resumed);
+        let span =
+            telemetry::invoke_agent(&agent.name, thread.as_str(), run.as_str(), Some(resumed));
         let fut = execute(
             self.shared.clone(),
             Entry {
@@ -169,6 +170,14 @@ impl Runner {
                 events,
             },
         );
+        let failed = span.clone();
+        let fut = async move {
+            let out = fut.await;
+            if let Err(e) = &out {
+                telemetry::record_error(&failed, e.kind().as_str());
+            }
+            out
+        };
         let join = tokio::spawn(fut.instrument(span));
         RunHandle::new(run, thread.clone(), join, ctl, ev_rx)
     }

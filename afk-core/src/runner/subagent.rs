@@ -34,12 +34,14 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
+use tracing::Instrument;
 
 use super::agent::Agent;
 use super::delegation::{CHILD_CALL_KEY, CHILD_RUN_KEY, child_run_id};
 use super::events::{ChildDecisions, Decision, Entry, Outcome, Signal, Start};
 use super::persist::Checkpointer;
 use super::state::RunState;
+use super::telemetry;
 use crate::error::{Error, ErrorKind, Result};
 use crate::hash::canonical_json;
 use crate::ids::{RunId, ThreadId};
@@ -171,6 +173,13 @@ impl ChildRun {
         // as long as the child runs) and nobody listens to its events.
         let (_ctl, control) = watch::channel(Signal::Run);
         let (events, _) = broadcast::channel(16);
+        // Nested in the delegating call's `execute_tool` span (an agent used as a tool).
+        let span = telemetry::invoke_agent(
+            &self.agent.name,
+            self.thread.as_str(),
+            self.run.as_str(),
+            None, // fresh or resumed is decided under the child's claim
+        );
         let fut = Arc::clone(&self.launch).launch(Entry {
             agent: self.agent.clone(),
             thread: self.thread.clone(),
@@ -182,7 +191,7 @@ impl ChildRun {
             events,
         });
         let run = &self.run;
-        match AssertUnwindSafe(fut).catch_unwind().await {
+        match AssertUnwindSafe(fut.instrument(span)).catch_unwind().await {
             Ok(Ok(Outcome::Completed(r))) if r.state == "completed" => ChildOutcome::Final(Ok(
                 json!({"run_id": run.as_str(), "final_text": r.final_text}),
             )),

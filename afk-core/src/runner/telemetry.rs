@@ -16,9 +16,10 @@ use tracing::field::Empty;
 
 use crate::schema::LlmResponse;
 
-/// The span of one run (a fresh start, a resume, a takeover), in which its steps nest.
-pub(crate) fn invoke_agent(agent: &str, thread: &str, run: &str, resumed: bool) -> Span {
-    tracing::info_span!(
+/// The span of one run (a fresh start, a resume, a takeover), in which its steps nest;
+/// `resumed` when it is known before the run is claimed (a child run decides it later).
+pub(crate) fn invoke_agent(agent: &str, thread: &str, run: &str, resumed: Option<bool>) -> Span {
+    let span = tracing::info_span!(
         "invoke_agent",
         otel.name = %format_args!("invoke_agent {agent}"),
         otel.kind = "internal",
@@ -26,9 +27,13 @@ pub(crate) fn invoke_agent(agent: &str, thread: &str, run: &str, resumed: bool) 
         gen_ai.agent.name = %agent,
         gen_ai.conversation.id = %thread,
         afk.run.id = %run,
-        afk.resumed = resumed,
+        afk.resumed = Empty,
         error.type = Empty,
-    )
+    );
+    if let Some(r) = resumed {
+        span.record("afk.resumed", r);
+    }
+    span
 }
 
 /// The span of one step of a run.

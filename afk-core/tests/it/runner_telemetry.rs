@@ -96,6 +96,8 @@ struct Tally {
     replayed_chats: u64,
     fresh_tools: u64,
     replayed_tools: u64,
+    /// Runs whose `invoke_agent` span has an `error.type`.
+    failed_runs: u64,
 }
 
 fn tally(spans: &[Captured], provider: &str) -> Tally {
@@ -132,6 +134,7 @@ fn tally(spans: &[Captured], provider: &str) -> Tally {
             Some("invoke_agent") => {
                 assert_eq!(s.field("gen_ai.agent.name"), Some("crashy"), "{s:?}");
                 assert_eq!(s.field("gen_ai.conversation.id"), Some("t_otel"), "{s:?}");
+                t.failed_runs += u64::from(s.field("error.type").is_some());
             }
             _ => {}
         }
@@ -173,6 +176,7 @@ async fn replays_are_marked_and_every_real_call_is_one_fresh_span() {
         replayed_chats: 0,
         fresh_tools: STEPS,
         replayed_tools: 0,
+        failed_runs: 0,
     };
     assert_eq!(whole, want);
 
@@ -208,6 +212,7 @@ async fn replays_are_marked_and_every_real_call_is_one_fresh_span() {
         assert_eq!(before.fresh_tools, tools_before, "k={k}: {before:?}");
         assert_eq!(after.fresh_tools, counter.total() - tools_before, "k={k}");
         assert_eq!(before.replayed_chats + before.replayed_tools, 0, "k={k}");
+        assert_eq!((before.failed_runs, after.failed_runs), (1, 0), "k={k}");
         // The resume reports every step's answer and every call: fresh or replayed.
         let answers = after.fresh_chats + after.replayed_chats;
         let calls = after.fresh_tools + after.replayed_tools;
