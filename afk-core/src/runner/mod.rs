@@ -21,7 +21,8 @@
 //!    `agent`, `clock`), tools made from functions (`fn_tool`), model prices (`price`), the
 //!    effect journal's ids, fields and rules (`journal`), the prompt texts (`prompt`), the
 //!    run's event and decision types (`events`), delegation's ids (`delegation`), settings
-//!    (`config`) and counters (`stats`).
+//!    (`config`), counters (`stats`) and the spans in OpenTelemetry's GenAI terms
+//!    (`telemetry`).
 //! 2. **Run state and persistence**: the state carried from step to step and its budgets
 //!    (`state`), the run's writer (`persist`) and its entry and lease in the store's index of
 //!    runs that need attention (`lease`), the tools offered to the model (`toolbox`),
