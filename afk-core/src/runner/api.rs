@@ -84,6 +84,36 @@ impl Runner {
         self.spawn(agent, thread, run.clone(), Start::Resume(None))
     }
 
+    /// Fork `source`: a new run `new_run` in the same thread that starts from the source's
+    /// state at the start of `step` (its transcript, counters and records up to there), and
+    /// runs from there with `agent`, the source left untouched. The new run's records name
+    /// where it came from (`forked_from` in its `run_started` record and its snapshots). Steps
+    /// before `step` are not run again; step `step` asks the model anew. An at-most-once call
+    /// of a step the source had reached pauses for a human's approval instead of running (the
+    /// source may have made that effect). Resume the new run like any other.
+    ///
+    /// The source may be running: the fork reads only records of steps the source has left
+    /// (it must have begun `step`), never claims it, and does not disturb it.
+    ///
+    /// Errors: `InvalidInput` for step 0 or `new_run` equal to `source`; `NotFound` when the
+    /// source has no records; `Conflict` when the source has not begun `step`, or when
+    /// `new_run` already exists; `AgentMismatch` when `agent` is not the source's (nor
+    /// declares its version compatible); `Corrupt` for unusable records.
+    pub fn fork(
+        &self,
+        agent: &Agent,
+        thread: &ThreadId,
+        source: &RunId,
+        step: u64,
+        new_run: RunId,
+    ) -> RunHandle {
+        let start = Start::Fork {
+            source: source.clone(),
+            step,
+        };
+        self.spawn(agent, thread, new_run, start)
+    }
+
     /// Resume a run a worker found in the index with its entry written under `seen`: claimed
     /// only if nobody claimed it since.
     pub(super) fn take_over(
@@ -154,7 +184,7 @@ impl Runner {
     fn spawn(&self, agent: &Agent, thread: &ThreadId, run: RunId, start: Start) -> RunHandle {
         let (ctl, control) = watch::channel(Signal::Run);
         let (events, ev_rx) = broadcast::channel(self.shared.config.event_capacity.max(1));
-        let resumed = !matches!(start, Start::Fresh(_));
+        let resumed = !matches!(start, Start::Fresh(_) | Start::Fork { .. });
         let span =
             telemetry::invoke_agent(&agent.name, thread.as_str(), run.as_str(), Some(resumed));
         let fut = execute(

@@ -176,6 +176,11 @@ pub(crate) enum Start {
     ResumeFor(String, Decision),
     /// Settle the uncertain call with this id, then resume.
     Settle(String, Settlement),
+    /// A new run from the state of `source` at the start of `step` (see `fork`).
+    Fork {
+        source: RunId,
+        step: u64,
+    },
 }
 
 /// Everything a run is entered with: a top-level run's from its [`RunHandle`], a child run's

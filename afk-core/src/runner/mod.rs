@@ -51,6 +51,7 @@ mod events;
 #[cfg(feature = "test-kit")]
 pub mod fixture_check;
 mod fn_tool;
+mod fork;
 mod handle;
 mod journal;
 mod lease;
@@ -83,6 +84,7 @@ pub use config::{MAX_SUSPENSION_BACKOFF, RunnerConfig};
 pub use delegation::{child_run_id, is_child_run_id};
 pub use events::{Decision, Outcome, RunEvent};
 pub use fn_tool::{FnTool, ToolFn, schema_of};
+pub use fork::FORKED_FROM_KEY;
 pub use handle::RunHandle;
 pub use journal::Settlement;
 pub use llm::{LlmClient, LlmRequest};

@@ -393,6 +393,18 @@ impl Checkpointer {
         entry: Option<Put>,
         snapshot: Vec<u8>,
     ) -> Result<()> {
+        self.first_commit_at(0, started, entry, snapshot).await
+    }
+
+    /// [`Checkpointer::first_commit`] with the snapshot of step `step` (a fork's: the step
+    /// before its first).
+    pub(super) async fn first_commit_at(
+        &mut self,
+        step: u64,
+        started: PhasePayload,
+        entry: Option<Put>,
+        snapshot: Vec<u8>,
+    ) -> Result<()> {
         let phase = started.phase();
         let mut puts = vec![(
             keys::checkpoint_key(&self.run, 0, phase),
@@ -400,7 +412,7 @@ impl Checkpointer {
         )];
         puts.extend(entry);
         puts.push((
-            keys::checkpoint_key(&self.run, 0, Phase::RuntimeState),
+            keys::checkpoint_key(&self.run, step, Phase::RuntimeState),
             snapshot.clone(),
         ));
         tracing::trace!(run = %self.run, "first commit");

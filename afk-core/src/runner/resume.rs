@@ -287,7 +287,7 @@ async fn record_decision(ckpt: &mut Checkpointer, d: &NewDecision) -> Result<()>
 
 /// Rule 6: the run's state from the snapshot record `snap_rec`, with its transcript and
 /// records (inline, or read from the log and verified), and the log reference to continue.
-async fn restore(
+pub(super) async fn restore(
     ckpt: &Checkpointer,
     snap_rec: &CheckpointRecord,
 ) -> Result<(RunState, Option<TranscriptRef>)> {

@@ -10,6 +10,7 @@ use super::agent::Agent;
 use super::clock::Clock;
 use super::config::RunnerConfig;
 use super::events::{Entry, Events, Outcome, Start};
+use super::fork;
 use super::lease::Lease;
 use super::persist::Checkpointer;
 use super::resume::{self, Loaded};
@@ -93,22 +94,42 @@ impl Launch for Shared {
 /// Execute a fresh run or a resume to its end (or pause). Used for top-level runs and
 /// subagent child runs.
 pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
-    let epoch = claim(&shared, &e).await?;
-    let like = describe(&e);
-    let start = under_claim(&shared, &e.thread, &e.run, e.start, epoch).await?;
-    let mut ckpt = shared.checkpointer(&e.thread, &e.run, epoch).await?;
-    ckpt.describe(&like).await;
     // The tools' specs are asked for once per run: for the agent's fingerprint here, then for
     // every model request.
     let mut toolbox = Toolbox::default();
     let specs = toolbox.specs(&e.agent);
     let tool_specs = specs.get(..e.agent.tools.len()).unwrap_or_default();
     let identity = e.agent.identity_with(e.agent.fingerprint_with(tool_specs));
+    // A fork reads and checks its source before it claims (and so writes) anything.
+    let mut fork_of = match &e.start {
+        Start::Fork { source, step } => {
+            fork::check_ids(source, &e.run)?;
+            // A reader of the source: never claimed, never committed to.
+            let src = shared.checkpointer(&e.thread, source, Epoch(0)).await?;
+            let (mut st, origin) = fork::load(&src, *step).await?;
+            check_agent(&e.run, &mut st, (&e.agent, identity.clone()))?;
+            Some((st, origin))
+        }
+        _ => None,
+    };
+    let epoch = claim(&shared, &e).await?;
+    let like = describe(&e);
+    let start = under_claim(&shared, &e.thread, &e.run, e.start, epoch).await?;
+    let mut ckpt = shared.checkpointer(&e.thread, &e.run, epoch).await?;
+    ckpt.describe(&like).await;
+    let mut forked = None;
     let (st, decisions, child_decisions, input) = match start {
         Start::Fresh(input) => {
             let mut st = RunState::default();
             st.set_agent(&identity);
             (st, Default::default(), Default::default(), Some(input))
+        }
+        Start::Fork { .. } => {
+            let (st, origin) = fork_of
+                .take()
+                .ok_or_else(|| Error::unexpected("a fork without its source's state"))?;
+            forked = Some(origin);
+            (st, Default::default(), Default::default(), None)
         }
         start => match load(&mut ckpt, start, (&e.agent, identity)).await? {
             Loaded::Continue(restored) => (
@@ -150,6 +171,7 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
         clock,
         backoff,
         toolbox,
+        forked,
     })
     .run(input)
     .await
@@ -173,7 +195,7 @@ async fn claim(shared: &Shared, e: &Entry) -> Result<Epoch> {
     if let Start::Takeover(seen) = e.start {
         return take_over(shared, thread, run, seen).await;
     }
-    if !matches!(e.start, Start::Fresh(_)) {
+    if !matches!(e.start, Start::Fresh(_) | Start::Fork { .. }) {
         return shared.store.claim(thread, run).await;
     }
     match shared.store.claim_if_new(thread, run).await? {
@@ -221,7 +243,7 @@ async fn under_claim(
     epoch: Epoch,
 ) -> Result<Start> {
     Ok(match start {
-        Start::Fresh(input) => {
+        start @ (Start::Fresh(_) | Start::Fork { .. }) => {
             if epoch > Epoch(1) {
                 match look(shared, thread, run, epoch).await? {
                     Stored::Nothing => {}
@@ -229,7 +251,7 @@ async fn under_claim(
                     Stored::KeysOnly(key) => return Err(keys_only(thread, run, key)),
                 }
             }
-            Start::Fresh(input)
+            start
         }
         Start::Child(input, decision) => match look(shared, thread, run, epoch).await? {
             Stored::Run => match decision {
@@ -251,7 +273,7 @@ async fn load(
     agent: (&Agent, AgentIdentity),
 ) -> Result<Loaded> {
     let (decision, only_for, settlement) = match start {
-        Start::Fresh(_) | Start::Child(..) => (None, None, None),
+        Start::Fresh(_) | Start::Child(..) | Start::Fork { .. } => (None, None, None),
         Start::Resume(d) => (d, None, None),
         Start::Takeover(_) => (None, None, None),
         Start::ResumeFor(c, d) => (Some(d), Some(c), None),

@@ -16,6 +16,7 @@ use super::agent::Agent;
 use super::batch::{self, Batch, BatchOutcome};
 use super::config::MAX_SUSPENSION_BACKOFF;
 use super::events::{Decision, Events, Outcome, RunEvent, Signal};
+use super::fork::{FORKED_FROM_KEY, Origin};
 use super::model_turn::{Answer, ModelTurn, Turn};
 use super::output_limit;
 use super::persist::Checkpointer;
@@ -48,6 +49,8 @@ pub(crate) struct TaskParts {
     pub(crate) backoff: Duration,
     /// The tools offered to the model (their specs asked for once per run).
     pub(crate) toolbox: Toolbox,
+    /// A fork's origin: the run starts from `st`, restored from another run.
+    pub(crate) forked: Option<Origin>,
 }
 
 /// One process's execution of one run.
@@ -65,6 +68,7 @@ pub(crate) struct RunTask {
     clock: Stopwatch,
     backoff: Duration,
     toolbox: Toolbox,
+    forked: Option<Origin>,
 }
 
 impl RunTask {
@@ -81,6 +85,7 @@ impl RunTask {
             clock: p.clock,
             backoff: p.backoff,
             toolbox: p.toolbox,
+            forked: p.forked,
         }
     }
 
@@ -105,6 +110,11 @@ impl RunTask {
 
     /// `resumed` runs skip the fresh-run setup and never move the latest pointer backwards.
     async fn run_loop(&mut self, input: Option<String>) -> Result<Outcome> {
+        if let Some(origin) = self.forked.clone() {
+            self.begin_fork(&origin).await?;
+            self.ckpt.steps_fresh_after(self.st.snap.step);
+            return self.steps(false).await;
+        }
         let resumed = input.is_none();
         self.begin(input).await?;
         if !resumed {
@@ -112,7 +122,12 @@ impl RunTask {
         } else if self.ckpt.logged() {
             self.ckpt.steps_fresh_after(self.st.snap.step);
         }
-        let mut reuse_pending = self.st.snap.pending_llm_response.is_some();
+        let reuse_pending = self.st.snap.pending_llm_response.is_some();
+        self.steps(reuse_pending).await
+    }
+
+    /// The step loop, from the restored state (`reuse_pending`: its saved model answer).
+    async fn steps(&mut self, mut reuse_pending: bool) -> Result<Outcome> {
         // A snapshot taken at the top of a step whose model turn had not finished: redo that
         // step under the same number (a redone step is the same logical step).
         let mut same_step = reuse_pending || self.st.step_open;
@@ -171,6 +186,46 @@ impl RunTask {
         self.events.emit(|| RunEvent::RunStarted {
             run_id: run.as_str().to_owned(),
             resumed,
+        });
+        Ok(())
+    }
+
+    /// A fork's first commit: its `run_started` record naming the source, one log entry with
+    /// the whole restored transcript and records, and the snapshot of the step before the
+    /// fork's first (see `fork`).
+    async fn begin_fork(&mut self, origin: &Origin) -> Result<()> {
+        let now_s = self.clock.clock().now_s();
+        let st = &mut self.st;
+        st.snap.started_at_s = now_s;
+        st.active_ms_before = 0;
+        st.snap.requested_model = Some(self.agent.model.clone());
+        let mut started = RunStartedPayload {
+            agent_name: self.agent.name.clone(),
+            resumed: false,
+            extra: Default::default(),
+        };
+        started
+            .extra
+            .insert(FORKED_FROM_KEY.to_owned(), origin.to_value());
+        if let Some(v) = st.snap.extra.get(AGENT_KEY) {
+            started.extra.insert(AGENT_KEY.to_owned(), v.clone());
+        }
+        let step = st.snap.step;
+        let (entry, tref) = self.ckpt.log_entry(
+            step,
+            &st.messages,
+            &st.tool_executions,
+            &st.subagent_executions,
+        )?;
+        let active_ms = self.active_ms();
+        let bytes = self.ckpt.snapshot_record(&mut self.st, tref, active_ms)?;
+        self.ckpt
+            .first_commit_at(step, PhasePayload::RunStarted(started), entry, bytes)
+            .await?;
+        let run = &self.ckpt.run;
+        self.events.emit(|| RunEvent::RunStarted {
+            run_id: run.as_str().to_owned(),
+            resumed: false,
         });
         Ok(())
     }

@@ -23,6 +23,7 @@ mod runner_crash;
 mod runner_errors;
 mod runner_events;
 mod runner_fn_tools;
+mod runner_fork;
 mod runner_operator;
 mod runner_outage;
 mod runner_pause;

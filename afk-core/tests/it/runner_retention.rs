@@ -198,12 +198,15 @@ async fn a_run_closed_twice_is_deleted_once() {
     }
     let epoch = store.claim(&thread, &run).await.unwrap();
     store.finish_run(&thread, &run, epoch).await.unwrap();
+    // At least one entry per close: the terminal commit and the runner's `finish_run` each
+    // enter the run, once each when they land in different milliseconds.
     let listed = store.list_finished(u64::MAX, None, 10).await.unwrap();
-    assert_eq!(listed.runs.len(), 2, "{listed:?}");
+    let entries = listed.runs.len() as u64;
+    assert!(entries >= 2, "{listed:?}");
     let swept = sweep_finished(store.as_ref(), u64::MAX).await.unwrap();
     assert_eq!(
         (swept.deleted, swept.kept, swept.forgotten),
-        (1, 0, 2),
+        (1, 0, entries),
         "{swept:?}"
     );
     assert!(store.is_empty());

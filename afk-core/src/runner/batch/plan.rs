@@ -6,6 +6,7 @@ use crate::hash::input_hash_of_args;
 use crate::keys;
 use crate::runner::agent::GateDecision;
 use crate::runner::events::Decision;
+use crate::runner::fork::Origin;
 use crate::runner::journal::{self, Plan, Policy};
 use crate::runner::tool::EffectPolicy;
 use crate::schema::{Extra, PauseRequest, ToolCall};
@@ -20,8 +21,9 @@ pub(super) enum Gated<'r> {
 
 /// The approval gate, with human decisions taking precedence, over the calls in order; the
 /// first call that needs approval pauses the run before anything else happens.
-pub(super) fn gate<'r>(b: &Batch<'_>, calls: &'r [ToolCall], step: u64) -> Result<Gated<'r>> {
+pub(super) fn gate<'r>(b: &mut Batch<'_>, calls: &'r [ToolCall], step: u64) -> Result<Gated<'r>> {
     let ids = journal::call_ids(step, calls);
+    let forked = Origin::of(b.st).filter(|o| o.guards(step));
     let mut plans = Vec::with_capacity(calls.len());
     for (call, id) in calls.iter().zip(&ids) {
         let decision = match b.decisions.get(id) {
@@ -31,6 +33,18 @@ pub(super) fn gate<'r>(b: &Batch<'_>, calls: &'r [ToolCall], step: u64) -> Resul
                 Some(g) => g.decide(step, call),
                 None => GateDecision::Allow,
             },
+        };
+        let decision = match (decision, &forked) {
+            (GateDecision::Allow, Some(o))
+                if b.decisions.get(id).is_none() && at_most_once(b, call) =>
+            {
+                GateDecision::RequestApproval(format!(
+                    "this run is a fork of run {} at step {}, which had reached step {}: it may \
+                     already have made this at-most-once call's effect",
+                    o.run, o.step, o.source_step
+                ))
+            }
+            (d, _) => d,
         };
         plans.push(match decision {
             GateDecision::Allow => Plan::Execute,
@@ -55,6 +69,13 @@ pub(super) fn gate<'r>(b: &Batch<'_>, calls: &'r [ToolCall], step: u64) -> Resul
         });
     }
     Ok(Gated::Calls(out))
+}
+
+/// Whether `call`'s tool may not run twice (a tool the agent does not have is not: it fails).
+fn at_most_once(b: &mut Batch<'_>, call: &ToolCall) -> bool {
+    b.toolbox
+        .tool(b.agent, &call.tool_name)
+        .is_some_and(|t| t.effect_policy() == EffectPolicy::AtMostOnce)
 }
 
 /// Apply the effect rules to the stored rows of the calls the gate let through, read in one
