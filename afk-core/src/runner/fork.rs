@@ -27,7 +27,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ids::RunId;
 use crate::keys;
 use crate::normalize::normalize_record;
-use crate::schema::{Phase, RunStatus};
+use crate::schema::{AGENT_KEY, Phase, PhasePayload, RunStartedPayload, RunStatus};
 use crate::store::latest_key;
 
 /// The snapshot field (and `run_started` payload field) naming the run a fork came from:
@@ -132,6 +132,43 @@ pub(crate) async fn load(src: &Checkpointer, step: u64) -> Result<(RunState, Ori
     st.suspension = None;
     st.suspensions_before = 0;
     Ok((st, origin))
+}
+
+/// The fork's first commit: its `run_started` record naming the source (and the agent, as
+/// the snapshot names it), one log entry with the whole restored transcript and records, and
+/// the snapshot of the step before the fork's first, with the latest pointer on it. From this
+/// commit on the new run resumes like any other. Its clock starts now (`now_s`): the source's
+/// active time is not the fork's.
+pub(crate) async fn write_start(
+    ckpt: &mut Checkpointer,
+    st: &mut RunState,
+    origin: &Origin,
+    agent_name: &str,
+    now_s: f64,
+) -> Result<()> {
+    st.snap.started_at_s = now_s;
+    st.active_ms_before = 0;
+    let mut started = RunStartedPayload {
+        agent_name: agent_name.to_owned(),
+        resumed: false,
+        extra: Default::default(),
+    };
+    started
+        .extra
+        .insert(FORKED_FROM_KEY.to_owned(), origin.to_value());
+    if let Some(v) = st.snap.extra.get(AGENT_KEY) {
+        started.extra.insert(AGENT_KEY.to_owned(), v.clone());
+    }
+    let step = st.snap.step;
+    let (entry, tref) = ckpt.log_entry(
+        step,
+        &st.messages,
+        &st.tool_executions,
+        &st.subagent_executions,
+    )?;
+    let bytes = ckpt.snapshot_record(st, tref, 0)?;
+    ckpt.first_commit_at(step, PhasePayload::RunStarted(started), entry, bytes)
+        .await
 }
 
 /// The source run of a fork request, checked: not the new run itself.

@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::api::Runner;
 use super::events::Decision;
+use super::fork;
 use super::journal::Settlement;
 use super::persist::Checkpointer;
 use super::resume::{self, Loaded, Restored};
@@ -24,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
 use crate::keys;
 use crate::normalize::normalize_record;
-use crate::schema::{MarkState, PauseRequest, Phase, PhasePayload};
+use crate::schema::{MarkState, PauseRequest, Phase, PhasePayload, RunMark};
 use crate::store::{Epoch, latest_key};
 
 /// What [`Runner::settle`] or [`Runner::decide`] did.
@@ -108,6 +109,65 @@ impl Runner {
         resume::load(&mut ckpt, Some(decision), None).await?;
         answered(&mut ckpt).await?;
         Ok(Recorded::Written)
+    }
+
+    /// Write the first commit of a fork of `source` at `step` as `new_run`, without running
+    /// it (the library side of `afk fork`): the state, records and checks of
+    /// [`Runner::fork`], with the agent the source's records name. The application's next
+    /// [`Runner::resume`] of `new_run` (with that agent, or one declaring its version
+    /// compatible) runs it from `step`; on a store with the index of runs that need
+    /// attention, its entry says `ready`, so a [`Worker`](super::Worker) that has the agent
+    /// runs it.
+    ///
+    /// Errors, with nothing written: those of [`Runner::fork`] but `AgentMismatch`; `Corrupt`
+    /// when the source's records name no agent (a run AFK Python wrote: fork it with
+    /// [`Runner::fork`] and the agent at hand).
+    pub async fn prepare_fork(
+        &self,
+        thread: &ThreadId,
+        source: &RunId,
+        step: u64,
+        new_run: &RunId,
+    ) -> Result<()> {
+        fork::check_ids(source, new_run)?;
+        let src = self.checkpointer(thread, source, Epoch(0)).await?;
+        let (mut st, origin) = fork::load(&src, step).await?;
+        let Some(agent) = st.snap.agent() else {
+            return Err(Error::corrupt_record(
+                latest_key(source),
+                format!(
+                    "run {source} names no agent in its records; fork it with Runner::fork and \
+                     the agent at hand"
+                ),
+            ));
+        };
+        let exists = || {
+            Error::conflict(format!(
+                "run {new_run} already exists in thread {thread}; fork under a new run id"
+            ))
+            .with_key(latest_key(new_run))
+        };
+        let Some(epoch) = self.shared.store.claim_if_new(thread, new_run).await? else {
+            return Err(exists());
+        };
+        let mut ckpt = self.checkpointer(thread, new_run, epoch).await?;
+        if epoch > Epoch(1)
+            && ckpt
+                .store()
+                .get(thread, &latest_key(new_run))
+                .await?
+                .is_some()
+        {
+            return Err(exists()); // started by someone else since the look
+        }
+        let mut mark = RunMark::new(MarkState::Ready);
+        mark.agent.clone_from(&agent.name);
+        mark.version = Some(agent.version.clone()).filter(|v| !v.is_empty());
+        ckpt.describe(&mark).await;
+        let now_s = self.shared.clock.now_s();
+        fork::write_start(&mut ckpt, &mut st, &origin, &agent.name, now_s).await?;
+        ckpt.mark(MarkState::Ready, 0).await?;
+        ckpt.flush().await
     }
 
     /// A child run was answered: its ancestors, which stopped with it, are ready too (a

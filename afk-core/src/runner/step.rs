@@ -16,7 +16,7 @@ use super::agent::Agent;
 use super::batch::{self, Batch, BatchOutcome};
 use super::config::MAX_SUSPENSION_BACKOFF;
 use super::events::{Decision, Events, Outcome, RunEvent, Signal};
-use super::fork::{FORKED_FROM_KEY, Origin};
+use super::fork::{self, Origin};
 use super::model_turn::{Answer, ModelTurn, Turn};
 use super::output_limit;
 use super::persist::Checkpointer;
@@ -190,38 +190,18 @@ impl RunTask {
         Ok(())
     }
 
-    /// A fork's first commit: its `run_started` record naming the source, one log entry with
-    /// the whole restored transcript and records, and the snapshot of the step before the
-    /// fork's first (see `fork`).
+    /// A fork's first commit (see [`fork::write_start`]).
     async fn begin_fork(&mut self, origin: &Origin) -> Result<()> {
         let now_s = self.clock.clock().now_s();
-        let st = &mut self.st;
-        st.snap.started_at_s = now_s;
-        st.active_ms_before = 0;
-        st.snap.requested_model = Some(self.agent.model.clone());
-        let mut started = RunStartedPayload {
-            agent_name: self.agent.name.clone(),
-            resumed: false,
-            extra: Default::default(),
-        };
-        started
-            .extra
-            .insert(FORKED_FROM_KEY.to_owned(), origin.to_value());
-        if let Some(v) = st.snap.extra.get(AGENT_KEY) {
-            started.extra.insert(AGENT_KEY.to_owned(), v.clone());
-        }
-        let step = st.snap.step;
-        let (entry, tref) = self.ckpt.log_entry(
-            step,
-            &st.messages,
-            &st.tool_executions,
-            &st.subagent_executions,
-        )?;
-        let active_ms = self.active_ms();
-        let bytes = self.ckpt.snapshot_record(&mut self.st, tref, active_ms)?;
-        self.ckpt
-            .first_commit_at(step, PhasePayload::RunStarted(started), entry, bytes)
-            .await?;
+        self.st.snap.requested_model = Some(self.agent.model.clone());
+        fork::write_start(
+            &mut self.ckpt,
+            &mut self.st,
+            origin,
+            &self.agent.name,
+            now_s,
+        )
+        .await?;
         let run = &self.ckpt.run;
         self.events.emit(|| RunEvent::RunStarted {
             run_id: run.as_str().to_owned(),

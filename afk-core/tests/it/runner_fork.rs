@@ -414,3 +414,60 @@ async fn a_running_source_is_forked_from_a_step_it_left_and_goes_on_undisturbed(
     assert!(matches!(a, Ok(Outcome::Completed(_))), "{a:?}");
     assert!(matches!(b, Ok(Outcome::Completed(_))), "{b:?}");
 }
+
+#[tokio::test]
+async fn a_prepared_fork_is_written_ready_with_its_agent_and_resumed_by_the_application() {
+    use afk_core::store::Store;
+    let store = Arc::new(MemoryStore::new());
+    let (before, _, want) = source(&store).await;
+    let (thread, src) = ids();
+    let new = RunId::new("prepared").unwrap();
+    runner(&store)
+        .prepare_fork(&thread, &src, 2, &new)
+        .await
+        .unwrap();
+    // Written, not run: the snapshot of step 1, the source's agent, ready for a worker.
+    let keys = store.snapshot(&thread);
+    let latest = json_of(&keys, &format!("checkpoint:{new}:latest"));
+    assert_eq!(latest["phase"], json!("runtime_state"), "{latest}");
+    assert_eq!(latest["step"], json!(1), "{latest}");
+    assert_eq!(
+        latest["payload"][FORKED_FROM_KEY]["step"],
+        json!(2),
+        "{latest}"
+    );
+    let entry = store
+        .attention(&thread, &new)
+        .await
+        .unwrap()
+        .expect("an entry");
+    let entry: Value = serde_json::from_slice(&entry).unwrap();
+    assert_eq!(entry["state"], json!("ready"), "{entry}");
+    assert_eq!(entry["agent"], json!("crashy"), "{entry}");
+    let touched = changed(&of_run(&keys, "source"), &of_run(&before, "source"));
+    assert!(touched.is_empty(), "the fork changed {touched:?}");
+    // Again under the same id: refused, nothing changed.
+    let err = runner(&store)
+        .prepare_fork(&thread, &src, 2, &new)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+    assert!(changed(&store.snapshot(&thread), &keys).is_empty());
+    // The application resumes it: steps 2 and later run.
+    let counter = InvocationCounter::new();
+    let llm = ScriptedLlm::new(add_script(STEPS));
+    let out = runner(&store)
+        .resume(&agent(llm.clone(), &counter), &thread, &new)
+        .result()
+        .await
+        .unwrap();
+    let Outcome::Completed(r) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(r.final_text, want.final_text);
+    assert_eq!(llm.asked(), vec![1, 2, 3]);
+    assert_eq!(
+        counter.snapshot().into_keys().collect::<Vec<_>>(),
+        vec!["c1", "c2"]
+    );
+}
