@@ -22,6 +22,7 @@ mod entry;
 mod entry_tests;
 mod erase;
 mod fixtures;
+mod fork;
 mod logging;
 mod migrate;
 mod output;
@@ -97,6 +98,9 @@ enum Command {
     /// Approve or deny the call a paused run waits for, without resuming: the application's
     /// next resume applies it.
     Decide(settle::DecideArgs),
+    /// Start a new run from a run's state at the start of a step, ready for the application's
+    /// next resume (or a worker); the original run is left as it is.
+    Fork(fork::Args),
 }
 
 /// Exit code for usage errors and unimplemented options (clap uses 2 as well).
@@ -130,6 +134,7 @@ fn main() -> ExitCode {
         Command::Fixtures(args) => fixtures::run(args, store, cli.json),
         Command::Settle(args) => settle::settle(args, &ctx),
         Command::Decide(args) => settle::decide(args, &ctx),
+        Command::Fork(args) => fork::run(args, &ctx),
         Command::Export(args) => transfer::export(args, &ctx),
         Command::Import(args) => transfer::import(args, &ctx),
     }

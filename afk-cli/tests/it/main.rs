@@ -6,6 +6,7 @@ mod cli_attention;
 mod cli_console;
 mod cli_demo;
 mod cli_fixtures;
+mod cli_fork;
 mod cli_inspect;
 mod cli_logging;
 mod cli_maintain;

@@ -1,0 +1,53 @@
+//! `afk fork`: a new run from a run's state at the start of a chosen step, written and left
+//! ready ([`Runner::prepare_fork`]): the application's next resume of the new run, or a worker
+//! that has the agent, runs it from that step. The original run is left as it is.
+
+use afk_core::RunId;
+use afk_core::runner::{Runner, RunnerConfig};
+use serde_json::json;
+
+use super::common::ids;
+use super::output::{Ctx, Report};
+
+/// `afk fork`
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The run's thread (the fork goes into the same thread).
+    #[arg(long)]
+    thread: String,
+    /// The run to fork; it may still be running (the fork reads only the steps it left).
+    #[arg(long)]
+    run: String,
+    /// The step the fork starts at: it runs this step again, from the state the run had when
+    /// it began it (the run must have begun it; step 1 starts over from the run's input).
+    #[arg(long)]
+    step: u64,
+    /// The new run's id (default: `<run>-fork-<step>`).
+    #[arg(long, value_name = "RUN")]
+    new_run: Option<String>,
+}
+
+/// Write the fork. JSON: `{"thread", "run", "step", "new_run"}`.
+pub fn run(args: Args, ctx: &Ctx) -> std::process::ExitCode {
+    ctx.run("fork", |store| async move {
+        let (thread, run) = ids(&args.thread, Some(&args.run))?;
+        let run = run.ok_or_else(|| afk_core::Error::invalid_input("--run is required"))?;
+        let new_run = match args.new_run {
+            Some(id) => RunId::new(id)?,
+            None => RunId::new(format!("{run}-fork-{}", args.step))?,
+        };
+        let runner = Runner::new(store, RunnerConfig::default());
+        runner
+            .prepare_fork(&thread, &run, args.step, &new_run)
+            .await?;
+        let human = format!(
+            "forked run {run} (thread {thread}) at step {} as run {new_run}: it starts from the \
+             state run {run} had when it began step {}; the application's next resume of \
+             {new_run} (or a worker with its agent) runs it from there\n",
+            args.step, args.step
+        );
+        let doc = json!({"thread": thread.as_str(), "run": run.as_str(), "step": args.step,
+            "new_run": new_run.as_str()});
+        Ok(Report::ok(doc, human))
+    })
+}
