@@ -29,8 +29,9 @@
 //!    what a store's value limit leaves of an output (`output_limit`).
 //! 3. **Step phases**, each taking a narrow context rather than the whole run: the model
 //!    turn (`model_turn`), the tool batch as a list of planned calls (`batch`), child runs
-//!    and their records (`subagent`), settling an uncertain call (`settle`), and loading a
-//!    run to resume (`resume`, **the resume rules**).
+//!    and their records (`subagent`), settling an uncertain call (`settle`), loading a
+//!    run to resume (`resume`, **the resume rules**), and a fork's state and first commit
+//!    (`fork`).
 //! 4. **Orchestration**: the step loop (`step`), and entering a run (`start`: claim, fresh or
 //!    resumed, load). A child run is entered through the one boxed entry point
 //!    `subagent::Launch`, which `start` implements and hands down: the recursion a

@@ -100,18 +100,7 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
     let specs = toolbox.specs(&e.agent);
     let tool_specs = specs.get(..e.agent.tools.len()).unwrap_or_default();
     let identity = e.agent.identity_with(e.agent.fingerprint_with(tool_specs));
-    // A fork reads and checks its source before it claims (and so writes) anything.
-    let mut fork_of = match &e.start {
-        Start::Fork { source, step } => {
-            fork::check_ids(source, &e.run)?;
-            // A reader of the source: never claimed, never committed to.
-            let src = shared.checkpointer(&e.thread, source, Epoch(0)).await?;
-            let (mut st, origin) = fork::load(&src, *step).await?;
-            check_agent(&e.run, &mut st, (&e.agent, identity.clone()))?;
-            Some((st, origin))
-        }
-        _ => None,
-    };
+    let mut fork_of = fork_source(&shared, &e, &identity).await?;
     let epoch = claim(&shared, &e).await?;
     let like = describe(&e);
     let start = under_claim(&shared, &e.thread, &e.run, e.start, epoch).await?;
@@ -175,6 +164,24 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
     })
     .run(input)
     .await
+}
+
+/// A fork's state, read and checked (the agent too) before the new run is claimed, so that a
+/// refused fork writes nothing; `None` for other starts.
+async fn fork_source(
+    shared: &Shared,
+    e: &Entry,
+    identity: &AgentIdentity,
+) -> Result<Option<(RunState, fork::Origin)>> {
+    let Start::Fork { source, step } = &e.start else {
+        return Ok(None);
+    };
+    fork::check_ids(source, &e.run)?;
+    // A reader of the source: never claimed, never committed to.
+    let src = shared.checkpointer(&e.thread, source, Epoch(0)).await?;
+    let (mut st, origin) = fork::load(&src, *step).await?;
+    check_agent(&e.run, &mut st, (&e.agent, identity.clone()))?;
+    Ok(Some((st, origin)))
 }
 
 /// What the run's index entry names: its agent, version, depth and parent.
