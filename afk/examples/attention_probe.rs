@@ -2,14 +2,16 @@
 //! against the scan a recovery worker does without it.
 //!
 //! `cargo run -p afk --features redis --example attention_probe -- URL [--finished N] [--open M]
-//! [--runs-per-thread K] [--concurrency C]` opens the store at `URL` (`afk::open`; a Redis URL
+//! [--runs-per-thread K] [--concurrency C] [--written 1]` opens the store at `URL` (`afk::open`; a Redis URL
 //! without `prefix=` gets a fresh one, whose keys are deleted at the end), then writes N
 //! finished runs (default 100,000) and M unfinished ones (default 100), K runs per thread
 //! (default 10; the unfinished ones each in a thread of finished ones), as the runner writes
 //! them: a claim, a commit of the first record and the pointer carrying `Attention::Open` with
 //! a ~200-byte entry, and for a finished run a commit of the terminal record carrying
 //! `Attention::Closed` (the commits of 1,000 runs at a time in one `commit_batch`, C claims in
-//! flight, default 64). Then it measures, each twice (the first to warm up):
+//! flight, default 64); with `--written 1` it writes nothing and measures the runs an earlier
+//! probe with the same layout left (an S3 bucket or a Redis prefix given in the URL). Then it
+//! measures, each twice (the first to warm up):
 //! - **index**: `list_attention` pages of 1,000 until the listing is complete;
 //! - **scan**: `list_threads` pages of 1,000, and for each thread (C at a time) `list` of its
 //!   `checkpoint:` keys to find the `checkpoint:<run>:latest` pointers and `get_many` of them to
@@ -43,6 +45,8 @@ struct Args {
     open: usize,
     per_thread: usize,
     concurrency: usize,
+    /// Measure the runs an earlier probe with the same layout wrote (`--written 1`).
+    written: bool,
     /// The key prefix the probe chose (Redis URLs without one), to delete its keys after.
     prefix: Option<String>,
 }
@@ -65,6 +69,7 @@ impl Args {
             open: 100,
             per_thread: 10,
             concurrency: 64,
+            written: false,
             prefix: None,
         };
         while let Some(flag) = it.next() {
@@ -77,6 +82,7 @@ impl Args {
                 "--open" => args.open = n,
                 "--runs-per-thread" => args.per_thread = n.max(1),
                 "--concurrency" => args.concurrency = n.max(1),
+                "--written" => args.written = n > 0,
                 _ => usage(&format!("unknown flag {flag}")),
             }
         }
@@ -368,7 +374,9 @@ fn main() {
             args.per_thread,
             runs.len().div_ceil(args.per_thread)
         );
-        write(store, &runs, args.concurrency).await;
+        if !args.written {
+            write(store, &runs, args.concurrency).await;
+        }
         let want: BTreeSet<_> = runs
             .iter()
             .filter(|(_, _, finished)| !finished)

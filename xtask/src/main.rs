@@ -87,6 +87,10 @@ enum Cli {
         /// submitters and Redis are killed (10 runs per store with --quick, else 100).
         #[arg(long)]
         workers: bool,
+        /// Seal every value at rest (`afk-seal`, keys in a keyring the processes share); each
+        /// run's check also finds no value in the clear.
+        #[arg(long)]
+        sealed: bool,
     },
 }
 
@@ -143,6 +147,7 @@ fn run(cli: Cli) -> Result<i32> {
             run_seed,
             minutes,
             workers,
+            sealed,
         } => chaos::run(&chaos::Options {
             stores,
             kills,
@@ -151,6 +156,7 @@ fn run(cli: Cli) -> Result<i32> {
             run_seed,
             minutes,
             workers,
+            sealed,
         }),
         Cli::Services {
             action: ServicesCmd::Up,

@@ -225,3 +225,30 @@ mod tests {
         assert_eq!(anonymize(&s, "run_7"), "x <run> <child> sub_short");
     }
 }
+
+/// With sealing on: every value of the thread in the store under the wrapper (`raw`) is sealed
+/// (starts with `afk_seal::format::MAGIC`), the fences (`run:<run>`) aside, which stay clear.
+pub async fn all_sealed(raw: &dyn Store, thread: &ThreadId) -> Vec<String> {
+    let keys = match raw.list_all(thread, "").await {
+        Ok(k) => k,
+        Err(e) => return vec![format!("cannot list the thread's keys: {e}")],
+    };
+    let keys: Vec<String> = keys
+        .into_iter()
+        .filter(|k| !k.starts_with("run:"))
+        .collect();
+    let values = match raw.get_many(thread, &keys).await {
+        Ok(v) => v,
+        Err(e) => return vec![format!("cannot read the thread's values: {e}")],
+    };
+    let mut failures = Vec::new();
+    for (key, value) in keys.iter().zip(values) {
+        if value.is_some_and(|v| !v.starts_with(afk_seal::format::MAGIC)) {
+            failures.push(format!("the value at {key} is stored in the clear"));
+        }
+    }
+    if keys.is_empty() {
+        failures.push("the thread holds no value to check for sealing".to_owned());
+    }
+    failures
+}

@@ -80,6 +80,10 @@ struct Cli {
     /// How far this process's clock is off, in ms (may be negative).
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     skew_ms: i64,
+    /// Seal every value at rest (`afk_seal::SealedStore`): data keys in this directory's
+    /// keyring (shared by the campaign's processes), wrapped by the campaign's fixed key.
+    #[arg(long, value_name = "DIR")]
+    seal_keyring: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -169,7 +173,11 @@ async fn run(cli: Cli) -> afk::Result<ExitCode> {
         println!("outcome {word} steps=0");
         return Ok(ExitCode::SUCCESS);
     }
-    let store = opened?;
+    let raw = opened?;
+    let store = match &cli.seal_keyring {
+        Some(dir) => sealed(raw.clone(), dir)?,
+        None => raw.clone(),
+    };
     println!("ready");
     let thread = ThreadId::new(cli.thread.clone())?;
     let run = RunId::new(cli.run.clone())?;
@@ -260,6 +268,10 @@ async fn run(cli: Cli) -> afk::Result<ExitCode> {
                 &expected,
             )
             .await;
+            let mut failures = failures;
+            if cli.seal_keyring.is_some() {
+                failures.extend(check::all_sealed(raw.as_ref(), &thread).await);
+            }
             for f in &failures {
                 println!("check FAIL {}", f.replace('\n', " |"));
             }
@@ -270,6 +282,20 @@ async fn run(cli: Cli) -> afk::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// The campaign's key-encryption key (a test key: the campaign checks sealing, not secrecy).
+const CHAOS_KEK: &str = "chaos=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+/// `raw` with every value sealed, data keys in the keyring directory `dir`.
+fn sealed(raw: Arc<dyn Store>, dir: &std::path::Path) -> afk::Result<Arc<dyn Store>> {
+    let keys = afk_seal::StaticKeys::parse(CHAOS_KEK)?;
+    let ring = afk_seal::DirKeyring::open(dir)?;
+    Ok(Arc::new(afk_seal::SealedStore::new(
+        raw,
+        Arc::new(keys),
+        Arc::new(ring),
+    )))
 }
 
 /// Await a run, counting the steps this process started (a resume of a terminal run starts

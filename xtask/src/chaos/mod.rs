@@ -48,6 +48,9 @@ pub struct Options {
     pub minutes: Option<u64>,
     /// The worker mode: nobody calls `resume`; workers recover every run (see `workers.rs`).
     pub workers: bool,
+    /// Every agent process seals the store's values (`afk_seal`), and each run's check
+    /// finds no value in the clear.
+    pub sealed: bool,
 }
 
 /// splitmix64, seeded: the campaign's only randomness.
@@ -125,7 +128,12 @@ pub fn run(opts: &Options) -> Result<i32> {
         .join("chaos")
         .join(std::process::id().to_string());
     eprintln!(
-        "chaos: seed {seed}; per store: {kills} kills (1-{max_kills} per run, 4 times as many on S3), at most {minutes} min; work dir {}",
+        "chaos: seed {seed}; per store: {kills} kills (1-{max_kills} per run, 4 times as many on S3), at most {minutes} min{}; work dir {}",
+        if opts.sealed {
+            "; values sealed at rest"
+        } else {
+            ""
+        },
         work.display()
     );
 
@@ -137,7 +145,8 @@ pub fn run(opts: &Options) -> Result<i32> {
     for store in stores {
         let dir = work.join(store.name());
         fs::create_dir_all(&dir)?;
-        let target = target::Target::start(store, &set_dir, &dir)?;
+        let mut target = target::Target::start(store, &set_dir, &dir)?;
+        target.seal = opts.sealed.then(|| dir.join("keyring"));
         let ctx = run::Ctx {
             bin: &bin,
             target: &target,
@@ -242,7 +251,8 @@ fn run_workers(
     for &store in stores {
         let dir = work.join(format!("workers-{}", store.name()));
         fs::create_dir_all(&dir)?;
-        let target = target::Target::start(store, set_dir, &dir)?;
+        let mut target = target::Target::start(store, set_dir, &dir)?;
+        target.seal = opts.sealed.then(|| dir.join("keyring"));
         let ctx = workers::Ctx {
             bin,
             target: &target,

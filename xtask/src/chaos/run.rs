@@ -37,8 +37,11 @@ impl Ctx<'_> {
             .args(["--run", &format!("run_{index}")])
             .args(["--seed", &seed.to_string()])
             .arg("--ledger")
-            .arg(self.ledger(index))
-            .arg(sub);
+            .arg(self.ledger(index));
+        if let Some(ring) = &self.target.seal {
+            cmd.arg("--seal-keyring").arg(ring);
+        }
+        cmd.arg(sub);
         cmd
     }
 

@@ -49,6 +49,9 @@ const REDIS: &str = "redis-aof";
 pub struct Target {
     pub store: Store,
     pub url: String,
+    /// With `--sealed`: the keyring directory every agent process seals the store's values
+    /// with (`chaos_agent --seal-keyring`).
+    pub seal: Option<PathBuf>,
     set_dir: PathBuf,
     redis_port: Option<u16>,
 }
@@ -60,6 +63,7 @@ impl Target {
         let mut target = Target {
             store,
             url: String::new(),
+            seal: None,
             set_dir: set_dir.to_path_buf(),
             redis_port: None,
         };

@@ -54,8 +54,11 @@ impl Ctx<'_> {
             .args(["--lease-ms", &LEASE_MS.to_string()])
             .args(["--skew-ms", &skew.to_string()])
             .arg("--ledger")
-            .arg(self.work.join(format!("ledger-{index}.jsonl")))
-            .args(sub);
+            .arg(self.work.join(format!("ledger-{index}.jsonl")));
+        if let Some(ring) = &self.target.seal {
+            cmd.arg("--seal-keyring").arg(ring);
+        }
+        cmd.args(sub);
         cmd
     }
 
