@@ -3,7 +3,7 @@
 //! that has the agent, runs it from that step. The original run is left as it is.
 
 use afk_core::RunId;
-use afk_core::runner::{Runner, RunnerConfig};
+use afk_core::runner::{ForkPoint, Runner, RunnerConfig};
 use serde_json::json;
 
 use super::common::ids;
@@ -25,9 +25,13 @@ pub struct Args {
     /// The new run's id (default: `<run>-fork-<step>`).
     #[arg(long, value_name = "RUN")]
     new_run: Option<String>,
+    /// Replace the run's last user message before the step (its input, usually) with this
+    /// text: the fork asks again, differently.
+    #[arg(long, value_name = "TEXT")]
+    message: Option<String>,
 }
 
-/// Write the fork. JSON: `{"thread", "run", "step", "new_run"}`.
+/// Write the fork. JSON: `{"thread", "run", "step", "new_run", "message_replaced"}`.
 pub fn run(args: Args, ctx: &Ctx) -> std::process::ExitCode {
     ctx.run("fork", |store| async move {
         let (thread, run) = ids(&args.thread, Some(&args.run))?;
@@ -36,10 +40,13 @@ pub fn run(args: Args, ctx: &Ctx) -> std::process::ExitCode {
             Some(id) => RunId::new(id)?,
             None => RunId::new(format!("{run}-fork-{}", args.step))?,
         };
+        let replaced = args.message.is_some();
+        let mut point = ForkPoint::step(args.step);
+        if let Some(text) = args.message {
+            point = point.with_user_message(text);
+        }
         let runner = Runner::new(store, RunnerConfig::default());
-        runner
-            .prepare_fork(&thread, &run, args.step, &new_run)
-            .await?;
+        runner.prepare_fork(&thread, &run, point, &new_run).await?;
         let human = format!(
             "forked run {run} (thread {thread}) at step {} as run {new_run}: it starts from the \
              state run {run} had when it began step {}; the application's next resume of \
@@ -47,7 +54,7 @@ pub fn run(args: Args, ctx: &Ctx) -> std::process::ExitCode {
             args.step, args.step
         );
         let doc = json!({"thread": thread.as_str(), "run": run.as_str(), "step": args.step,
-            "new_run": new_run.as_str()});
+            "new_run": new_run.as_str(), "message_replaced": replaced});
         Ok(Report::ok(doc, human))
     })
 }

@@ -120,9 +120,32 @@ fn all(url: &str, thread: &str) {
             "1",
             "--new-run",
             "redo",
+            "--message",
+            "pay the invoice once more",
+            "--json",
         ],
     );
     assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    let doc: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(doc["message_replaced"], json!(true), "{doc}");
+    // The new run's transcript asks the replaced question (the value may be sealed or not: the
+    // test stores write it in the clear).
+    let first = contents(url, thread)
+        .remove("messages:redo:00000000000000000000")
+        .expect("the fork's first transcript entry");
+    let first: Value = serde_json::from_slice(&first).unwrap();
+    let users: Vec<&Value> = first["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == json!("user"))
+        .collect();
+    assert_eq!(users.len(), 1, "{first}");
+    assert_eq!(
+        users[0]["content"],
+        json!("pay the invoice once more"),
+        "{first}"
+    );
     let (out, charge) = resume(url, thread, "redo", false);
     assert!(
         matches!(&out, Ok(Outcome::Paused { request }) if request.tool_call_id.as_deref() == Some("c1")),

@@ -9,6 +9,7 @@ use tracing::Instrument;
 use super::agent::Agent;
 use super::config::RunnerConfig;
 use super::events::{Decision, Entry, Signal, Start};
+use super::fork::ForkPoint;
 use super::handle::RunHandle;
 use super::journal::Settlement;
 use super::start::{Shared, execute};
@@ -85,8 +86,9 @@ impl Runner {
     }
 
     /// Fork `source`: a new run `new_run` in the same thread that starts from the source's
-    /// state at the start of `step` (its transcript, counters and records up to there), and
-    /// runs from there with `agent`, the source left untouched. The new run's records name
+    /// state at the start of `step` (its transcript, counters and records up to there; a
+    /// [`ForkPoint`] may also replace the last user message), and runs from there with
+    /// `agent`, the source left untouched. The new run's records name
     /// where it came from (`forked_from` in its `run_started` record and its snapshots). Steps
     /// before `step` are not run again; step `step` asks the model anew. An at-most-once call
     /// of a step the source had reached pauses for a human's approval instead of running (the
@@ -104,12 +106,12 @@ impl Runner {
         agent: &Agent,
         thread: &ThreadId,
         source: &RunId,
-        step: u64,
+        step: impl Into<ForkPoint>,
         new_run: RunId,
     ) -> RunHandle {
         let start = Start::Fork {
             source: source.clone(),
-            step,
+            point: step.into(),
         };
         self.spawn(agent, thread, new_run, start)
     }

@@ -179,7 +179,7 @@ pub(crate) enum Start {
     /// A new run from the state of `source` at the start of `step` (see `fork`).
     Fork {
         source: RunId,
-        step: u64,
+        point: super::fork::ForkPoint,
     },
 }
 

@@ -18,21 +18,63 @@
 //! source already made: the fork asks a human first (a pause for approval) instead of making it
 //! a second time.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::persist::Checkpointer;
+use super::prompt::text_message;
 use super::resume;
 use super::state::RunState;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids::RunId;
 use crate::keys;
 use crate::normalize::normalize_record;
-use crate::schema::{AGENT_KEY, Phase, PhasePayload, RunStartedPayload, RunStatus};
+use crate::schema::{AGENT_KEY, Phase, PhasePayload, Role, RunStartedPayload, RunStatus};
 use crate::store::latest_key;
 
 /// The snapshot field (and `run_started` payload field) naming the run a fork came from:
 /// `{"run_id": …, "step": k, "source_step": s}` (`s`: the step the source had reached).
 pub const FORKED_FROM_KEY: &str = "forked_from";
+
+/// Where a fork starts: a step of the source, and optionally a new text for the run's last
+/// user message before it (the input, usually), which the fork's model sees from that step on.
+///
+/// `runner.fork(&agent, &thread, &source, 3, new_run)` takes a step number as it is;
+/// `ForkPoint::step(1).with_user_message("…")` asks the question again, differently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkPoint {
+    step: u64,
+    user_message: Option<String>,
+}
+
+impl ForkPoint {
+    /// The start of `step` of the source run.
+    pub fn step(step: u64) -> ForkPoint {
+        ForkPoint {
+            step,
+            user_message: None,
+        }
+    }
+
+    /// With the run's last user message before the step replaced by `text`.
+    #[must_use]
+    pub fn with_user_message(mut self, text: impl Into<String>) -> ForkPoint {
+        self.user_message = Some(text.into());
+        self
+    }
+
+    /// The step the fork starts at.
+    pub fn at(&self) -> u64 {
+        self.step
+    }
+}
+
+impl From<u64> for ForkPoint {
+    fn from(step: u64) -> ForkPoint {
+        ForkPoint::step(step)
+    }
+}
 
 /// Where a forked run came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,11 +84,17 @@ pub(crate) struct Origin {
     pub(crate) step: u64,
     /// The newest step the source had begun when it was forked.
     pub(crate) source_step: u64,
+    /// Whether the fork replaced the run's last user message.
+    pub(crate) edited: bool,
 }
 
 impl Origin {
     pub(crate) fn to_value(&self) -> Value {
-        json!({"run_id": self.run, "step": self.step, "source_step": self.source_step})
+        let mut v = json!({"run_id": self.run, "step": self.step, "source_step": self.source_step});
+        if self.edited {
+            v["user_message_edited"] = Value::Bool(true);
+        }
+        v
     }
 
     /// The origin a run's snapshot names, if it is a fork.
@@ -56,6 +104,7 @@ impl Origin {
             run: v.get("run_id")?.as_str()?.to_owned(),
             step: v.get("step")?.as_u64()?,
             source_step: v.get("source_step")?.as_u64()?,
+            edited: v.get("user_message_edited").and_then(Value::as_bool) == Some(true),
         })
     }
 
@@ -66,13 +115,14 @@ impl Origin {
     }
 }
 
-/// The state the fork of `source` at `step` starts from (read through `src`, a reader of the
+/// The state the fork of `source` at `point` starts from (read through `src`, a reader of the
 /// source run that never commits).
 ///
 /// Errors: `InvalidInput` for step 0; `NotFound` for a source without records; `Conflict`
 /// when the source has not begun `step`; `Corrupt` for unusable records.
-pub(crate) async fn load(src: &Checkpointer, step: u64) -> Result<(RunState, Origin)> {
+pub(crate) async fn load(src: &Checkpointer, point: &ForkPoint) -> Result<(RunState, Origin)> {
     let (thread, source) = (&src.thread, &src.run);
+    let step = point.step;
     if step == 0 {
         return Err(Error::invalid_input(
             "a fork starts at a step of the source run, from 1 on (step 1: its input again)",
@@ -124,7 +174,17 @@ pub(crate) async fn load(src: &Checkpointer, step: u64) -> Result<(RunState, Ori
         run: source.to_string(),
         step,
         source_step: latest.step.max(step),
+        edited: point.user_message.is_some(),
     };
+    if let Some(text) = &point.user_message {
+        let messages = Arc::make_mut(&mut st.messages);
+        let Some(last) = messages.iter_mut().rev().find(|m| m.role == Role::User) else {
+            return Err(Error::invalid_input(format!(
+                "run {source} has no user message before step {step} to replace"
+            )));
+        };
+        *last = text_message(Role::User, text.clone(), last.name.clone());
+    }
     st.snap.state = RunStatus::Running;
     st.snap
         .extra

@@ -85,7 +85,7 @@ pub use config::{MAX_SUSPENSION_BACKOFF, RunnerConfig};
 pub use delegation::{child_run_id, is_child_run_id};
 pub use events::{Decision, Outcome, RunEvent};
 pub use fn_tool::{FnTool, ToolFn, schema_of};
-pub use fork::FORKED_FROM_KEY;
+pub use fork::{FORKED_FROM_KEY, ForkPoint};
 pub use handle::RunHandle;
 pub use journal::Settlement;
 pub use llm::{LlmClient, LlmRequest};

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::api::Runner;
 use super::events::Decision;
-use super::fork;
+use super::fork::{self, ForkPoint};
 use super::journal::Settlement;
 use super::persist::Checkpointer;
 use super::resume::{self, Loaded, Restored};
@@ -126,12 +126,12 @@ impl Runner {
         &self,
         thread: &ThreadId,
         source: &RunId,
-        step: u64,
+        step: impl Into<ForkPoint>,
         new_run: &RunId,
     ) -> Result<()> {
         fork::check_ids(source, new_run)?;
         let src = self.checkpointer(thread, source, Epoch(0)).await?;
-        let (mut st, origin) = fork::load(&src, step).await?;
+        let (mut st, origin) = fork::load(&src, &step.into()).await?;
         let Some(agent) = st.snap.agent() else {
             return Err(Error::corrupt_record(
                 latest_key(source),

@@ -173,13 +173,13 @@ async fn fork_source(
     e: &Entry,
     identity: &AgentIdentity,
 ) -> Result<Option<(RunState, fork::Origin)>> {
-    let Start::Fork { source, step } = &e.start else {
+    let Start::Fork { source, point } = &e.start else {
         return Ok(None);
     };
     fork::check_ids(source, &e.run)?;
     // A reader of the source: never claimed, never committed to.
     let src = shared.checkpointer(&e.thread, source, Epoch(0)).await?;
-    let (mut st, origin) = fork::load(&src, *step).await?;
+    let (mut st, origin) = fork::load(&src, point).await?;
     check_agent(&e.run, &mut st, (&e.agent, identity.clone()))?;
     Ok(Some((st, origin)))
 }

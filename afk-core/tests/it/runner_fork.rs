@@ -471,3 +471,43 @@ async fn a_prepared_fork_is_written_ready_with_its_agent_and_resumed_by_the_appl
         vec!["c1", "c2"]
     );
 }
+
+#[tokio::test]
+async fn a_fork_can_ask_again_with_another_user_message() {
+    use afk_core::runner::ForkPoint;
+    let store = Arc::new(MemoryStore::new());
+    let (before, _, _) = source(&store).await;
+    let (thread, src) = ids();
+    let new = RunId::new("asked_again").unwrap();
+    let counter = InvocationCounter::new();
+    let llm = ScriptedLlm::new(add_script(STEPS));
+    let point = ForkPoint::step(1).with_user_message("go, but differently");
+    let out = runner(&store)
+        .fork(
+            &agent(llm.clone(), &counter),
+            &thread,
+            &src,
+            point,
+            new.clone(),
+        )
+        .result()
+        .await
+        .unwrap();
+    assert!(matches!(out, Outcome::Completed(_)), "{out:?}");
+    // The fork's transcript holds the new question, not the old one.
+    let keys = store.snapshot(&thread);
+    let first = json_of(&keys, &format!("messages:{new}:00000000000000000000"));
+    let users: Vec<&Value> = first["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == json!("user"))
+        .collect();
+    assert_eq!(users.len(), 1, "{first}");
+    assert_eq!(users[0]["content"], json!("go, but differently"), "{first}");
+    let origin =
+        &json_of(&keys, &format!("checkpoint:{new}:0:run_started"))["payload"][FORKED_FROM_KEY];
+    assert_eq!(origin["user_message_edited"], json!(true), "{origin}");
+    let touched = changed(&of_run(&keys, "source"), &of_run(&before, "source"));
+    assert!(touched.is_empty(), "the fork changed {touched:?}");
+}

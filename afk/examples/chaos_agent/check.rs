@@ -214,18 +214,6 @@ async fn verify_all(store: &dyn Store, thread: &ThreadId) -> Vec<String> {
     failures
 }
 
-#[cfg(test)]
-mod tests {
-    use super::anonymize;
-
-    #[test]
-    fn anonymize_replaces_run_and_child_ids() {
-        let child = format!("sub_{}", "a1".repeat(16));
-        let s = format!("x run_7 {child} sub_short");
-        assert_eq!(anonymize(&s, "run_7"), "x <run> <child> sub_short");
-    }
-}
-
 /// With sealing on: every value of the thread in the store under the wrapper (`raw`) is sealed
 /// (starts with `afk_seal::format::MAGIC`), the fences (`run:<run>`) aside, which stay clear.
 pub async fn all_sealed(raw: &dyn Store, thread: &ThreadId) -> Vec<String> {
@@ -251,4 +239,16 @@ pub async fn all_sealed(raw: &dyn Store, thread: &ThreadId) -> Vec<String> {
         failures.push("the thread holds no value to check for sealing".to_owned());
     }
     failures
+}
+
+#[cfg(test)]
+mod tests {
+    use super::anonymize;
+
+    #[test]
+    fn anonymize_replaces_run_and_child_ids() {
+        let child = format!("sub_{}", "a1".repeat(16));
+        let s = format!("x run_7 {child} sub_short");
+        assert_eq!(anonymize(&s, "run_7"), "x <run> <child> sub_short");
+    }
 }
