@@ -13,6 +13,45 @@ use crate::ids::{RunId, ThreadId};
 use crate::schema::{AgentResult, PauseRequest, RunStatus};
 use crate::store::Epoch;
 
+/// Where a fork starts: a step of the source, and optionally a new text for the run's last
+/// user message before it (the input, usually), which the fork's model sees from that step on.
+///
+/// `runner.fork(&agent, &thread, &source, 3, new_run)` takes a step number as it is;
+/// `ForkPoint::step(1).with_user_message("…")` asks the question again, differently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkPoint {
+    pub(crate) step: u64,
+    pub(crate) user_message: Option<String>,
+}
+
+impl ForkPoint {
+    /// The start of `step` of the source run.
+    pub fn step(step: u64) -> ForkPoint {
+        ForkPoint {
+            step,
+            user_message: None,
+        }
+    }
+
+    /// With the run's last user message before the step replaced by `text`.
+    #[must_use]
+    pub fn with_user_message(mut self, text: impl Into<String>) -> ForkPoint {
+        self.user_message = Some(text.into());
+        self
+    }
+
+    /// The step the fork starts at.
+    pub fn at(&self) -> u64 {
+        self.step
+    }
+}
+
+impl From<u64> for ForkPoint {
+    fn from(step: u64) -> ForkPoint {
+        ForkPoint::step(step)
+    }
+}
+
 /// A human decision about a paused tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -179,7 +218,7 @@ pub(crate) enum Start {
     /// A new run from the state of `source` at the start of `step` (see `fork`).
     Fork {
         source: RunId,
-        point: super::fork::ForkPoint,
+        point: ForkPoint,
     },
 }
 

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+pub use super::events::ForkPoint;
 use super::persist::Checkpointer;
 use super::prompt::text_message;
 use super::resume;
@@ -36,45 +37,6 @@ use crate::store::latest_key;
 /// The snapshot field (and `run_started` payload field) naming the run a fork came from:
 /// `{"run_id": …, "step": k, "source_step": s}` (`s`: the step the source had reached).
 pub const FORKED_FROM_KEY: &str = "forked_from";
-
-/// Where a fork starts: a step of the source, and optionally a new text for the run's last
-/// user message before it (the input, usually), which the fork's model sees from that step on.
-///
-/// `runner.fork(&agent, &thread, &source, 3, new_run)` takes a step number as it is;
-/// `ForkPoint::step(1).with_user_message("…")` asks the question again, differently.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForkPoint {
-    step: u64,
-    user_message: Option<String>,
-}
-
-impl ForkPoint {
-    /// The start of `step` of the source run.
-    pub fn step(step: u64) -> ForkPoint {
-        ForkPoint {
-            step,
-            user_message: None,
-        }
-    }
-
-    /// With the run's last user message before the step replaced by `text`.
-    #[must_use]
-    pub fn with_user_message(mut self, text: impl Into<String>) -> ForkPoint {
-        self.user_message = Some(text.into());
-        self
-    }
-
-    /// The step the fork starts at.
-    pub fn at(&self) -> u64 {
-        self.step
-    }
-}
-
-impl From<u64> for ForkPoint {
-    fn from(step: u64) -> ForkPoint {
-        ForkPoint::step(step)
-    }
-}
 
 /// Where a forked run came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
