@@ -100,6 +100,16 @@ pub fn run() -> Result<i32> {
         eprintln!("ci: msrv failed");
         return Ok(code);
     }
+    // The README's quick start from the packaged crates, outside the clone, against a real
+    // OpenAI-compatible server: completes, and resumes after SIGKILL without repeating its tool.
+    let start = Instant::now();
+    let code = crate::quickstart::run()?;
+    times.push(("quickstart", start.elapsed()));
+    if code != 0 {
+        report(&times);
+        eprintln!("ci: quickstart failed");
+        return Ok(code);
+    }
     let start = Instant::now();
     let code = test::run(&[], &[])?;
     times.push(("test", start.elapsed()));

@@ -8,6 +8,7 @@ mod ci;
 mod features;
 mod layers;
 mod msrv;
+mod quickstart;
 mod rocksdb_newest;
 mod services;
 mod system;
@@ -44,6 +45,10 @@ enum Cli {
     /// that also uses afk-store-rocksdb, and run the store's tests there (cached: only the
     /// first run on a machine compiles RocksDB's C++).
     RocksdbNewest,
+    /// Build the README's quick start from the packaged crates in an application outside the
+    /// clone, and run it against LiteLLM's OpenAI-compatible proxy: it completes, and after a
+    /// SIGKILL mid-run it resumes without running its tool again.
+    Quickstart,
     /// Check that no locked dependency needs a newer Rust than the declared `rust-version`.
     Msrv,
     /// Write the runner's module graph (read from its `use` lines) into ARCHITECTURE.md.
@@ -129,6 +134,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cli::Ci => ci::run(),
         Cli::RocksdbNewest => rocksdb_newest::run(),
         Cli::Msrv => msrv::run(),
+        Cli::Quickstart => quickstart::run(),
         Cli::Arch => layers::write_architecture().map(|()| 0),
         Cli::Bench {
             fleet_only,

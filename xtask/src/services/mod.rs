@@ -1,5 +1,6 @@
 //! The real servers the integration tests talk to: a single Redis, a 3-master Redis Cluster
-//! and moto's S3-compatible server, each on free loopback ports.
+//! and moto's S3-compatible server, each on free loopback ports; and, for the quick start's
+//! check, LiteLLM's OpenAI-compatible proxy (`litellm`, started into a set by its caller).
 //!
 //! A *set* of servers lives in `.afk-services/<set>/` at the repository root: one `<name>.pid`
 //! per process, its log, and `env` with the variables the tests read. `services up` uses the
@@ -7,6 +8,7 @@
 //! touches servers someone started by hand. Only processes named in our own pid files are ever
 //! signalled, and only while their command line still matches (see `system::stop_process`).
 
+pub mod litellm;
 pub mod redis;
 pub mod s3;
 
@@ -110,6 +112,11 @@ impl Services {
         Ok(services)
     }
 
+    /// The set's directory (pid files, logs, `env`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The variables the tests read, as `(name, value)`.
     pub fn env(&self) -> &[(String, String)] {
         &self.env
@@ -181,6 +188,8 @@ fn pid_files(dir: &Path) -> Vec<(PathBuf, String)> {
 fn needle(name: &str) -> &'static str {
     if name.starts_with("moto") {
         "moto_server"
+    } else if name.starts_with("litellm") {
+        "litellm"
     } else if name.starts_with("agent") {
         "chaos_agent"
     } else {
