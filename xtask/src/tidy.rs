@@ -24,7 +24,8 @@
 //! - **Copies.** A line `<!-- same-as: PATH -->` must be followed by a fenced code block whose
 //!   text equals the file `PATH` (the README's embedding example and
 //!   `examples/embedding/src/main.rs`, its fleet example and
-//!   `examples/fleet-service/src/serve.rs`, which CI compiles).
+//!   `examples/fleet-service/src/serve.rs`, which CI compiles). In a copy of a Rust file,
+//!   rustdoc's hidden lines (`# …`) do not count.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -263,7 +264,7 @@ fn check(repo: &Repo, md: &Path, text: &str) -> Vec<String> {
         };
         let path = path.trim();
         match std::fs::read_to_string(repo.root.join(path)) {
-            Ok(file) if file == *body => {}
+            Ok(file) if file == visible(path, body) => {}
             Ok(_) => problems.push(format!(
                 "{}: the code block after `same-as: {path}` differs from that file",
                 md.display()
@@ -272,6 +273,18 @@ fn check(repo: &Repo, md: &Path, text: &str) -> Vec<String> {
         }
     }
     problems
+}
+
+/// What rustdoc shows of a code block copied from `path`: in Rust, without the hidden lines
+/// (`#` alone or `# …`) a doctest may wrap the copy in.
+fn visible(path: &str, body: &str) -> String {
+    if !path.ends_with(".rs") {
+        return body.to_owned();
+    }
+    body.lines()
+        .filter(|l| *l != "#" && !l.starts_with("# "))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// The subcommand a word starts with (`test|services` → `test`), or `""` when it starts with
