@@ -58,13 +58,22 @@ impl Selection {
             s3: false,
         };
         let mut build_debs = BTreeSet::new();
-        // Features of the command line crate: its Redis and S3 tests are behind them (it
+        // Features of the selected crates: the command line crate's Redis and S3 tests are behind them (it
         // always builds with RocksDB, its default store).
         let mut features = BTreeSet::new();
         for store in stores {
             match store {
                 Store::Memory => {
-                    packages.extend(["afk-core", "afk-conformance", "afk-seal", "custom-store"]);
+                    packages.extend([
+                        "afk-core",
+                        "afk-conformance",
+                        "afk-seal",
+                        "afk-providers",
+                        "custom-store",
+                    ]);
+                    // The providers' tests run against recorded exchanges on a local server.
+                    features.insert("afk-providers/openai");
+                    features.insert("afk-providers/anthropic");
                 }
                 Store::Rocksdb => {
                     packages.extend(["afk-store-rocksdb", "afk", "afk-cli"]);
@@ -232,9 +241,13 @@ mod tests {
                 "-p",
                 "afk-core",
                 "-p",
+                "afk-providers",
+                "-p",
                 "afk-seal",
                 "-p",
-                "custom-store"
+                "custom-store",
+                "--features",
+                "afk-providers/anthropic,afk-providers/openai"
             ]
         );
         assert_eq!(
