@@ -58,8 +58,8 @@ impl Selection {
             s3: false,
         };
         let mut build_debs = BTreeSet::new();
-        // Features of the selected crates: the command line crate's Redis and S3 tests are behind them (it
-        // always builds with RocksDB, its default store).
+        // Features of the selected crates: the command line crate's Redis and S3 tests are
+        // behind them (it always builds with RocksDB, its default store), and the providers'.
         let mut features = BTreeSet::new();
         for store in stores {
             match store {
