@@ -90,7 +90,10 @@ impl KmsKeys {
                 )));
             }
         }
-        if meta.key_usage() != Some(&KeyUsageType::EncryptDecrypt)
+        // Absent fields are KMS's defaults (ENCRYPT_DECRYPT, SYMMETRIC_DEFAULT).
+        if meta
+            .key_usage()
+            .is_some_and(|u| *u != KeyUsageType::EncryptDecrypt)
             || meta
                 .key_spec()
                 .is_some_and(|s| *s != KeySpec::SymmetricDefault)
