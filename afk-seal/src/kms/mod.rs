@@ -47,11 +47,19 @@ const MAGIC: &[u8; 8] = b"afk-kms\x01";
 /// reached, throttles or fails answers `Unavailable`, and nothing is sealed or opened without
 /// it. A KMS key that is missing, disabled, pending deletion or not accessible to these
 /// credentials is `InvalidConfig` naming it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KmsKeys {
     client: Client,
     /// The ARN of the active key.
     active: String,
+}
+
+impl std::fmt::Debug for KmsKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KmsKeys")
+            .field("active", &self.active)
+            .finish_non_exhaustive()
+    }
 }
 
 impl KmsKeys {
