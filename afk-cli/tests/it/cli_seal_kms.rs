@@ -123,6 +123,13 @@ fn an_unreachable_kms_fails_the_command_and_writes_nothing() {
         "--features kms"
     };
     assert!(demo.stderr.contains(want), "{}", demo.stderr);
+    if cfg!(feature = "kms") {
+        assert!(
+            demo.stderr.contains("did not answer: check the endpoint"),
+            "{}",
+            demo.stderr
+        );
+    }
     assert!(
         !demo.stderr.contains("secret_access_key=t"),
         "{}",

@@ -10,6 +10,7 @@
 use std::error::Error as StdError;
 
 use afk_core::{Error, ErrorKind};
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_kms::config::http::HttpResponse;
 use aws_sdk_kms::error::{ProvideErrorMetadata, SdkError};
 
@@ -30,7 +31,18 @@ where
         ))
         .with_source(err),
         SdkError::TimeoutError(_) => unavailable("timed out").with_source(err),
-        SdkError::DispatchFailure(_) => unavailable("could not reach the service").with_source(err),
+        SdkError::DispatchFailure(_) => match credentials(&err) {
+            Some(
+                CredentialsError::CredentialsNotLoaded(_)
+                | CredentialsError::InvalidConfiguration(_),
+            ) => Error::invalid_config(format!(
+                "KMS {op} with key {key}: no usable AWS credentials (set access_key_id and \
+                     secret_access_key in the kms:// URL, or configure the AWS environment)"
+            ))
+            .with_source(err),
+            Some(_) => unavailable("could not load AWS credentials").with_source(err),
+            None => unavailable("could not reach the service").with_source(err),
+        },
         SdkError::ResponseError(_) => unavailable("unreadable response").with_source(err),
         SdkError::ServiceError(s) => {
             let status = s.raw().status().as_u16();
@@ -41,6 +53,18 @@ where
         }
         _ => unavailable("request failed").with_source(err),
     }
+}
+
+/// The credentials error in `err`'s chain, if loading credentials is what failed.
+fn credentials<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a CredentialsError> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(c) = e.downcast_ref::<CredentialsError>() {
+            return Some(c);
+        }
+        next = e.source();
+    }
+    None
 }
 
 /// The kind and message of a KMS service error (`status`, `code`).
@@ -140,6 +164,30 @@ mod tests {
             let e = classify(err, "Decrypt", "alias/k");
             assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
             assert!(e.is_retryable() && e.to_string().contains("alias/k"), "{e}");
+        }
+    }
+
+    #[test]
+    fn missing_credentials_are_configuration_and_a_failing_provider_an_outage() {
+        for (creds, want) in [
+            (
+                CredentialsError::not_loaded("none"),
+                ErrorKind::InvalidConfig,
+            ),
+            (
+                CredentialsError::provider_timed_out(std::time::Duration::from_secs(5)),
+                ErrorKind::Unavailable,
+            ),
+            (
+                CredentialsError::provider_error("IMDS answered 503"),
+                ErrorKind::Unavailable,
+            ),
+        ] {
+            let err: SdkError<DecryptError, HttpResponse> =
+                SdkError::dispatch_failure(ConnectorError::other(Box::new(creds), None));
+            let e = classify(err, "Decrypt", "alias/k");
+            assert_eq!(e.kind(), want, "{e}");
+            assert!(e.message().contains("credentials"), "{e}");
         }
     }
 }
