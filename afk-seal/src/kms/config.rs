@@ -342,18 +342,21 @@ mod tests {
             "kms://?secret_access_key=s3cr3t&access_key_id=a",
             "s3://k?secret_access_key=s3cr3t",
             "kms://k?secret_access_key=s3cr3t",
-            "kms://k?secret_access_key=s3cr3t&bogus=1",
+            "kms://k?secret_access_key=s3cr3t&access_key_id=a&bogus=1",
             "kms://k?secret_access_key=s3cr3t&access_key_id=a&max_attempts=s3cr3t",
             "kms://k?secret_access_key=s3cr3t&access_key_id=a&max_attempts=11",
             "kms://k?secret_access_key=s3cr3t&access_key_id=a&attempt_timeout_ms=0",
             "kms://k?secret_access_key=s3cr3t&access_key_id=a&endpoint=ftp://x",
-            "kms://k%zz?secret_access_key=s3cr3t",
-            "kms://k?region=a&region=b&secret_access_key=s3cr3t",
+            "kms://k%zz?secret_access_key=s3cr3t&access_key_id=a",
+            "kms://k?region=a&region=b&access_key_id=a&secret_access_key=s3cr3t",
         ] {
             let e = KmsConfig::from_url(url).expect_err(url);
             assert_eq!(e.kind(), ErrorKind::InvalidConfig, "{url}");
             assert!(!e.to_string().contains("s3cr3t"), "{e}");
         }
+        // Each case above fails for its own reason: the same URL without it parses.
+        KmsConfig::from_url("kms://k?region=a&access_key_id=a&secret_access_key=s3cr3t")
+            .expect("valid");
         let cfg = KmsConfig::from_url("kms://k?access_key_id=AKIDXYZ&secret_access_key=s3cr3t")
             .expect("parse");
         let shown = format!("{cfg:?}");
