@@ -4,9 +4,13 @@
 pub mod format;
 mod keyring;
 mod keys;
+#[cfg(feature = "kms")]
+pub mod kms;
 mod store;
 
 pub use format::Key;
 pub use keyring::{DirKeyring, Keyring, MemoryKeyring};
 pub use keys::{KeySource, StaticKeys};
+#[cfg(feature = "kms")]
+pub use kms::{KmsConfig, KmsKeys};
 pub use store::{Mode, SealedStore};

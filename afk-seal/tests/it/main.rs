@@ -2,4 +2,6 @@
 //! store, and what sealing promises.
 
 mod conformance;
+#[cfg(feature = "kms")]
+mod kms;
 mod sealing;
