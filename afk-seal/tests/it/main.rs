@@ -1,5 +1,6 @@
 //! The integration tests of `afk-seal`, as one test binary: the conformance suite on a sealed
-//! store, and what sealing promises.
+//! store, what sealing promises, and key rotation.
 
 mod conformance;
+mod rekey;
 mod sealing;
