@@ -61,6 +61,24 @@ pub async fn open(cmd: &str, url: &str, create: bool) -> Result<Arc<dyn Store>> 
     seal_from_env(store)
 }
 
+/// The existing store `url` names, sealed as the `AFK_SEAL_*` variables say: for a command
+/// that works on the seal itself (`rekey`). `InvalidConfig` naming the variables when no keys
+/// are set.
+pub async fn open_sealed(cmd: &str, url: &str) -> Result<afk_seal::SealedStore> {
+    let store = afk::open_existing(url).await?;
+    tracing::info!(command = cmd, store = %afk::redact::redact_urls(url), "store opened");
+    sealed_from_env(store)?.ok_or_else(|| {
+        afk_core::Error::new(
+            afk_core::ErrorKind::InvalidConfig,
+            format!(
+                "no key-encryption keys: set {SEAL_KEYS} (or {SEAL_KEY_FILE}) to the keys, the \
+                 new active one first and the older ones after it, and {SEAL_KEYRING} to the \
+                 keyring directory"
+            ),
+        )
+    })
+}
+
 /// The variables that open a store sealed at rest: the key-encryption keys (`id=<64 hex>`
 /// entries, the first active) in `AFK_SEAL_KEYS` or the file named by `AFK_SEAL_KEY_FILE`,
 /// the keyring directory in `AFK_SEAL_KEYRING`, and `AFK_SEAL_MODE` (`sealed`, the default;
@@ -83,13 +101,21 @@ pub fn keyring_from_env() -> Result<Option<afk_seal::DirKeyring>> {
 
 /// `store` sealed as the `AFK_SEAL_*` variables say, or as it is when none is set.
 fn seal_from_env(store: Arc<dyn Store>) -> Result<Arc<dyn Store>> {
+    match sealed_from_env(store.clone())? {
+        Some(sealed) => Ok(Arc::new(sealed)),
+        None => Ok(store),
+    }
+}
+
+/// `store` sealed as the `AFK_SEAL_*` variables say; `None` when no keys are set.
+pub fn sealed_from_env(store: Arc<dyn Store>) -> Result<Option<afk_seal::SealedStore>> {
     use afk_core::{Error, ErrorKind};
     let keys = if let Some(v) = std::env::var_os(SEAL_KEYS).filter(|v| !v.is_empty()) {
         afk_seal::StaticKeys::parse(&v.to_string_lossy())?
     } else if let Some(f) = std::env::var_os(SEAL_KEY_FILE).filter(|v| !v.is_empty()) {
         afk_seal::StaticKeys::from_file(std::path::Path::new(&f))?
     } else {
-        return Ok(store);
+        return Ok(None);
     };
     let ring = keyring_from_env()?.ok_or_else(|| {
         Error::new(
@@ -109,7 +135,7 @@ fn seal_from_env(store: Arc<dyn Store>) -> Result<Arc<dyn Store>> {
         }
     };
     tracing::info!(mode = ?mode, "store sealed at rest");
-    Ok(Arc::new(
+    Ok(Some(
         afk_seal::SealedStore::new(store, Arc::new(keys), Arc::new(ring)).with_mode(mode),
     ))
 }
