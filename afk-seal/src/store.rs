@@ -107,7 +107,7 @@ impl SealedStore {
     /// Destroy the thread's data keys (crypto-shredding): every value of the thread, in this
     /// store and in every copy of it, can no longer be opened; other threads are untouched.
     /// Returns whether the thread had keys. Other processes forget the keys they hold in
-    /// memory only when they drop their `SealedStore`.
+    /// memory only when they drop their `SealedStore` or claim a run of the thread.
     pub async fn erase(&self, thread: &ThreadId) -> Result<bool> {
         let had = self.ring.erase(thread).await?;
         self.forget(thread);
