@@ -24,9 +24,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use afk_core::normalize::normalize_record;
 use afk_core::runner::{Clock, SystemClock};
-use afk_core::schema::{MarkState, RunMark};
-use afk_core::store::{Attention, Commit, Epoch, StoreExt, latest_key};
+use afk_core::schema::{MarkState, Phase, RunMark};
+use afk_core::store::{Attention, Commit, Epoch, Store, StoreExt, latest_key};
 use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use serde::Serialize;
 
@@ -323,7 +324,30 @@ impl SealedStore {
         report.current += scan.current;
         report.plaintext += scan.plaintext;
         report.resealed += self.write_resealed(thread, run, epoch, tk, scan).await?;
-        Ok(())
+        self.finish_if_ended(thread, run, epoch).await
+    }
+
+    /// On a store whose finished runs expire (Redis with a time to live), claiming a run and
+    /// writing to it make it live again: if its latest record ends it, tell the store it has
+    /// ended, so that it expires again (its time to live counted from now).
+    async fn finish_if_ended(&self, thread: &ThreadId, run: &RunId, epoch: Epoch) -> Result<()> {
+        if !self.inner.capabilities().ttl {
+            return Ok(());
+        }
+        let lk = latest_key(run);
+        let Some(latest) = self.get(thread, &lk).await? else {
+            return Ok(());
+        };
+        match normalize_record(&latest, thread, &lk) {
+            Ok(r) if r.phase == Phase::RunTerminal => {
+                self.inner.finish_run(thread, run, epoch).await
+            }
+            Ok(_) => Ok(()),
+            Err(e) => {
+                tracing::warn!(%thread, %run, error = %e, "latest record unreadable: the run is left live");
+                Ok(())
+            }
+        }
     }
 
     /// Claim the run: on condition of its index entry's epoch when the store can (a worker

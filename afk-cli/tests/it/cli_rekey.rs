@@ -391,3 +391,57 @@ fn erase_survives_sigkill() {
     let e = plain(&url, &ring, K1, &threads[..1]).unwrap_err();
     assert_eq!(e.kind(), afk::ErrorKind::NotFound, "{e}");
 }
+
+/// The time to live (ms) of each key of a thread's run records on a plain Redis connection.
+#[cfg(feature = "redis")]
+fn pttls(url: &str, prefix: &str, thread: &str) -> BTreeMap<String, i64> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = redis::Client::open(url).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{{{prefix}:{thread}}}:checkpoint:*"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let mut out = BTreeMap::new();
+        for k in keys {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&k)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            out.insert(k, ttl);
+        }
+        out
+    })
+}
+
+/// On Redis with a time to live, claiming a finished run and writing to it makes it live
+/// (nothing of it expires); a rekey that re-sealed it tells the store it has ended, so it
+/// expires again.
+#[cfg(feature = "redis")]
+#[test]
+fn a_finished_run_rekeyed_on_redis_with_a_ttl_still_expires() {
+    let Some(base) = require_env("AFK_TEST_REDIS_URL") else {
+        return;
+    };
+    let prefix = unique("rekeyttl");
+    let url = format!("{base}?prefix={prefix}&ttl_s=3600");
+    let dir = tempfile::tempdir().unwrap();
+    let ring = dir.path().join("ring");
+    let ring_s = ring.to_str().unwrap();
+    let demo = afk_env(dir.path(), &["demo", "--store", &url], &env(K1, ring_s));
+    assert_eq!(demo.code, Some(0), "{}{}", demo.stdout, demo.stderr);
+    let before = pttls(&base, &prefix, "afk-demo");
+    assert!(
+        !before.is_empty() && before.values().all(|t| *t > 0),
+        "{before:?}"
+    );
+    let args = ["rekey", "--thread", "afk-demo", "--new-data-key"];
+    let doc = complete(dir.path(), &url, K1, &ring, &args);
+    assert!(doc["resealed"].as_u64().unwrap() > 0, "{doc}");
+    let after = pttls(&base, &prefix, "afk-demo");
+    assert_eq!(after.len(), before.len());
+    assert!(after.values().all(|t| *t > 0), "{after:?}");
+}
