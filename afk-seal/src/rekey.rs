@@ -351,18 +351,25 @@ impl SealedStore {
     }
 
     /// Claim the run: on condition of its index entry's epoch when the store can (a worker
-    /// taking it over at the same moment wins, and the run is skipped), plainly otherwise.
+    /// taking it over at the same moment wins, and the run is skipped), plainly otherwise. An
+    /// entry older than the run's last claim (a tool that claimed the run without writing an
+    /// entry, such as `migrate`) stays as it was after the refused claim: then the run is
+    /// claimed plainly, or it could never be re-sealed.
     async fn claim_for_rekey(
         &self,
         thread: &ThreadId,
         run: &RunId,
         mark: Option<&RunMark>,
     ) -> Result<Option<Epoch>> {
-        match mark {
-            Some(m) if m.epoch > 0 && self.inner.capabilities().claim_if => {
-                self.inner.claim_if(thread, run, Epoch(m.epoch)).await
-            }
-            _ => self.inner.claim(thread, run).await.map(Some),
+        let Some(m) = mark.filter(|m| m.epoch > 0 && self.inner.capabilities().claim_if) else {
+            return self.inner.claim(thread, run).await.map(Some);
+        };
+        if let Some(epoch) = self.inner.claim_if(thread, run, Epoch(m.epoch)).await? {
+            return Ok(Some(epoch));
+        }
+        match self.mark_of(thread, run).await? {
+            Some(now) if now == *m => self.inner.claim(thread, run).await.map(Some),
+            _ => Ok(None),
         }
     }
 

@@ -231,3 +231,34 @@ async fn replacing_a_record_is_a_compare_and_swap_that_never_brings_back_an_eras
         assert_eq!(ring.load(&a).await.unwrap(), None, "{ring:?}");
     }
 }
+
+#[tokio::test]
+async fn a_run_whose_entry_is_older_than_its_last_claim_is_still_resealed() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = Arc::new(MemoryStore::new());
+    let ring: Arc<dyn Keyring> = Arc::new(DirKeyring::open(dir.path()).unwrap());
+    let source = Arc::new(StaticKeys::new("k1", Key::generate()).unwrap());
+    let store = SealedStore::new(inner.clone(), source, ring);
+    let (a, run) = (t("a"), r("r"));
+    let epoch = store.claim(&a, &run).await.unwrap();
+    let mut mark = RunMark::new(MarkState::Ready);
+    mark.epoch = epoch.0;
+    let c = Commit {
+        thread: a.clone(),
+        run: run.clone(),
+        epoch,
+        puts: vec![("messages:r:0".into(), b"{}".to_vec())],
+        latest: None,
+        attention: Some(Attention::Open(mark.encode())),
+    };
+    store.commit(&c).await.unwrap();
+    // Claimed again by a tool that writes no entry (as `afk migrate` does).
+    store.claim(&a, &run).await.unwrap();
+    let report = store.rekey(&a, &new_data_key()).await.unwrap();
+    assert!(report.finished(), "{report:?}");
+    assert_eq!(
+        (report.resealed, report.retired.clone()),
+        (1, vec!["d1".into()])
+    );
+    assert_eq!(key_ids(&inner, &a)["messages:r:0"], "d2");
+}
