@@ -27,7 +27,7 @@ use std::time::Duration;
 use afk_core::normalize::normalize_record;
 use afk_core::runner::{Clock, SystemClock};
 use afk_core::schema::{MarkState, Phase, RunMark};
-use afk_core::store::{Attention, Commit, Epoch, Store, StoreExt, latest_key};
+use afk_core::store::{Attention, Commit, Epoch, Store, StoreExt, latest_key, run_of_key};
 use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use serde::Serialize;
 
@@ -162,7 +162,7 @@ impl SealedStore {
         let tk = self.unwrap_record(thread, &bytes).await?;
         report.data_key = tk.active.clone();
         let rotating = record.keys.len() > 1;
-        for run in self.inner.list_runs(thread).await? {
+        for run in self.runs_of(thread).await? {
             self.reseal_run(thread, &run, &tk, rotating, opts, &mut report)
                 .await?;
         }
@@ -180,6 +180,17 @@ impl SealedStore {
             out.push(self.rekey(&thread, opts).await?);
         }
         Ok(out)
+    }
+
+    /// Every run that has a key in the thread (also a run whose fence was deleted).
+    async fn runs_of(&self, thread: &ThreadId) -> Result<Vec<RunId>> {
+        let mut runs = BTreeSet::new();
+        for key in self.inner.list_all(thread, "").await? {
+            if let Some(run) = run_of_key(&key) {
+                runs.insert(run.to_owned());
+            }
+        }
+        runs.into_iter().map(RunId::new).collect()
     }
 
     /// Step 1: bring the thread's record to its rotated form (every data key wrapped under

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use afk_core::runner::ManualClock;
 use afk_core::schema::{MarkState, RunMark};
-use afk_core::store::{Attention, Commit, Store, StoreExt};
+use afk_core::store::{Attention, Call, Commit, HookStore, Hooks, Store, StoreExt};
 use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use afk_seal::format::parse;
 use afk_seal::{DirKeyring, Key, Keyring, RekeyOptions, SealedStore, StaticKeys};
@@ -261,4 +261,89 @@ async fn a_run_whose_entry_is_older_than_its_last_claim_is_still_resealed() {
         (1, vec!["d1".into()])
     );
     assert_eq!(key_ids(&inner, &a)["messages:r:0"], "d2");
+}
+
+/// Writes, once the re-seal pass has committed and the verification pass starts listing, the
+/// value a process that still holds the old data key in memory would write.
+#[derive(Debug)]
+struct LateWriter {
+    inner: Arc<MemoryStore>,
+    late: (String, Vec<u8>),
+    committed: std::sync::atomic::AtomicBool,
+    written: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Hooks for LateWriter {
+    type Note = ();
+    async fn before(&self, call: Call<'_>) -> afk_core::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        match call {
+            Call::Commit(_) => self.committed.store(true, SeqCst),
+            Call::List {
+                thread, prefix: "", ..
+            } if self.committed.load(SeqCst) && !self.written.swap(true, SeqCst) => {
+                let run = r("r1");
+                let epoch = self.inner.claim(thread, &run).await?;
+                let c = Commit {
+                    thread: thread.clone(),
+                    run,
+                    epoch,
+                    puts: vec![self.late.clone()],
+                    latest: None,
+                    attention: None,
+                };
+                self.inner.commit(&c).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The old data key is retired only after a pass that opens every value of the thread with
+/// the new one: a value sealed with the old key after the re-seal pass (a process that still
+/// held it in memory) keeps it in the record, so that value still opens.
+#[tokio::test]
+async fn a_value_sealed_with_the_old_key_meanwhile_holds_the_old_data_key_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = Arc::new(MemoryStore::new());
+    let ring: Arc<dyn Keyring> = Arc::new(DirKeyring::open(dir.path()).unwrap());
+    let source = Arc::new(StaticKeys::new("k1", Key::generate()).unwrap());
+    let plain_store = SealedStore::new(inner.clone(), source.clone(), ring.clone());
+    let (a, run) = (t("a"), r("r1"));
+    let epoch = plain_store.claim(&a, &run).await.unwrap();
+    let c = Commit {
+        thread: a.clone(),
+        run: run.clone(),
+        epoch,
+        puts: vec![("messages:r1:0".into(), b"zero".to_vec())],
+        latest: None,
+        attention: None,
+    };
+    plain_store.commit(&c).await.unwrap();
+    let old = inner.snapshot(&a)["messages:r1:0"].clone();
+    let hooks = LateWriter {
+        inner: inner.clone(),
+        late: ("messages:r1:0".into(), old),
+        committed: Default::default(),
+        written: Default::default(),
+    };
+    let hooked = Arc::new(HookStore::new(inner.clone() as Arc<dyn Store>, hooks));
+    let store = SealedStore::new(hooked, source, ring);
+    let report = store.rekey(&a, &new_data_key()).await.unwrap();
+    assert_eq!(
+        (report.resealed, report.pending.clone()),
+        (1, vec!["d1".into()]),
+        "{report:?}"
+    );
+    assert!(!report.finished());
+    assert_eq!(key_ids(&inner, &a)["messages:r1:0"], "d1");
+    assert_eq!(
+        store.get(&a, "messages:r1:0").await.unwrap().unwrap(),
+        b"zero"
+    );
+    // A rerun re-seals it and retires the old key.
+    let report = store.rekey(&a, &new_data_key()).await.unwrap();
+    assert!(report.finished() && report.retired == ["d1"], "{report:?}");
 }
