@@ -137,11 +137,21 @@ fn encode(record: &Record) -> Result<Vec<u8>> {
 }
 
 impl SealedStore {
-    /// Rotate the keys of `thread` (see the module docs of `rekey`): wrap its data keys under
-    /// the active key-encryption key; with [`RekeyOptions::new_data_key`], re-seal every value
-    /// under a fresh data key and retire the old one once every value opens with the new one.
-    /// Safe to interrupt at any point and to run again, which finishes the job; the thread
-    /// stays readable throughout.
+    /// Rotate the keys of `thread`: wrap its data keys under the active key-encryption key;
+    /// with [`RekeyOptions::new_data_key`], re-seal every value under a fresh data key and
+    /// retire the old one once every value opens with the new one. Safe to interrupt at any
+    /// point and to run again, which finishes the job; the thread stays readable throughout.
+    ///
+    /// 1. One compare-and-swap of the keyring record
+    ///    ([`Keyring::replace`](crate::Keyring::replace)) wraps every data
+    ///    key under the active key-encryption key and, if asked, adds a fresh data key and
+    ///    makes it active. The old one stays in the record; a record holding more than one data
+    ///    key is a rotation under way, which a rerun finishes rather than starting another.
+    /// 2. Run by run, values naming an old data key are sealed with the active one and written
+    ///    under a claim of the run. A run whose owner holds an unexpired lease is skipped (and
+    ///    reported), never taken.
+    /// 3. Every value of the thread is read back and opened with the active data key; only if
+    ///    all open and no run was skipped are the old data keys dropped from the record.
     ///
     /// Errors: `InvalidConfig` naming the key id when the key source lacks the key a data key
     /// was wrapped with, or a value names a data key the record lacks; `Corrupt` for a value
