@@ -4,12 +4,12 @@
 //! Each step is safe to interrupt (a crash, SIGKILL) and to run again, and the thread stays
 //! readable throughout:
 //!
-//! 1. **Record.** One compare-and-swap of the thread's keyring record ([`Keyring::replace`])
-//!    wraps every data key under the active key-encryption key and, with
-//!    [`RekeyOptions::new_data_key`], adds a fresh data key and makes it the active one (new
-//!    writes seal with it). The old data key stays in the record, so values sealed with it
-//!    still open. A record holding more than one data key *is* a rotation under way: a rerun
-//!    finishes it rather than starting another one.
+//! 1. **Record.** One compare-and-swap of the thread's keyring record
+//!    ([`Keyring::replace`](crate::Keyring::replace)) wraps every data key under the active
+//!    key-encryption key and, with [`RekeyOptions::new_data_key`], adds a fresh data key and
+//!    makes it the active one (new writes seal with it). The old data key stays in the
+//!    record, so values sealed with it still open. A record holding more than one data key
+//!    *is* a rotation under way: a rerun finishes it rather than starting another one.
 //! 2. **Re-seal.** Run by run, the values still naming an old data key are opened and sealed
 //!    with the active one, written under a claim of the run (a process still working on it is
 //!    fenced off). A run whose owner holds an unexpired lease is skipped, not taken. Values
