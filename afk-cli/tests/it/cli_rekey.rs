@@ -445,3 +445,80 @@ fn a_finished_run_rekeyed_on_redis_with_a_ttl_still_expires() {
     assert_eq!(after.len(), before.len());
     assert!(after.values().all(|t| *t > 0), "{after:?}");
 }
+
+/// A run whose owner holds an unexpired lease is skipped and named, the old data key kept, and
+/// the command exits 1; nothing of that run is claimed or rewritten.
+#[test]
+fn rekey_skips_a_run_a_live_owner_holds_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = rocks(&dir.path().join("db"));
+    let ring = dir.path().join("ring");
+    let threads = ["a".to_owned()];
+    populate(&url, &ring, &threads, 1, 3);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let epoch = with_sealed(&url, &ring, K1, async |store| {
+        let (thread, run) = (ThreadId::new("a").unwrap(), RunId::new("held").unwrap());
+        let epoch = store.claim(&thread, &run).await.unwrap();
+        let mut mark = afk::schema::RunMark::new(afk::schema::MarkState::Running);
+        (mark.owner, mark.lease_until_ms, mark.epoch) =
+            (Some("worker-7".into()), now_ms + 3_600_000, epoch.0);
+        let c = Commit {
+            thread,
+            run,
+            epoch,
+            puts: vec![("messages:held:0".into(), b"{}".to_vec())],
+            latest: None,
+            attention: Some(afk::store::Attention::Open(mark.encode())),
+        };
+        store.commit(&c).await.unwrap();
+        epoch
+    });
+    let ring_s = ring.to_str().unwrap();
+    let args = ["rekey", "--all", "--new-data-key", "--store", &url];
+    let out = afk_env(dir.path(), &args, &env(K1, ring_s));
+    assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("skipped run held"), "{}", out.stdout);
+    assert!(out.stdout.contains("worker-7"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("old data key(s) d1 kept"),
+        "{}",
+        out.stdout
+    );
+    let ids = key_ids(&url, &threads);
+    assert_eq!(ids["a/messages:held:0"], "d1");
+    let r0: Vec<_> = ids
+        .iter()
+        .filter(|(k, _)| k.starts_with("a/messages:r0:"))
+        .collect();
+    assert!(
+        r0.len() == 3 && r0.iter().all(|(_, id)| *id == "d2"),
+        "{ids:?}"
+    );
+    assert_eq!(record(&ring, "a"), ["d2", "d1"]);
+    // The owner's claim still holds: its next commit goes through.
+    with_sealed(&url, &ring, K1, async |store| {
+        let c = Commit {
+            thread: ThreadId::new("a").unwrap(),
+            run: RunId::new("held").unwrap(),
+            epoch,
+            puts: vec![("messages:held:1".into(), b"{}".to_vec())],
+            latest: None,
+            attention: None,
+        };
+        store.commit(&c).await.unwrap();
+    });
+    let mut json = vec!["--json"];
+    json.extend(args);
+    let out = afk_env(dir.path(), &json, &env(K1, ring_s));
+    assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
+    let doc: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(doc["finished"], false, "{doc}");
+    assert_eq!(
+        doc["threads"][0]["skipped"][0]["owner"], "worker-7",
+        "{doc}"
+    );
+    assert_eq!(doc["threads"][0]["created"], false, "{doc}");
+}
