@@ -84,10 +84,12 @@ impl Keyring for MemoryKeyring {
 /// overwriting (a temporary file, synced, then hard-linked into place) and deleted by
 /// [`Keyring::erase`] (the directory synced after both); replaced ([`Keyring::replace`]) by a
 /// synced temporary file renamed over it, under an exclusive lock on `<thread>.lock` that
-/// erasing takes too, so that a rotation never brings back an erased record. Several
-/// processes on one machine may share it. Erasing deletes the file; on media that keep old blocks (SSDs, copy-on-write file
-/// systems, snapshots) the bytes may survive on disk until overwritten, so keep the directory
-/// on storage whose deletion you trust, or use a key management service.
+/// erasing takes too, so that a rotation never brings back an erased record. The empty lock
+/// file stays after an erasure (deleting it would let two processes hold the lock at once).
+/// Several processes on one machine may share the directory. Erasing deletes the file; on
+/// media that keep old blocks (SSDs, copy-on-write file systems, snapshots) the bytes may
+/// survive on disk until overwritten, so keep the directory on storage whose deletion you
+/// trust, or use a key management service.
 #[derive(Debug, Clone)]
 pub struct DirKeyring {
     dir: PathBuf,
