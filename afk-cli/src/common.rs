@@ -58,7 +58,7 @@ pub async fn open(cmd: &str, url: &str, create: bool) -> Result<Arc<dyn Store>> 
     };
     tracing::info!(command = cmd, store = %afk::redact::redact_urls(url), "store opened");
     tracing::debug!(capabilities = ?store.capabilities(), "store capabilities");
-    seal_from_env(store)
+    seal_from_env(store).await
 }
 
 /// The existing store `url` names, sealed as the `AFK_SEAL_*` variables say: for a command
@@ -67,25 +67,28 @@ pub async fn open(cmd: &str, url: &str, create: bool) -> Result<Arc<dyn Store>> 
 pub async fn open_sealed(cmd: &str, url: &str) -> Result<afk_seal::SealedStore> {
     let store = afk::open_existing(url).await?;
     tracing::info!(command = cmd, store = %afk::redact::redact_urls(url), "store opened");
-    sealed_from_env(store)?.ok_or_else(|| {
+    sealed_from_env(store).await?.ok_or_else(|| {
         afk_core::Error::new(
             afk_core::ErrorKind::InvalidConfig,
             format!(
-                "no key-encryption keys: set {SEAL_KEYS} (or {SEAL_KEY_FILE}) to the keys, the \
-                 new active one first and the older ones after it, and {SEAL_KEYRING} to the \
-                 keyring directory"
+                "no key-encryption keys: set {SEAL_KEYS} (or {SEAL_KEY_FILE}, or {SEAL_KMS}) to \
+                 the keys, the new active one first and the older ones after it, and \
+                 {SEAL_KEYRING} to the keyring directory"
             ),
         )
     })
 }
 
 /// The variables that open a store sealed at rest: the key-encryption keys (`id=<64 hex>`
-/// entries, the first active) in `AFK_SEAL_KEYS` or the file named by `AFK_SEAL_KEY_FILE`,
-/// the keyring directory in `AFK_SEAL_KEYRING`, and `AFK_SEAL_MODE` (`sealed`, the default;
+/// entries, the first active) in `AFK_SEAL_KEYS` or the file named by `AFK_SEAL_KEY_FILE`, or
+/// a KMS key as a `kms://<key id>?region=…` URL in `AFK_SEAL_KMS` (the `kms` feature); the
+/// keyring directory in `AFK_SEAL_KEYRING`, and `AFK_SEAL_MODE` (`sealed`, the default;
 /// `migrate`; `decrypt-only`).
 pub const SEAL_KEYS: &str = "AFK_SEAL_KEYS";
 /// See [`SEAL_KEYS`].
 pub const SEAL_KEY_FILE: &str = "AFK_SEAL_KEY_FILE";
+/// See [`SEAL_KEYS`].
+pub const SEAL_KMS: &str = "AFK_SEAL_KMS";
 /// See [`SEAL_KEYS`].
 pub const SEAL_KEYRING: &str = "AFK_SEAL_KEYRING";
 /// See [`SEAL_KEYS`].
@@ -99,28 +102,70 @@ pub fn keyring_from_env() -> Result<Option<afk_seal::DirKeyring>> {
     }
 }
 
+/// The key source the `AFK_SEAL_*` variables name (at most one of them), `None` when none is
+/// set. A KMS source is connected (its key checked) here: `Unavailable` when KMS cannot be
+/// reached.
+async fn key_source_from_env() -> Result<Option<(&'static str, Arc<dyn afk_seal::KeySource>)>> {
+    use afk_core::{Error, ErrorKind};
+    let set = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let given: Vec<&str> = [SEAL_KEYS, SEAL_KEY_FILE, SEAL_KMS]
+        .into_iter()
+        .filter(|name| set(name).is_some())
+        .collect();
+    if given.len() > 1 {
+        return Err(Error::new(
+            ErrorKind::InvalidConfig,
+            format!("{} are all set: set one key source", given.join(" and ")),
+        ));
+    }
+    let source: Arc<dyn afk_seal::KeySource> = match given.first().copied() {
+        None => return Ok(None),
+        Some(SEAL_KEYS) => Arc::new(afk_seal::StaticKeys::parse(
+            &set(SEAL_KEYS).unwrap_or_default().to_string_lossy(),
+        )?),
+        Some(SEAL_KEY_FILE) => Arc::new(afk_seal::StaticKeys::from_file(std::path::Path::new(
+            &set(SEAL_KEY_FILE).unwrap_or_default(),
+        ))?),
+        Some(_) => kms_from_env(&set(SEAL_KMS).unwrap_or_default().to_string_lossy()).await?,
+    };
+    Ok(given.first().map(|name| (*name, source)))
+}
+
+/// The KMS key source of the `AFK_SEAL_KMS` URL.
+#[cfg(feature = "kms")]
+async fn kms_from_env(url: &str) -> Result<Arc<dyn afk_seal::KeySource>> {
+    Ok(Arc::new(afk_seal::KmsKeys::from_url(url).await?))
+}
+
+/// Without the `kms` feature: `InvalidConfig` saying how to get it.
+#[cfg(not(feature = "kms"))]
+async fn kms_from_env(_url: &str) -> Result<Arc<dyn afk_seal::KeySource>> {
+    Err(afk_core::Error::new(
+        afk_core::ErrorKind::InvalidConfig,
+        format!(
+            "{SEAL_KMS} is set, but this afk was built without KMS: build it with --features kms"
+        ),
+    ))
+}
+
 /// `store` sealed as the `AFK_SEAL_*` variables say, or as it is when none is set.
-fn seal_from_env(store: Arc<dyn Store>) -> Result<Arc<dyn Store>> {
-    match sealed_from_env(store.clone())? {
+async fn seal_from_env(store: Arc<dyn Store>) -> Result<Arc<dyn Store>> {
+    match sealed_from_env(store.clone()).await? {
         Some(sealed) => Ok(Arc::new(sealed)),
         None => Ok(store),
     }
 }
 
-/// `store` sealed as the `AFK_SEAL_*` variables say; `None` when no keys are set.
-pub fn sealed_from_env(store: Arc<dyn Store>) -> Result<Option<afk_seal::SealedStore>> {
+/// `store` sealed as the `AFK_SEAL_*` variables say; `None` when no key source is set.
+pub async fn sealed_from_env(store: Arc<dyn Store>) -> Result<Option<afk_seal::SealedStore>> {
     use afk_core::{Error, ErrorKind};
-    let keys = if let Some(v) = std::env::var_os(SEAL_KEYS).filter(|v| !v.is_empty()) {
-        afk_seal::StaticKeys::parse(&v.to_string_lossy())?
-    } else if let Some(f) = std::env::var_os(SEAL_KEY_FILE).filter(|v| !v.is_empty()) {
-        afk_seal::StaticKeys::from_file(std::path::Path::new(&f))?
-    } else {
+    let Some((var, keys)) = key_source_from_env().await? else {
         return Ok(None);
     };
     let ring = keyring_from_env()?.ok_or_else(|| {
         Error::new(
             ErrorKind::InvalidConfig,
-            format!("{SEAL_KEYS} is set: set {SEAL_KEYRING} to the keyring directory too"),
+            format!("{var} is set: set {SEAL_KEYRING} to the keyring directory too"),
         )
     })?;
     let mode = match std::env::var(SEAL_MODE).unwrap_or_default().as_str() {
@@ -136,7 +181,7 @@ pub fn sealed_from_env(store: Arc<dyn Store>) -> Result<Option<afk_seal::SealedS
     };
     tracing::info!(mode = ?mode, "store sealed at rest");
     Ok(Some(
-        afk_seal::SealedStore::new(store, Arc::new(keys), Arc::new(ring)).with_mode(mode),
+        afk_seal::SealedStore::new(store, keys, Arc::new(ring)).with_mode(mode),
     ))
 }
 

@@ -88,7 +88,7 @@ enum Command {
     /// opened any more, anywhere (`AFK_SEAL_KEYRING`).
     Erase(erase::Args),
     /// Rotate a sealed store's keys: wrap a thread's data keys under the active key (the
-    /// first of `AFK_SEAL_KEYS`) and, with `--new-data-key`, re-seal every value under a fresh
+    /// first of `AFK_SEAL_KEYS`, or the `AFK_SEAL_KMS` key) and, with `--new-data-key`, re-seal every value under a fresh
     /// data key; resumable, verified at the end.
     Rekey(rekey::Args),
     /// Work with the AFK golden fixtures.

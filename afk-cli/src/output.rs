@@ -171,6 +171,21 @@ impl Ctx {
 
 /// What the operator can do about `e`.
 pub fn hint(e: &Error) -> &'static str {
+    // The KMS key source's errors all name KMS; they are about `AFK_SEAL_KMS`, not the store.
+    if e.message().contains("KMS") {
+        match e.kind() {
+            ErrorKind::Unavailable | ErrorKind::Timeout => {
+                return "KMS (or the AWS credentials provider) did not answer: check the \
+                        endpoint, region and credentials of AFK_SEAL_KMS and the network, then \
+                        retry";
+            }
+            ErrorKind::InvalidConfig => {
+                return "fix the KMS key in AFK_SEAL_KMS, its state (enabled) or what the \
+                        credentials may do with it (key policy, grants)";
+            }
+            _ => {}
+        }
+    }
     match e.kind() {
         ErrorKind::NotFound => {
             "check --thread and --run: `afk threads` lists the threads, `afk runs --thread T` \

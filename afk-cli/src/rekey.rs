@@ -1,8 +1,9 @@
 //! `afk rekey --thread T | --all [--new-data-key]`: rotate the keys of a store sealed at rest
 //! ([`afk_seal::SealedStore::rekey`]). Every data key of the thread is wrapped again under the
-//! active key-encryption key (the first of `AFK_SEAL_KEYS`), so older keys can then be dropped
-//! from the list; with `--new-data-key`, every value is re-sealed under a fresh data key, run by
-//! run under a claim, and the old data key is retired once every value opens with the new one.
+//! active key-encryption key (the first of `AFK_SEAL_KEYS`, or the key of `AFK_SEAL_KMS`), so
+//! older keys can then be dropped; with `--new-data-key`, every value is re-sealed under a
+//! fresh data key, run by run under a claim, and the old data key is retired once every value
+//! opens with the new one.
 //! A run held by a live owner (an unexpired lease) is skipped and reported, never taken; the
 //! old data key is then kept, and the command exits 1: run it again later. Interrupted at any
 //! point (a crash, SIGKILL), the store stays readable and running the command again finishes

@@ -13,7 +13,7 @@ use anyhow::Result;
 use crate::system;
 
 /// `(what, cargo arguments after "check")`.
-pub const COMBINATIONS: [(&str, &[&str]); 14] = [
+pub const COMBINATIONS: [(&str, &[&str]); 15] = [
     (
         "afk without a store",
         &["-p", "afk", "--no-default-features"],
@@ -47,6 +47,12 @@ pub const COMBINATIONS: [(&str, &[&str]); 14] = [
     (
         "afk-providers with both providers",
         &["-p", "afk-providers", "--features", "openai,anthropic"],
+    ),
+    // The KMS key source alone: elsewhere it is built with every other feature, whose
+    // dependencies could hide one it forgot to ask for.
+    (
+        "afk-seal with kms",
+        &["-p", "afk-seal", "--features", "kms"],
     ),
     ("afk-cli (default)", &["-p", "afk-cli"]),
     (

@@ -58,8 +58,9 @@ impl Selection {
             s3: false,
         };
         let mut build_debs = BTreeSet::new();
-        // Features of the selected crates: the command line crate's Redis and S3 tests are
-        // behind them (it always builds with RocksDB, its default store), and the providers'.
+        // Features of the selected crates: the command line crate's Redis, S3 and KMS tests
+        // are behind them (it always builds with RocksDB, its default store), the KMS key
+        // source's, and the providers'.
         let mut features = BTreeSet::new();
         for store in stores {
             match store {
@@ -86,8 +87,9 @@ impl Selection {
                     needs.redis = true;
                 }
                 Store::S3 => {
-                    packages.extend(["afk-store-s3", "afk-cli"]);
-                    features.insert("afk-cli/s3");
+                    // The S3 test server (moto) serves KMS too: the KMS key source's tests.
+                    packages.extend(["afk-store-s3", "afk-cli", "afk-seal"]);
+                    features.extend(["afk-cli/s3", "afk-cli/kms", "afk-seal/kms"]);
                     build_debs.extend(ROCKSDB_DEBS);
                     needs.s3 = true;
                 }
@@ -271,11 +273,13 @@ mod tests {
                 "-p",
                 "afk-cli",
                 "-p",
+                "afk-seal",
+                "-p",
                 "afk-store-rocksdb",
                 "-p",
                 "afk-store-s3",
                 "--features",
-                "afk-cli/s3"
+                "afk-cli/kms,afk-cli/s3,afk-seal/kms"
             ]
         );
         assert_eq!(

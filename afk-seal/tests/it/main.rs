@@ -2,5 +2,7 @@
 //! store, what sealing promises, and key rotation.
 
 mod conformance;
+#[cfg(feature = "kms")]
+mod kms;
 mod rekey;
 mod sealing;

@@ -26,6 +26,7 @@ pub fn afk_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Out {
         .env_remove("RUST_LOG")
         .env_remove("AFK_SEAL_KEYS")
         .env_remove("AFK_SEAL_KEY_FILE")
+        .env_remove("AFK_SEAL_KMS")
         .env_remove("AFK_SEAL_KEYRING")
         .env_remove("AFK_SEAL_MODE")
         .envs(env.iter().copied())
