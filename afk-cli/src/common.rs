@@ -61,6 +61,24 @@ pub async fn open(cmd: &str, url: &str, create: bool) -> Result<Arc<dyn Store>> 
     seal_from_env(store).await
 }
 
+/// The existing store `url` names, sealed as the `AFK_SEAL_*` variables say: for a command
+/// that works on the seal itself (`rekey`). `InvalidConfig` naming the variables when no keys
+/// are set.
+pub async fn open_sealed(cmd: &str, url: &str) -> Result<afk_seal::SealedStore> {
+    let store = afk::open_existing(url).await?;
+    tracing::info!(command = cmd, store = %afk::redact::redact_urls(url), "store opened");
+    sealed_from_env(store).await?.ok_or_else(|| {
+        afk_core::Error::new(
+            afk_core::ErrorKind::InvalidConfig,
+            format!(
+                "no key-encryption keys: set {SEAL_KEYS} (or {SEAL_KEY_FILE}, or {SEAL_KMS}) to \
+                 the keys, the new active one first and the older ones after it, and \
+                 {SEAL_KEYRING} to the keyring directory"
+            ),
+        )
+    })
+}
+
 /// The variables that open a store sealed at rest: the key-encryption keys (`id=<64 hex>`
 /// entries, the first active) in `AFK_SEAL_KEYS` or the file named by `AFK_SEAL_KEY_FILE`, or
 /// a KMS key as a `kms://<key id>?region=…` URL in `AFK_SEAL_KMS` (the `kms` feature); the
@@ -132,9 +150,17 @@ async fn kms_from_env(_url: &str) -> Result<Arc<dyn afk_seal::KeySource>> {
 
 /// `store` sealed as the `AFK_SEAL_*` variables say, or as it is when none is set.
 async fn seal_from_env(store: Arc<dyn Store>) -> Result<Arc<dyn Store>> {
+    match sealed_from_env(store.clone()).await? {
+        Some(sealed) => Ok(Arc::new(sealed)),
+        None => Ok(store),
+    }
+}
+
+/// `store` sealed as the `AFK_SEAL_*` variables say; `None` when no key source is set.
+pub async fn sealed_from_env(store: Arc<dyn Store>) -> Result<Option<afk_seal::SealedStore>> {
     use afk_core::{Error, ErrorKind};
     let Some((var, keys)) = key_source_from_env().await? else {
-        return Ok(store);
+        return Ok(None);
     };
     let ring = keyring_from_env()?.ok_or_else(|| {
         Error::new(
@@ -154,7 +180,7 @@ async fn seal_from_env(store: Arc<dyn Store>) -> Result<Arc<dyn Store>> {
         }
     };
     tracing::info!(mode = ?mode, "store sealed at rest");
-    Ok(Arc::new(
+    Ok(Some(
         afk_seal::SealedStore::new(store, keys, Arc::new(ring)).with_mode(mode),
     ))
 }

@@ -27,6 +27,7 @@ mod logging;
 mod migrate;
 mod output;
 mod prune;
+mod rekey;
 mod runs;
 mod settle;
 mod show;
@@ -86,6 +87,10 @@ enum Command {
     /// Destroy a thread's data keys in a sealed store's keyring: none of its values can be
     /// opened any more, anywhere (`AFK_SEAL_KEYRING`).
     Erase(erase::Args),
+    /// Rotate a sealed store's keys: wrap a thread's data keys under the active key (the
+    /// first of `AFK_SEAL_KEYS`, or the `AFK_SEAL_KMS` key) and, with `--new-data-key`, re-seal every value under a fresh
+    /// data key; resumable, verified at the end.
+    Rekey(rekey::Args),
     /// Work with the AFK golden fixtures.
     Fixtures(fixtures::Args),
     /// Say what an uncertain tool call did (the run stopped with `EffectUncertain`), without
@@ -131,6 +136,7 @@ fn main() -> ExitCode {
         Command::Prune(args) => prune::run(args, &ctx),
         Command::Sweep(args) => sweep::run(args, &ctx),
         Command::Erase(args) => erase::run(args, &ctx),
+        Command::Rekey(args) => rekey::run(args, &ctx),
         Command::Fixtures(args) => fixtures::run(args, store, cli.json),
         Command::Settle(args) => settle::settle(args, &ctx),
         Command::Decide(args) => settle::decide(args, &ctx),

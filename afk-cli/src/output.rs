@@ -205,6 +205,12 @@ pub fn hint(e: &Error) -> &'static str {
             "a stored record cannot be used: `afk verify --thread T --run R` and `afk timeline` \
              show what is wrong; nothing was changed"
         }
+        ErrorKind::InvalidConfig
+            if e.message().contains("AFK_SEAL") || e.message().contains(" key ") =>
+        {
+            "fix the keys: AFK_SEAL_KEYS (or AFK_SEAL_KEY_FILE) lists every key-encryption key \
+             still in use, the active one first, and AFK_SEAL_KEYRING names the keyring"
+        }
         ErrorKind::InvalidConfig => "fix the store URL (--store or AFK_STORE)",
         ErrorKind::InvalidInput => "check the command's arguments (`afk <command> --help`)",
         ErrorKind::Unsupported => "this store or build cannot do that; see the message",

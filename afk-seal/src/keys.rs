@@ -28,6 +28,15 @@ pub trait KeySource: Send + Sync + std::fmt::Debug {
     /// the source does not hold the key it was wrapped with; `Corrupt` when it does not
     /// authenticate; `Unavailable` when the source cannot be reached.
     async fn unwrap(&self, thread: &ThreadId, dek_id: &str, wrapped: &[u8]) -> Result<Key>;
+
+    /// The id of the key-encryption key `wrapped` was wrapped with, when it can tell: a
+    /// rotation ([`SealedStore::rekey`](crate::SealedStore::rekey)) wraps again every data key
+    /// wrapped with another key than [`KeySource::active`], and leaves alone those it cannot
+    /// tell. The default reads the key id of a wrapped key in the sealed format
+    /// ([`StaticKeys`]'s).
+    fn wrapped_with(&self, wrapped: &[u8]) -> Option<String> {
+        parse(wrapped, "dek").ok().map(|p| p.key_id.to_owned())
+    }
 }
 
 /// The store key a data key is wrapped for (its associated data).

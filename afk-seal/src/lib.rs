@@ -6,6 +6,7 @@ mod keyring;
 mod keys;
 #[cfg(feature = "kms")]
 pub mod kms;
+mod rekey;
 mod store;
 
 pub use format::Key;
@@ -13,4 +14,5 @@ pub use keyring::{DirKeyring, Keyring, MemoryKeyring};
 pub use keys::{KeySource, StaticKeys};
 #[cfg(feature = "kms")]
 pub use kms::{KmsConfig, KmsKeys};
+pub use rekey::{RekeyOptions, RekeyReport, SkippedRun};
 pub use store::{Mode, SealedStore};

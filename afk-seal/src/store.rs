@@ -31,19 +31,19 @@ pub enum Mode {
 /// One thread's data keys, as its keyring record stores them: each wrapped by a
 /// key-encryption key, the active one sealing new values.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Record {
-    version: u32,
-    thread: String,
-    active: String,
+pub(crate) struct Record {
+    pub(crate) version: u32,
+    pub(crate) thread: String,
+    pub(crate) active: String,
     /// Data key id → the wrapped key, hex.
-    keys: std::collections::BTreeMap<String, String>,
+    pub(crate) keys: std::collections::BTreeMap<String, String>,
 }
 
 /// One thread's data keys, unwrapped.
 #[derive(Debug)]
-struct ThreadKeys {
-    active: String,
-    keys: HashMap<String, Key>,
+pub(crate) struct ThreadKeys {
+    pub(crate) active: String,
+    pub(crate) keys: HashMap<String, Key>,
 }
 
 /// A [`Store`] that seals every value it writes (records, latest pointers, effect rows,
@@ -51,15 +51,15 @@ struct ThreadKeys {
 /// docs. Keys, fences (`run:<run>`) and index entries stay as they are.
 #[derive(Debug)]
 pub struct SealedStore {
-    inner: Arc<dyn Store>,
-    source: Arc<dyn KeySource>,
-    ring: Arc<dyn Keyring>,
+    pub(crate) inner: Arc<dyn Store>,
+    pub(crate) source: Arc<dyn KeySource>,
+    pub(crate) ring: Arc<dyn Keyring>,
     mode: Mode,
     cache: Mutex<HashMap<ThreadId, Arc<ThreadKeys>>>,
 }
 
 /// Whether `key` holds a value of the store's own (a fence), never sealed.
-fn store_owned(key: &str) -> bool {
+pub(crate) fn store_owned(key: &str) -> bool {
     key.starts_with("run:")
 }
 
@@ -95,20 +95,27 @@ impl SealedStore {
             .cloned()
     }
 
-    /// Destroy the thread's data keys (crypto-shredding): every value of the thread, in this
-    /// store and in every copy of it, can no longer be opened; other threads are untouched.
-    /// Returns whether the thread had keys. Other processes forget the keys they hold in
-    /// memory only when they drop their `SealedStore`.
-    pub async fn erase(&self, thread: &ThreadId) -> Result<bool> {
-        let had = self.ring.erase(thread).await?;
+    /// Forget the thread's keys held in memory: the next read or write loads its keyring
+    /// record again (after a claim, and after a rotation).
+    pub(crate) fn forget(&self, thread: &ThreadId) {
         self.cache
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(thread);
+    }
+
+    /// Destroy the thread's data keys (crypto-shredding): every value of the thread, in this
+    /// store and in every copy of it, can no longer be opened; other threads are untouched.
+    /// Returns whether the thread had keys. Other processes forget the keys they hold in
+    /// memory only when they drop their `SealedStore` or claim a run of the thread.
+    pub async fn erase(&self, thread: &ThreadId) -> Result<bool> {
+        let had = self.ring.erase(thread).await?;
+        self.forget(thread);
         Ok(had)
     }
 
-    async fn unwrap_record(&self, thread: &ThreadId, bytes: &[u8]) -> Result<Arc<ThreadKeys>> {
+    /// The thread's keyring record, parsed and checked to be this thread's.
+    pub(crate) fn parse_record(thread: &ThreadId, bytes: &[u8]) -> Result<Record> {
         let bad = |why: String| {
             Error::new(
                 ErrorKind::Corrupt,
@@ -120,6 +127,22 @@ impl SealedStore {
         if record.thread != thread.as_str() {
             return Err(bad(format!("names thread {}", record.thread)));
         }
+        Ok(record)
+    }
+
+    /// Unwrap the keys of the thread's record and keep them in memory.
+    pub(crate) async fn unwrap_record(
+        &self,
+        thread: &ThreadId,
+        bytes: &[u8],
+    ) -> Result<Arc<ThreadKeys>> {
+        let bad = |why: String| {
+            Error::new(
+                ErrorKind::Corrupt,
+                format!("keyring record of thread {thread} {why}"),
+            )
+        };
+        let record = Self::parse_record(thread, bytes)?;
         let mut keys = HashMap::with_capacity(record.keys.len());
         for (id, wrapped) in &record.keys {
             let wrapped = hex::decode(wrapped).map_err(|_| bad(format!("key {id} is not hex")))?;
@@ -194,7 +217,12 @@ impl SealedStore {
             };
         }
         let parsed = parse(&bytes, key)?;
-        let keys = self.keys_to_read(thread, key).await?;
+        let mut keys = self.keys_to_read(thread, key).await?;
+        if !keys.keys.contains_key(parsed.key_id) {
+            // Sealed after a rotation this process has not seen yet: load the record again.
+            self.forget(thread);
+            keys = self.keys_to_read(thread, key).await?;
+        }
         let dek = keys.keys.get(parsed.key_id).ok_or_else(|| {
             Error::new(
                 ErrorKind::InvalidConfig,
@@ -278,15 +306,21 @@ impl Store for SealedStore {
         self.inner.delete_run(thread, run).await
     }
 
+    /// Claiming also forgets the thread's keys held in memory, so that a run starts or
+    /// resumes with the keyring record as it is now (sealing with the data key a rotation
+    /// made active).
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
+        self.forget(thread);
         self.inner.claim(thread, run).await
     }
 
     async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
+        self.forget(thread);
         self.inner.claim_if_new(thread, run).await
     }
 
     async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
+        self.forget(thread);
         self.inner.claim_if(thread, run, seen).await
     }
 

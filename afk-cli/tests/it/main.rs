@@ -13,6 +13,7 @@ mod cli_maintain;
 mod cli_ops;
 mod cli_progress;
 mod cli_redis_index;
+mod cli_rekey;
 mod cli_seal;
 mod cli_seal_kms;
 mod cli_servers;

@@ -234,6 +234,13 @@ impl KeySource for KmsKeys {
         Ok(wrapped)
     }
 
+    /// The ARN of the KMS key a wrapped key names (`None` for one not wrapped by KMS).
+    fn wrapped_with(&self, wrapped: &[u8]) -> Option<String> {
+        let anywhere = ThreadId::new("t").ok()?; // only named in errors, which are dropped
+        let (arn, _) = parse(&anywhere, "d", wrapped).ok()?;
+        Some(arn.to_owned())
+    }
+
     async fn unwrap(&self, thread: &ThreadId, dek_id: &str, wrapped: &[u8]) -> Result<Key> {
         let (arn, blob) = parse(thread, dek_id, wrapped)?;
         let out = self

@@ -415,3 +415,48 @@ async fn while_kms_is_down_nothing_is_written_or_read_in_plaintext() {
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
     assert_no_plaintext(&inner, &t("before")).await;
 }
+
+/// `rekey` after a rotation wraps the data keys again with the new KMS key: the old key can
+/// then be disabled and everything still opens.
+#[tokio::test]
+async fn after_a_rekey_the_old_kms_key_can_be_disabled() {
+    if server().is_none() {
+        return;
+    }
+    let kms = admin("").await;
+    let ((old, old_arn), (new, new_arn)) = (create_key(&kms).await, create_key(&kms).await);
+    let inner = Arc::new(MemoryStore::new());
+    let ring = Arc::new(MemoryKeyring::default());
+    let before = SealedStore::new(
+        inner.clone(),
+        Arc::new(connect(config(&old, "", "")).await.unwrap()),
+        ring.clone(),
+    );
+    write(&before, &t("a")).await.unwrap();
+    let after = SealedStore::new(
+        inner.clone(),
+        Arc::new(connect(config(&new, "", "")).await.unwrap()),
+        ring.clone(),
+    );
+    let report = after
+        .rekey(&t("a"), &afk_seal::RekeyOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.rewrapped, report.kek.as_str()),
+        (1, new_arn.as_str())
+    );
+    let record = String::from_utf8(ring.load(&t("a")).await.unwrap().unwrap()).unwrap();
+    assert!(record.contains(&hex_of(&new_arn)), "{record}");
+    assert!(!record.contains(&hex_of(&old_arn)), "{record}");
+    kms.disable_key().key_id(&old).send().await.unwrap();
+    let fresh = SealedStore::new(
+        inner.clone(),
+        Arc::new(connect(config(&new, "", "")).await.unwrap()),
+        ring,
+    );
+    assert_eq!(
+        read(&fresh, &t("a")).await.unwrap().unwrap(),
+        SECRET.as_bytes()
+    );
+}

@@ -1,7 +1,8 @@
 //! The integration tests of `afk-seal`, as one test binary: the conformance suite on a sealed
-//! store, and what sealing promises.
+//! store, what sealing promises, and key rotation.
 
 mod conformance;
 #[cfg(feature = "kms")]
 mod kms;
+mod rekey;
 mod sealing;

@@ -38,7 +38,7 @@ fn sealed(
 }
 
 /// A real run through the sealed store, whose input, tool arguments and answers hold SECRET.
-async fn run_through(store: Arc<dyn Store>, thread: &ThreadId, run: &RunId) {
+pub(crate) async fn run_through(store: Arc<dyn Store>, thread: &ThreadId, run: &RunId) {
     let answers: Vec<LlmResponse> = [
         json!({"text": format!("charging {SECRET}"), "tool_calls": [
             {"id": "c1", "tool_name": "add", "arguments": {"a": 1, "b": 2, "note": SECRET}}]}),

@@ -1,0 +1,138 @@
+//! `afk rekey --thread T | --all [--new-data-key]`: rotate the keys of a store sealed at rest
+//! ([`afk_seal::SealedStore::rekey`]). Every data key of the thread is wrapped again under the
+//! active key-encryption key (the first of `AFK_SEAL_KEYS`, or the key of `AFK_SEAL_KMS`), so
+//! older keys can then be dropped; with `--new-data-key`, every value is re-sealed under a
+//! fresh data key, run by run under a claim, and the old data key is retired once every value
+//! opens with the new one.
+//! A run held by a live owner (an unexpired lease) is skipped and reported, never taken; the
+//! old data key is then kept, and the command exits 1: run it again later. Interrupted at any
+//! point (a crash, SIGKILL), the store stays readable and running the command again finishes
+//! the job.
+//!
+//! JSON: `{"threads": [{"thread", "had_keys", "kek", "data_key", "rewrapped", "created",
+//! "resealed", "current", "plaintext", "skipped": [{"run", "owner", "lease_until_ms",
+//! "reason"}], "retired", "pending"}], "resealed", "finished"}`.
+
+use std::process::ExitCode;
+
+use afk_core::store::StoreExt;
+use afk_core::{Error, ThreadId};
+use afk_seal::{RekeyOptions, RekeyReport};
+use serde_json::json;
+
+use super::common::open_sealed;
+use super::output::{Ctx, Report, utc, wl};
+
+/// `afk rekey`
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["thread", "all"])))]
+pub struct Args {
+    /// The thread whose keys to rotate.
+    #[arg(long)]
+    thread: Option<String>,
+    /// Every thread of the store (a store that lists its threads).
+    #[arg(long)]
+    all: bool,
+    /// Also re-seal every value under a fresh data key and retire the old one (for a data
+    /// key that may have leaked).
+    #[arg(long)]
+    new_data_key: bool,
+}
+
+/// One paragraph per thread; exit 0 when every thread is done, 1 when a run was skipped or
+/// an old data key is still needed.
+pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
+    let progress = ctx.progress();
+    let url = ctx.url.clone();
+    let res = (|| {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::unexpected(format!("cannot start the async runtime: {e}")))?;
+        rt.block_on(async {
+            let store = open_sealed("rekey", &url).await?;
+            let threads = match &args.thread {
+                Some(t) => vec![ThreadId::new(t)?],
+                None => store.list_all_threads().await?,
+            };
+            let opts = RekeyOptions {
+                new_data_key: args.new_data_key,
+                ..RekeyOptions::default()
+            };
+            let mut reports = Vec::with_capacity(threads.len());
+            for (i, thread) in threads.iter().enumerate() {
+                progress.tick("rekeying threads", i, Some(threads.len()));
+                reports.push(store.rekey(thread, &opts).await?);
+            }
+            progress.done();
+            Ok::<_, Error>(report(&reports))
+        })
+    })();
+    ctx.print("rekey", res)
+}
+
+/// The report of every thread.
+fn report(reports: &[RekeyReport]) -> Report {
+    let mut o = String::new();
+    for r in reports {
+        wl!(o, "{}", paragraph(r));
+    }
+    let resealed: u64 = reports.iter().map(|r| r.resealed).sum();
+    let finished = reports.iter().all(RekeyReport::finished);
+    if reports.is_empty() {
+        wl!(o, "no threads to rekey");
+    } else if !finished {
+        wl!(
+            o,
+            "not finished: run `afk rekey` again once the runs above are no longer held"
+        );
+    }
+    let doc = json!({"threads": reports, "resealed": resealed, "finished": finished});
+    let mut report = Report::ok(doc, o);
+    report.failed = !finished;
+    report
+}
+
+/// The lines of one thread.
+fn paragraph(r: &RekeyReport) -> String {
+    let t = &r.thread;
+    if !r.had_keys {
+        return format!("thread {t}: no data keys (never sealed, or erased); nothing to do");
+    }
+    let mut o = format!(
+        "thread {t}: data key {} wrapped by key {}: {} data key(s) wrapped again, {} value(s) \
+         re-sealed, {} already current",
+        r.data_key, r.kek, r.rewrapped, r.resealed, r.current
+    );
+    if r.plaintext > 0 {
+        o.push_str(&format!(", {} plaintext (left as they are)", r.plaintext));
+    }
+    if r.created {
+        o.push_str(&format!("\n  created data key {}", r.data_key));
+    }
+    for s in &r.skipped {
+        let owner = s.owner.as_deref().unwrap_or("another process");
+        let until = if s.lease_until_ms > 0 {
+            format!(" until {}", utc(s.lease_until_ms))
+        } else {
+            String::new()
+        };
+        o.push_str(&format!(
+            "\n  skipped run {}: {} ({owner}{until})",
+            s.run, s.reason
+        ));
+    }
+    if !r.retired.is_empty() {
+        o.push_str(&format!(
+            "\n  retired data key(s) {}: they open nothing any more",
+            r.retired.join(", ")
+        ));
+    }
+    if !r.pending.is_empty() {
+        o.push_str(&format!(
+            "\n  old data key(s) {} kept: some values still need them",
+            r.pending.join(", ")
+        ));
+    }
+    o
+}
