@@ -15,4 +15,4 @@ pub use keys::{KeySource, StaticKeys};
 #[cfg(feature = "kms")]
 pub use kms::{KmsConfig, KmsKeys};
 pub use rekey::{RekeyOptions, RekeyReport, SkippedRun};
-pub use store::{Mode, SealedStore};
+pub use store::{KEY_CACHE, Mode, SealedStore};

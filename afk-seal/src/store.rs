@@ -1,6 +1,7 @@
 //! [`SealedStore`]: any store, with every value sealed at rest.
 
 use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use afk_core::store::{
@@ -9,6 +10,7 @@ use afk_core::store::{
 };
 use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use async_trait::async_trait;
+use lru::LruCache;
 use serde::{Deserialize, Serialize};
 
 use crate::format::{Key, OVERHEAD, looks_sealed, open, parse, seal};
@@ -55,7 +57,17 @@ pub struct SealedStore {
     pub(crate) source: Arc<dyn KeySource>,
     pub(crate) ring: Arc<dyn Keyring>,
     mode: Mode,
-    cache: Mutex<HashMap<ThreadId, Arc<ThreadKeys>>>,
+    /// Unwrapped data keys of the threads used lately, at most [`KEY_CACHE`] of them (the
+    /// least recently used go first): a process that touches millions of threads neither keeps
+    /// them all in memory nor keeps key material it no longer needs.
+    cache: Mutex<LruCache<ThreadId, Arc<ThreadKeys>>>,
+}
+
+/// How many threads' unwrapped data keys a [`SealedStore`] keeps by default.
+pub const KEY_CACHE: usize = 4096;
+
+fn cache_size(threads: usize) -> NonZeroUsize {
+    NonZeroUsize::new(threads).unwrap_or(NonZeroUsize::MIN)
 }
 
 /// Whether `key` holds a value of the store's own (a fence), never sealed.
@@ -71,7 +83,19 @@ impl SealedStore {
             source,
             ring,
             mode: Mode::Sealed,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(LruCache::new(cache_size(KEY_CACHE))),
+        }
+    }
+
+    /// The same store keeping the unwrapped data keys of at most `threads` threads in memory
+    /// (at least one; [`KEY_CACHE`] by default). A thread whose keys were dropped has its
+    /// keyring record read and unwrapped again on its next read or write (with KMS, a
+    /// `Decrypt` call).
+    #[must_use]
+    pub fn with_key_cache(self, threads: usize) -> Self {
+        SealedStore {
+            cache: Mutex::new(LruCache::new(cache_size(threads))),
+            ..self
         }
     }
 
@@ -95,13 +119,21 @@ impl SealedStore {
             .cloned()
     }
 
+    /// How many threads' keys are held in memory now.
+    pub fn cached_threads(&self) -> usize {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     /// Forget the thread's keys held in memory: the next read or write loads its keyring
     /// record again (after a claim, and after a rotation).
     pub(crate) fn forget(&self, thread: &ThreadId) {
         self.cache
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(thread);
+            .pop(thread);
     }
 
     /// Destroy the thread's data keys (crypto-shredding): every value of the thread, in this
@@ -158,7 +190,7 @@ impl SealedStore {
         self.cache
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(thread.clone(), Arc::clone(&tk));
+            .put(thread.clone(), Arc::clone(&tk));
         Ok(tk)
     }
 

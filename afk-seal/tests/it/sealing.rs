@@ -335,3 +335,37 @@ async fn racing_first_writes_of_a_thread_agree_on_one_data_key() {
         );
     }
 }
+
+/// The keys held in memory are bounded: with room for two threads, a third pushes the least
+/// recently used one out, and every thread's values still open (its record is read again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unwrapped_keys_are_kept_for_a_bounded_number_of_threads() {
+    let inner = Arc::new(MemoryStore::new());
+    let key = Key::generate();
+    let ring: Arc<dyn Keyring> = Arc::new(MemoryKeyring::default());
+    let store = sealed(&inner, keys("k1", &key), ring).with_key_cache(2);
+    assert_eq!(afk_seal::KEY_CACHE, 4096);
+    let threads = [t("c1"), t("c2"), t("c3")];
+    for (i, thread) in threads.iter().enumerate() {
+        let run = r("r1");
+        let epoch = store.claim(thread, &run).await.unwrap();
+        let value = format!("{SECRET} #{i}");
+        store
+            .commit(&commit(
+                thread,
+                &run,
+                epoch,
+                "effect:r1:1:c",
+                value.as_bytes(),
+            ))
+            .await
+            .unwrap();
+        assert!(store.cached_threads() <= 2, "after thread {i}");
+    }
+    assert_eq!(store.cached_threads(), 2);
+    for (i, thread) in threads.iter().enumerate() {
+        let got = store.get(thread, "effect:r1:1:c").await.unwrap().unwrap();
+        assert_eq!(got, format!("{SECRET} #{i}").into_bytes());
+    }
+    assert_eq!(store.cached_threads(), 2);
+}
