@@ -23,6 +23,7 @@ use std::{env, thread};
 
 use anyhow::{Context, Result, bail};
 
+use crate::rocksdb_newest::{toml_str, write_if_changed};
 use crate::services::litellm::{self, Llm};
 use crate::services::{Needs, Services};
 use crate::system;
@@ -179,23 +180,11 @@ fn generate(app: &Path, deps: &str, main: &str, packages: &[(String, PathBuf)]) 
          # The packaged crates, as if they came from crates.io:\n[patch.crates-io]\n"
     );
     for (name, dir) in packages {
-        let path = dir
-            .to_string_lossy()
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"");
-        manifest.push_str(&format!("{name} = {{ path = \"{path}\" }}\n"));
+        manifest.push_str(&format!("{name} = {{ path = {} }}\n", toml_str(dir)));
     }
     manifest.push_str("\n[workspace]\n");
-    fs::create_dir_all(app.join("src"))?;
     write_if_changed(&app.join("Cargo.toml"), &manifest)?;
     write_if_changed(&app.join("src/main.rs"), main)
-}
-
-fn write_if_changed(path: &Path, text: &str) -> Result<()> {
-    if fs::read_to_string(path).is_ok_and(|old| old == text) {
-        return Ok(());
-    }
-    fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Locks `rocksdb` at 0.20.1 (the release that links Debian's RocksDB 7.x) and builds.

@@ -242,12 +242,12 @@ debug = false
     write_if_changed(&app.join("tests/app.rs"), APP_TEST)
 }
 
-fn toml_str(path: &Path) -> String {
+pub(crate) fn toml_str(path: &Path) -> String {
     let s = path.to_string_lossy();
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-fn write_if_changed(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write_if_changed(path: &Path, text: &str) -> Result<()> {
     if fs::read_to_string(path).is_ok_and(|old| old == text) {
         return Ok(());
     }

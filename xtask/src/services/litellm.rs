@@ -5,8 +5,6 @@
 //! does for any real provider (tool calls, usage, errors), behind a master key.
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -51,24 +49,7 @@ fn litellm_bin() -> PathBuf {
 
 /// True when the virtualenv is missing and `python3` cannot create one.
 pub fn needs_python_venv() -> bool {
-    !litellm_bin().is_file()
-        && system::output(Command::new("python3").args(["-c", "import venv, ensurepip"])).is_none()
-}
-
-/// Creates the virtualenv and installs LiteLLM into it, unless that was done before.
-fn install() -> Result<()> {
-    if litellm_bin().is_file() {
-        return Ok(());
-    }
-    let venv = venv();
-    eprintln!(
-        "installing {LITELLM} into {} (about 1-2 min, once)",
-        venv.display()
-    );
-    let _ = fs::remove_dir_all(&venv); // a half-made venv from an interrupted install
-    system::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    system::run(Command::new(venv.join("bin").join("pip")).args(["install", "-q", LITELLM]))?;
-    Ok(())
+    super::needs_python_venv(&litellm_bin())
 }
 
 /// A running proxy.
@@ -101,26 +82,11 @@ impl Llm {
     }
 }
 
-/// True when `GET /health/liveliness` on `port` answers 200.
-fn alive(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = format!(
-        "GET /health/liveliness HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    );
-    let mut head = [0u8; 12];
-    stream.write_all(request.as_bytes()).is_ok()
-        && stream.read_exact(&mut head).is_ok()
-        && head.ends_with(b" 200")
-}
-
 /// Installs LiteLLM if needed and starts its proxy on a free port in its own process group;
 /// writes `<dir>/litellm.pid` and waits (at most 3 min: its first start compiles Python) until
 /// it answers. Everything it needs lives in `dir`.
 pub fn start(dir: &Path) -> Result<Llm> {
-    install()?;
+    super::pip_install(&venv(), &litellm_bin(), LITELLM)?;
     let [port] = system::free_ports(1)?[..] else {
         bail!("no free port")
     };
@@ -155,7 +121,7 @@ pub fn start(dir: &Path) -> Result<Llm> {
     system::wait_until(
         &format!("LiteLLM on port {port}"),
         Duration::from_secs(180),
-        || alive(port),
+        || super::http_status(port, "/health/liveliness") == Some(200),
     )
     .with_context(|| system::log_tail(&log_path, 20))?;
     Ok(llm)

@@ -50,6 +50,42 @@ impl Needs {
     }
 }
 
+/// True when `bin` (a program of a virtualenv xtask installs) is missing and `python3` cannot
+/// create a virtualenv (Debian's python3 without `python3-venv`).
+pub fn needs_python_venv(bin: &Path) -> bool {
+    !bin.is_file()
+        && system::output(Command::new("python3").args(["-c", "import venv, ensurepip"])).is_none()
+}
+
+/// Creates the virtualenv `venv` and installs `package` into it with pip, unless `bin` (a
+/// program the package installs there) exists already.
+pub fn pip_install(venv: &Path, bin: &Path, package: &str) -> Result<()> {
+    if bin.is_file() {
+        return Ok(());
+    }
+    eprintln!(
+        "installing {package} into {} (about 1-2 min, once)",
+        venv.display()
+    );
+    let _ = fs::remove_dir_all(venv); // a half-made venv from an interrupted install
+    system::run(Command::new("python3").args(["-m", "venv"]).arg(venv))?;
+    system::run(Command::new(venv.join("bin").join("pip")).args(["install", "-q", package]))
+}
+
+/// The status code of `GET <path>` on a loopback `port`, or `None` when nothing answers HTTP.
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    let text = std::str::from_utf8(&head).ok()?;
+    text.strip_prefix("HTTP/")?.split_once(' ')?.1.parse().ok()
+}
+
 /// The directory holding every set of this clone.
 pub fn state_root() -> PathBuf {
     system::repo_root().join(".afk-services")

@@ -5,8 +5,6 @@
 //! `If-Match` and stores the object later, without a lock, in a threaded server).
 
 use std::fs::{self, File};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -53,41 +51,15 @@ fn write_wrapper() -> Result<()> {
     Ok(())
 }
 
-/// True when the virtualenv is missing and `python3` cannot create one (Debian's python3
-/// without `python3-venv`).
+/// True when the virtualenv is missing and `python3` cannot create one.
 pub fn needs_python_venv() -> bool {
-    !moto_bin().is_file()
-        && system::output(Command::new("python3").args(["-c", "import venv, ensurepip"])).is_none()
+    super::needs_python_venv(&moto_bin())
 }
 
-/// Creates the virtualenv and installs moto into it, unless that was done before; writes the
-/// wrapper.
+/// Installs moto into its virtualenv unless that was done before; writes the wrapper.
 fn install() -> Result<()> {
-    if moto_bin().is_file() {
-        return write_wrapper();
-    }
-    let venv = venv();
-    eprintln!(
-        "installing {MOTO} into {} (about 1-2 min, once)",
-        venv.display()
-    );
-    let _ = fs::remove_dir_all(&venv); // a half-made venv from an interrupted install
-    system::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    system::run(Command::new(venv.join("bin").join("pip")).args(["install", "-q", MOTO]))?;
+    super::pip_install(&venv(), &moto_bin(), MOTO)?;
     write_wrapper()
-}
-
-/// True when something answers HTTP on `port`.
-fn answers_http(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-    let mut head = [0u8; 5];
-    stream.write_all(request.as_bytes()).is_ok()
-        && stream.read_exact(&mut head).is_ok()
-        && &head == b"HTTP/"
 }
 
 /// Installs moto if needed and starts it on a free port in its own process group; writes
@@ -111,7 +83,7 @@ pub fn start(dir: &Path) -> Result<String> {
     system::wait_until(
         &format!("moto on port {port}"),
         Duration::from_secs(60),
-        || answers_http(port),
+        || super::http_status(port, "/").is_some(),
     )
     .with_context(|| system::log_tail(&log_path, 10))?;
     Ok(format!("http://127.0.0.1:{port}"))
