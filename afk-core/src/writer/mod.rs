@@ -45,6 +45,7 @@
 //! [`Ticket`] complete the contract above and are exercised by the writer's tests.
 
 mod config;
+mod queue;
 mod state;
 mod worker;
 

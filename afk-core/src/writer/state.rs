@@ -10,13 +10,13 @@
 //! room in a full queue, and everyone when the background task stops, are woken through a
 //! `watch` counter.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use super::worker::Queued;
+use super::queue::Queue;
 
 use crate::error::{Error, Result};
 use crate::ids::{RunId, ThreadId};
@@ -104,7 +104,7 @@ pub(crate) struct State {
     /// Accepted commits not handed to the store yet, merged per run (see the `worker`
     /// module). `submit` puts them here itself, under the lock, so a commit that merges into
     /// a queued one, or that the background task's timer will see in time, wakes nobody.
-    pub(crate) queue: VecDeque<Queued>,
+    pub(crate) queue: Queue,
     /// Run claims with a commit in a store call.
     pub(crate) busy: HashSet<RunKey, foldhash::fast::RandomState>,
     /// When the background task's timer fires next, if it is set: a held commit due no

@@ -33,7 +33,7 @@
 //!   claim's queued entries are dropped with that error (a fenced claim's all fail with
 //!   `Fenced`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -78,7 +78,7 @@ pub(crate) fn materialize_latest(commit: &mut Commit, latest_put: Option<usize>)
 /// A queued entry and, once something merged into it, an index of its put keys.
 #[derive(Debug)]
 pub(crate) struct Queued {
-    entry: Entry,
+    pub(crate) entry: Entry,
     /// Sequence number of the oldest commit merged into it.
     first: u64,
     /// When its oldest commit was accepted (`None` when the writer does not hold).
@@ -86,6 +86,20 @@ pub(crate) struct Queued {
     /// A newer entry of its run exists (a merge into this one was refused): it is due.
     sealed: bool,
     index: Option<HashMap<String, usize>>,
+}
+
+#[cfg(test)]
+impl Queued {
+    /// An entry as `enqueue` appends it when the writer does not hold.
+    pub(crate) fn new(entry: Entry) -> Self {
+        Queued {
+            first: entry.seq,
+            entry,
+            since: None,
+            sealed: false,
+            index: None,
+        }
+    }
 }
 
 /// The store's limits a merged commit must respect.
@@ -133,7 +147,7 @@ pub(crate) fn enqueue(
     let mut entry = entry;
     let mut sealed = false;
     if config.coalesce_runtime_state
-        && let Some(last) = st.queue.iter_mut().rev().find(|q| q.entry.key == entry.key)
+        && let Some(last) = st.queue.newest_mut(&entry.key)
     {
         match merge(last, entry, limits) {
             None => {
@@ -166,22 +180,17 @@ pub(crate) fn enqueue(
 /// Whether a commit of run claim `key` would merge into a queued entry rather than take a
 /// new place in the queue (so a full queue need not make it wait).
 pub(crate) fn would_merge(st: &State, key: &RunKey, commit: &Commit, limits: Limits) -> bool {
-    st.queue
-        .iter()
-        .rev()
-        .find(|q| q.entry.key == *key)
-        .is_some_and(|q| {
-            let old = &q.entry.commit;
-            // As if every key were new and the pointer moved: never a yes `merge` refuses.
-            mergeable(old, commit, limits) && keys_fit(old, commit.puts.len() + 1, limits)
-        })
+    st.queue.newest(key).is_some_and(|q| {
+        let old = &q.entry.commit;
+        // As if every key were new and the pointer moved: never a yes `merge` refuses.
+        mergeable(old, commit, limits) && keys_fit(old, commit.puts.len() + 1, limits)
+    })
 }
 
 /// Take the oldest queued entry of run claim `key` (the caller writes it, so the run is
 /// marked busy: the background task leaves its later entries alone until it is recorded).
 pub(crate) fn take_next(st: &mut State, key: &RunKey) -> Option<Entry> {
-    let at = st.queue.iter().position(|q| q.entry.key == *key)?;
-    let q = st.queue.remove(at)?;
+    let q = st.queue.take_oldest(key)?;
     st.busy.insert(key.clone());
     st.stats.inline += 1;
     Some(q.entry)
@@ -194,7 +203,7 @@ pub(crate) fn record_one(shared: &Shared, key: &RunKey, seq: u64, result: Result
     let (more, dropped) = {
         let mut st = shared.lock();
         let dropped = record(&mut st, 1, std::iter::once((key.clone(), seq, result)));
-        (st.queue.iter().any(|q| q.entry.key == *key), dropped)
+        (st.queue.has(key), dropped)
     };
     if dropped {
         shared.notify();
@@ -238,10 +247,9 @@ fn record(
     if failed_runs.is_empty() {
         return false;
     }
-    let before = st.queue.len();
-    st.queue.retain(|q| !failed_runs.contains(&q.entry.key));
-    st.stats.failed += (before - st.queue.len()) as u64;
-    st.queue.len() < before
+    let dropped = st.queue.drop_runs(&failed_runs);
+    st.stats.failed += dropped as u64;
+    dropped > 0
 }
 
 /// What a finished store call reports: the `(run, seq)` of each commit and its result.
@@ -313,7 +321,8 @@ impl Worker {
     /// [`MAX_CALLS`] calls, and say when the earliest entry still held falls due (if the
     /// timer is not already set earlier) and whether to stop.
     fn launch(&mut self) -> Launched {
-        let mut st = self.shared.lock();
+        let mut guard = self.shared.lock();
+        let st = &mut *guard;
         let closing = st.closed || st.dropped;
         if st.queue.is_empty() {
             return Launched {
@@ -330,12 +339,12 @@ impl Worker {
         let mut took = false;
         while self.calls.len() < MAX_CALLS {
             let max = self.config.max_batch_size;
-            let mut picked: Vec<(RunKey, u64)> = Vec::new();
-            let mut commits: Vec<Commit> = Vec::new();
-            let mut rest = VecDeque::with_capacity(st.queue.len());
+            let mut taken: Vec<u64> = Vec::new();
             held_until = None;
-            let queue = std::mem::take(&mut st.queue);
-            for q in queue {
+            for (at, q) in st.queue.iter() {
+                if taken.len() >= max {
+                    break;
+                }
                 let until = match (q.since, now) {
                     (Some(since), Some(now)) if !full && !q.sealed => {
                         let wanted = st.runs.get(&q.entry.key).map_or(0, |r| r.wanted);
@@ -344,22 +353,27 @@ impl Worker {
                     _ => None,
                 };
                 let free = !st.busy.contains(&q.entry.key);
-                if let Some(until) = until {
-                    if free {
-                        held_until = Some(held_until.map_or(until, |h| h.min(until)));
+                match until {
+                    // Entries arrive in time order: the first held one falls due first.
+                    Some(until) if free && held_until.is_none() => held_until = Some(until),
+                    Some(_) => {}
+                    // One entry per run claim per call: the claim is busy once picked.
+                    None if free => {
+                        st.busy.insert(q.entry.key.clone());
+                        taken.push(at);
                     }
-                    rest.push_back(q);
-                } else if picked.len() < max && free {
-                    st.busy.insert(q.entry.key.clone());
-                    picked.push((q.entry.key, q.entry.seq));
-                    let mut commit = q.entry.commit;
-                    materialize_latest(&mut commit, q.entry.latest_put);
-                    commits.push(commit);
-                } else {
-                    rest.push_back(q);
+                    None => {}
                 }
             }
-            st.queue = rest;
+            let mut picked: Vec<(RunKey, u64)> = Vec::with_capacity(taken.len());
+            let mut commits: Vec<Commit> = Vec::with_capacity(taken.len());
+            for at in taken {
+                let Some(q) = st.queue.take(at) else { continue };
+                picked.push((q.entry.key, q.entry.seq));
+                let mut commit = q.entry.commit;
+                materialize_latest(&mut commit, q.entry.latest_put);
+                commits.push(commit);
+            }
             if picked.is_empty() {
                 break;
             }
@@ -374,7 +388,7 @@ impl Worker {
         if rearm.is_some() {
             st.armed = rearm;
         }
-        drop(st);
+        drop(guard);
         if took && was_full {
             // Submits waiting for room re-check.
             self.shared.notify();
