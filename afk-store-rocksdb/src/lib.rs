@@ -7,6 +7,7 @@ mod compat;
 mod config;
 mod error;
 mod finished;
+mod group;
 mod layout;
 mod ops;
 mod store;

@@ -5,25 +5,29 @@ use std::path::Path;
 use std::sync::Arc;
 
 use afk_core::{
-    Result, RunId, ThreadId,
-    store::{AttentionPage, Capabilities, Commit, Epoch, ListPage, Store},
+    Error, Result, RunId, ThreadId,
+    store::{AttentionPage, Capabilities, Commit, CommitRejected, Epoch, ListPage, Store},
 };
 use async_trait::async_trait;
 use rocksdb::{BlockBasedOptions, DB, Options};
 
 use crate::config::{Compression, RocksDbConfig};
 use crate::error::{Op, join, map};
+use crate::group::Group;
 use crate::ops::Inner;
 
 /// An AFK store in a local RocksDB database.
 ///
 /// Cheap to clone (an `Arc` inside); clones share the database and its locks. One process may
 /// open a given database directory once: share the store (clone it, or hold it in an `Arc<dyn
-/// Store>`) instead of opening the path again. Every RocksDB call runs on tokio's blocking pool
-/// (`spawn_blocking`), so the async methods need a tokio runtime.
+/// Store>`) instead of opening the path again. Commits go to a thread of the store's own, which
+/// writes the commits waiting together in one batch and one sync (group commit); every other
+/// RocksDB call runs on tokio's blocking pool (`spawn_blocking`), so the async methods need a
+/// tokio runtime. Dropping the last handle waits for the commits already sent.
 #[derive(Clone)]
 pub struct RocksDbStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
+    group: Arc<Group>,
     config: Arc<RocksDbConfig>,
 }
 
@@ -70,9 +74,11 @@ impl RocksDbStore {
             opts.set_block_based_table_factory(&table);
         }
         let db = DB::open(&opts, &config.path).map_err(|e| open_error(e, &config))?;
-        let inner = Inner::new(db, config.path.clone(), config.sync);
+        let inner = Arc::new(Inner::new(db, config.path.clone(), config.sync));
+        let group = Arc::new(Group::start(inner.clone())?);
         Ok(RocksDbStore {
-            inner: Arc::new(inner),
+            inner,
+            group,
             config: Arc::new(config),
         })
     }
@@ -243,29 +249,45 @@ impl Store for RocksDbStore {
     }
 
     /// One `WriteBatch` (puts, latest pointer and the run's entry in the index of runs that
-    /// need attention), written after the fence check under the run's lock.
+    /// need attention), written after the fence check under the run's lock, together with the
+    /// commits of other callers waiting at the same moment (group commit).
     async fn commit(&self, commit: &Commit) -> Result<()> {
-        let commits = vec![commit.clone()];
-        let mut results = self
-            .blocking(move |db| Ok(db.commit_batch(&commits)))
-            .await?;
-        results
-            .pop()
-            .unwrap_or_else(|| Err(afk_core::Error::unexpected("commit produced no result")))
+        self.commit_owned(commit.clone()).await.map_err(Error::from)
     }
 
-    /// One `WriteBatch` for every commit that passes its checks; each answer is individual.
-    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
-        let owned = commits.to_vec();
-        let n = owned.len();
-        match self.blocking(move |db| Ok(db.commit_batch(&owned))).await {
-            Ok(results) => results,
-            Err(e) => {
-                let (kind, msg) = (e.kind(), e.to_string());
-                (0..n)
-                    .map(|_| Err(afk_core::Error::new(kind, msg.clone())))
-                    .collect()
-            }
+    /// [`Store::commit`] without the copy: the commit is moved to the commit thread.
+    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
+        let ids = (commit.thread.clone(), commit.run.clone(), commit.epoch);
+        let (mut results, mut back) = self.group.commit(vec![commit]).await;
+        let error = match results.pop() {
+            Some(Ok(())) => return Ok(()),
+            Some(Err(error)) => error,
+            None => afk_core::Error::unexpected("commit produced no result"),
+        };
+        match back.pop() {
+            Some(commit) => Err(CommitRejected {
+                error,
+                commit: Box::new(commit),
+            }),
+            // The commit thread died holding it: nothing was written, and there is nothing to
+            // retry with, so the error is final (an empty commit of the same run stands in).
+            None => Err(CommitRejected {
+                error: error.with_retryable(false),
+                commit: Box::new(Commit {
+                    thread: ids.0,
+                    run: ids.1,
+                    epoch: ids.2,
+                    puts: Vec::new(),
+                    latest: None,
+                    attention: None,
+                }),
+            }),
         }
+    }
+
+    /// One `WriteBatch` for every commit that passes its checks, with those of other callers
+    /// waiting at the same moment; each answer is individual.
+    async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {
+        self.group.commit(commits.to_vec()).await.0
     }
 }

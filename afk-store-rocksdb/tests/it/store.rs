@@ -249,3 +249,35 @@ async fn many_runs_commit_concurrently_from_many_tasks() {
         assert_eq!(latest.as_deref(), Some("19"));
     }
 }
+
+/// The store keeps the fences it read or wrote in memory; deleting a fence (by key or with the
+/// run) must be seen by the next commit, which then finds the run never claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_fence_is_seen_by_the_next_commit() {
+    let (_dir, store) = open();
+    for delete_run in [false, true] {
+        let run = if delete_run { "r2" } else { "r1" };
+        let e = store.claim(&t("th"), &r(run)).await.expect("claim");
+        let key = format!("checkpoint:{run}:0:pre_llm");
+        let c = commit("th", run, e, &[(key.as_str(), "v")], Some("p"));
+        store.commit(&c).await.expect("a claimed run commits");
+        if delete_run {
+            store
+                .delete_run(&t("th"), &r(run))
+                .await
+                .expect("delete_run");
+        } else {
+            store
+                .delete(&t("th"), &[format!("run:{run}")])
+                .await
+                .expect("delete the fence");
+        }
+        let err = store.commit(&c).await.expect_err("the fence is gone");
+        assert_eq!(err.kind(), ErrorKind::Fenced, "{run}: {err}");
+        assert!(err.to_string().contains("never claimed"), "{run}: {err}");
+        // Claimed again, it starts over at epoch 1 and commits.
+        let again = store.claim(&t("th"), &r(run)).await.expect("claim again");
+        assert_eq!(again, Epoch(1), "{run}");
+        store.commit(&c).await.expect("commits under the new claim");
+    }
+}
