@@ -18,8 +18,8 @@ pub struct RunnerConfig {
     /// Capacity of each run's event channel; slow subscribers miss the oldest events.
     pub event_capacity: usize,
     /// The write-behind writer's settings (async writes, queue size, coalescing, retries, and
-    /// `flush_timeout`, the bound for making the terminal record durable before the result is
-    /// returned).
+    /// `flush_timeout`, the bound of the store's silence while the terminal record is made
+    /// durable before the result is returned).
     pub checkpoint: CheckpointConfig,
     /// How long a run waits after its first suspension (every model failed with a retryable
     /// error): the run's [`Suspension::not_before_ms`] is this much later, doubling with each

@@ -25,7 +25,12 @@ pub struct CheckpointConfig {
     /// none). Default 1024; clamped to at least 1.
     pub queue_maxsize: usize,
     /// Bound of the terminal flush (AFK's `checkpoint_flush_timeout_s`, default 10 s): the
-    /// run's result is returned once its terminal record is durable, or fails with `Timeout`.
+    /// run's result is returned once its terminal record is durable, or fails with `Timeout`
+    /// once the flush has waited this long *and* the store has answered no checkpoint write
+    /// (of any run) for this long. AFK bounds the wait alone; here a flush that waits its turn
+    /// behind thousands of other runs' writes on a busy process goes on waiting while the
+    /// store keeps answering (overload slows runs down, it does not fail them), and a store
+    /// that stopped answering fails every flush within this bound of its last answer.
     pub flush_timeout: Duration,
     /// Merge a run's consecutive queued commits that have not been written yet into one atomic
     /// commit (default `true`). AFK's flag merged only snapshots; here every commit merges, as

@@ -70,6 +70,13 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{RunId, ThreadId};
 use crate::store::{Commit, Epoch, RandomSource, RetryStore, Store};
 
+/// How long a flush that gave up waited, and for how long before that the store had answered
+/// no write.
+struct Silence {
+    waited: Duration,
+    silent: Duration,
+}
+
 /// Handle to a checkpoint writer. Cheap to clone; all clones share one queue and task. See the
 /// module docs for the guarantees.
 #[derive(Clone)]
@@ -287,6 +294,7 @@ impl Writer {
         st.stats.submitted += 1;
         st.stats.batches += 1;
         st.stats.max_batch_len = 1;
+        st.answered = Some(tokio::time::Instant::now());
         match result {
             Ok(()) => {
                 st.stats.written += 1;
@@ -391,12 +399,14 @@ impl Writer {
         }
     }
 
-    /// The terminal flush: [`Writer::barrier`] bounded by `timeout` (the runner passes
-    /// [`CheckpointConfig::flush_timeout`]). On success the writer forgets the run's state (a
-    /// later submit of the run starts afresh); a failed run's error is kept.
+    /// The terminal flush: [`Writer::barrier`] bounded by `timeout` of the store's silence (the
+    /// runner passes [`CheckpointConfig::flush_timeout`]; see `within_silence`). On success
+    /// the writer forgets the run's state (a later submit of the run starts afresh); a failed
+    /// run's error is kept.
     ///
-    /// Errors: `Timeout` if the run's commits are not durable in time (they stay queued); the
-    /// run's store error; `Unavailable` if the writer stopped first.
+    /// Errors: `Timeout` if the run's commits are not durable after `timeout` with no store
+    /// answer for `timeout` (they stay queued); the run's store error; `Unavailable` if the
+    /// writer stopped first.
     pub(crate) async fn flush(
         &self,
         thread: &ThreadId,
@@ -406,14 +416,19 @@ impl Writer {
     ) -> Result<()> {
         // A timeout cuts nothing short: a write the barrier was making goes on as a task of its
         // own (see `barrier`), and what is still queued is released to the background task.
-        match tokio::time::timeout(timeout, self.barrier(thread, run, epoch)).await {
-            Err(_) => {
+        match self
+            .within_silence(timeout, self.barrier(thread, run, epoch))
+            .await
+        {
+            Err(silent) => {
                 self.release(thread, run, epoch);
                 Err(Error::new(
                     ErrorKind::Timeout,
                     format!(
-                        "checkpoint flush of run {run} did not finish within {:.3} s",
-                        timeout.as_secs_f64()
+                        "checkpoint flush of run {run} did not finish: it waited {:.3} s and the \
+                         store answered no checkpoint write for {:.3} s",
+                        silent.waited.as_secs_f64(),
+                        silent.silent.as_secs_f64()
                     ),
                 ))
             }
@@ -429,6 +444,38 @@ impl Writer {
                     st.forget(&key);
                 }
                 Ok(())
+            }
+        }
+    }
+
+    /// Await `work` until it ends, or until it has waited `timeout` and no store call that
+    /// writes commits (of any run) has answered for `timeout`: the bound counts the store's
+    /// silence, not the time a flush waits its turn behind thousands of other runs' writes on
+    /// a busy process (overload slows runs down; it does not fail them), and a store that
+    /// stopped answering still fails every flush within `timeout` of its last answer.
+    async fn within_silence<T>(
+        &self,
+        timeout: Duration,
+        work: impl std::future::Future<Output = T>,
+    ) -> std::result::Result<T, Silence> {
+        let start = tokio::time::Instant::now();
+        let mut check = start + timeout;
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return Ok(out),
+                () = tokio::time::sleep_until(check) => {
+                    let now = tokio::time::Instant::now();
+                    let answered = self.inner.shared.lock().answered;
+                    let quiet_since = answered.map_or(start, |a| a.max(start));
+                    if now.duration_since(quiet_since) >= timeout {
+                        return Err(Silence {
+                            waited: now.duration_since(start),
+                            silent: now.duration_since(quiet_since),
+                        });
+                    }
+                    check = quiet_since + timeout;
+                }
             }
         }
     }

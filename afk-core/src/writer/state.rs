@@ -110,6 +110,10 @@ pub(crate) struct State {
     /// When the background task's timer fires next, if it is set: a held commit due no
     /// earlier needs no wake-up.
     pub(crate) armed: Option<Instant>,
+    /// When a store call that wrote commits last answered (success or failure), whoever made
+    /// it: a flush's deadline counts the store's silence from here, not the time the flush
+    /// waited behind other runs' writes.
+    pub(crate) answered: Option<Instant>,
 }
 
 impl State {

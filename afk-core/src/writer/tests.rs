@@ -306,6 +306,38 @@ async fn flush_times_out_on_a_slow_store_and_the_write_still_lands() {
     assert_eq!(applied(&fs, &r).len(), 1);
 }
 
+/// A flush that waits longer than its timeout while the store keeps answering other runs'
+/// writes is a busy process, not a dead store: it waits on and succeeds.
+#[tokio::test(start_paused = true)]
+async fn a_flush_waiting_while_the_store_answers_others_does_not_time_out() {
+    let (fs, w) = writer(CheckpointConfig::default());
+    let (t, (a, ea), (b, eb)) = two_runs(&fs).await;
+    let hold = fs.hold_nth(Op::Commit, fs.calls(Op::Commit) + 1);
+    w.submit(record(&t, &a, ea, 0, "run_terminal"), false)
+        .await
+        .unwrap();
+    let flush = {
+        let (w, t, a) = (w.clone(), t.clone(), a.clone());
+        tokio::spawn(async move { w.flush(&t, &a, ea, Duration::from_secs(1)).await })
+    };
+    hold.reached().await;
+    // Run b writes every 200 ms for 5 s, five times the flush's timeout.
+    for i in 0..25 {
+        w.submit(record(&t, &b, eb, i, "pre_llm"), false)
+            .await
+            .unwrap();
+        w.barrier(&t, &b, eb).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!flush.is_finished(), "the held write has not answered yet");
+    hold.release();
+    flush
+        .await
+        .unwrap()
+        .expect("the store kept answering: no timeout");
+    assert_eq!(applied(&fs, &a).len(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn shutdown_drains_then_refuses_new_commits() {
     let (fs, w) = writer(CheckpointConfig::default());

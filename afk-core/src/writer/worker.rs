@@ -224,6 +224,7 @@ fn record(
 ) -> bool {
     st.stats.batches += 1;
     st.stats.max_batch_len = st.stats.max_batch_len.max(commits as u64);
+    st.answered = Some(Instant::now());
     let mut failed_runs: HashSet<RunKey> = HashSet::new();
     for (key, seq, result) in done {
         st.busy.remove(&key);
