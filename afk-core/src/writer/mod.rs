@@ -155,6 +155,11 @@ impl Writer {
         WriterStats {
             durable: st.durable_total(),
             retries: self.inner.retrying.retries(),
+            room_wakeups: self
+                .inner
+                .shared
+                .room_wakeups
+                .load(std::sync::atomic::Ordering::Relaxed),
             ..st.stats
         }
     }
@@ -209,31 +214,33 @@ impl Writer {
         let shared = &self.inner.shared;
         let mut commit = Some(commit);
         loop {
-            // The queue is full: wait until the task makes room (backpressure).
-            let mut rx = match self.enqueue(&key, &mut commit, latest_put)? {
+            // The queue is full: wait in line until the task makes room (backpressure).
+            let room = match self.enqueue(&key, &mut commit, latest_put)? {
                 Ok(ticket) => return Ok(ticket),
-                Err(rx) => rx,
+                Err(room) => room,
             };
             shared.wake.notify_one();
-            if rx.changed().await.is_err() {
-                return Err(stopped("dropped"));
-            }
+            room.wait().await;
         }
     }
 
     /// One attempt of [`Writer::submit_entry`] in async mode, under the lock: the ticket, or,
-    /// when the queue has no room for it, `commit` left in place and a receiver of the
-    /// progress signal (subscribed under the lock, so the task's signal that it made room
-    /// comes after it and is not missed).
+    /// when the queue has no room for it, `commit` left in place and a place in line for room
+    /// (taken under the lock, so a place freed after it is not missed). A submit that leaves
+    /// room behind it, or that leaves with an error, wakes the next in line: a wake-up is
+    /// never spent on a submit that no longer needs it.
     fn enqueue(
         &self,
         key: &RunKey,
         commit: &mut Option<Commit>,
         latest_put: Option<usize>,
-    ) -> Result<std::result::Result<Ticket, tokio::sync::watch::Receiver<u64>>> {
+    ) -> Result<std::result::Result<Ticket, state::RoomWait>> {
         let shared = &self.inner.shared;
         let mut st = shared.lock();
+        let room_left = st.queue.len() < self.inner.config.queue_maxsize;
         if let Some(e) = st.refuse(key) {
+            drop(st);
+            shared.made_room(usize::from(room_left));
             return Err(e);
         }
         let Some(c) = commit.take() else {
@@ -245,7 +252,7 @@ impl Writer {
             && !worker::would_merge(&st, key, &c, self.inner.limits)
         {
             *commit = Some(c);
-            return Ok(Err(shared.subscribe()));
+            return Ok(Err(shared.wait_room()));
         }
         // One lookup for a claim already known (every commit but a claim's first).
         let seq = match st.runs.get_mut(key) {
@@ -268,10 +275,12 @@ impl Writer {
             latest_put,
         };
         let wake = worker::enqueue(&mut st, entry, self.inner.limits, &self.inner.config);
+        let room_left = st.queue.len() < self.inner.config.queue_maxsize;
         drop(st);
         if wake {
             shared.wake.notify_one();
         }
+        shared.made_room(usize::from(room_left));
         Ok(Ok(Ticket {
             shared: shared.clone(),
             key: key.clone(),
@@ -351,18 +360,15 @@ impl Writer {
                 let entry = if st.busy.contains(&key) {
                     None
                 } else {
-                    let was_full = st.queue.len() >= self.inner.config.queue_maxsize;
-                    worker::take_next(st, &key).map(|e| (e, was_full))
+                    worker::take_next(st, &key)
                 };
                 (target, entry)
             };
-            let Some((entry, was_full)) = entry else {
+            let Some(entry) = entry else {
                 return self.inner.shared.wait_for(&key, target).await;
             };
-            if was_full {
-                // Submits waiting for room re-check.
-                self.inner.shared.notify();
-            }
+            // A place freed: the next submit waiting for room goes on.
+            self.inner.shared.made_room(1);
             let mut call = InlineCall::start(&self.inner, entry);
             // A store that panics fails this claim, as a write of the background task fails
             // it; it does not take the run's task down.
@@ -490,6 +496,8 @@ impl Writer {
     /// naming how many; `Unavailable` if the task had died.
     pub(crate) async fn shutdown(&self, timeout: Duration) -> Result<()> {
         self.inner.shared.lock().closed = true;
+        // Submits waiting for room get their error now.
+        self.inner.shared.wake_all_room();
         let handle = self
             .inner
             .task

@@ -7,13 +7,16 @@
 //! woken through the claim's own `Notify`, registered under the lock, so no wake-up is lost
 //! and a write that ends wakes only the waiters of the claims it wrote (with thousands of runs
 //! waiting, waking all of them on every write cost more than the writes). Submits waiting for
-//! room in a full queue, and everyone when the background task stops, are woken through a
-//! `watch` counter.
+//! room in a full queue wait in line ([`RoomWait`]): each place that frees wakes one of them
+//! (with thousands waiting, waking all of them for every place cost more than the writes);
+//! all of them are woken when the writer shuts down or its background task stops.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
 use super::queue::Queue;
@@ -57,6 +60,9 @@ pub(crate) struct WriterStats {
     /// Store calls retried by the retry policy; filled in by
     /// [`Writer::stats`](super::Writer::stats).
     pub retries: u64,
+    /// Wake-ups of submits waiting for room in a full queue; filled in by
+    /// [`Writer::stats`](super::Writer::stats).
+    pub room_wakeups: u64,
 }
 
 impl WriterStats {
@@ -197,7 +203,12 @@ pub(crate) fn stopped(why: &str) -> Error {
 #[derive(Debug)]
 pub(crate) struct Shared {
     state: Mutex<State>,
-    progress: watch::Sender<u64>,
+    /// Submits waiting for room in the queue, in line.
+    room: Arc<Notify>,
+    /// How many are waiting ([`RoomWait`]s alive).
+    room_waiters: AtomicUsize,
+    /// Wake-ups of submits waiting for room, so far.
+    pub(crate) room_wakeups: std::sync::atomic::AtomicU64,
     /// Wakes the background task when a waiter raises a run's `wanted` (it may be holding
     /// that run's commits).
     pub(crate) wake: Notify,
@@ -207,7 +218,9 @@ impl Shared {
     pub(crate) fn new() -> Self {
         Shared {
             state: Mutex::new(State::default()),
-            progress: watch::channel(0).0,
+            room: Arc::new(Notify::new()),
+            room_waiters: AtomicUsize::new(0),
+            room_wakeups: std::sync::atomic::AtomicU64::new(0),
             wake: Notify::new(),
         }
     }
@@ -216,14 +229,31 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A receiver of the progress signal ([`Shared::notify`]), for a waiter that re-checks.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.progress.subscribe()
+    /// Get in line for room in the queue. Call it under the state lock, after seeing the
+    /// queue full: a place freed after the lock is released wakes this waiter or one ahead of
+    /// it.
+    pub(crate) fn wait_room(self: &Arc<Self>) -> RoomWait {
+        self.room_waiters.fetch_add(1, Ordering::SeqCst);
+        let mut notified = Box::pin(self.room.clone().notified_owned());
+        notified.as_mut().enable();
+        RoomWait {
+            notified,
+            shared: self.clone(),
+        }
     }
 
-    /// Wake the submits waiting for room in the queue so they re-check.
-    pub(crate) fn notify(&self) {
-        self.progress.send_modify(|v| *v = v.wrapping_add(1));
+    /// `freed` places were freed: wake as many submits waiting for room (each re-checks).
+    pub(crate) fn made_room(&self, freed: usize) {
+        let waiting = self.room_waiters.load(Ordering::SeqCst);
+        for _ in 0..freed.min(waiting) {
+            self.room.notify_one();
+        }
+    }
+
+    /// Wake every submit waiting for room (the writer shuts down or stopped: they re-check
+    /// and get their error).
+    pub(crate) fn wake_all_room(&self) {
+        self.room.notify_waiters();
     }
 
     /// Wait until commit `seq` of `key` is durable (`Ok`), its run failed (that error), or the
@@ -283,7 +313,28 @@ impl Drop for AliveGuard {
             st.dead.get_or_insert(why);
             st.runs.values().for_each(RunState::wake);
         }
-        self.shared.notify();
+        self.shared.wake_all_room();
+    }
+}
+
+/// A submit's place in line for room in the queue ([`Shared::wait_room`]).
+pub(crate) struct RoomWait {
+    notified: std::pin::Pin<Box<OwnedNotified>>,
+    shared: Arc<Shared>,
+}
+
+impl RoomWait {
+    /// Wait until a place was freed for this waiter (or everyone is woken).
+    pub(crate) async fn wait(mut self) {
+        self.notified.as_mut().await;
+        self.shared.room_wakeups.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for RoomWait {
+    fn drop(&mut self) {
+        // A waiter dropped after its wake-up passes it on (tokio's `notify_one` does that).
+        self.shared.room_waiters.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

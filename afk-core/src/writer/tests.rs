@@ -552,6 +552,44 @@ fn a_write_cut_off_with_its_runtime_fails_its_claim() {
 }
 
 /// A submit waiting for room goes on once the task hands the queued entry to the store.
+/// Submits waiting for room wait in line: each place freed wakes one of them, not all (with
+/// thousands of runs waiting, waking all of them for every place cost more than the writes).
+#[tokio::test(start_paused = true)]
+async fn submits_waiting_for_room_are_woken_one_per_place_freed() {
+    const RUNS: usize = 50;
+    let (fs, w) = writer(one_place());
+    fs.set_latency(Duration::from_millis(10));
+    let t = tid("t1");
+    let mut tasks = Vec::new();
+    for i in 0..RUNS {
+        let r = rid(&format!("r{i}"));
+        let e = claimed(&fs, &t, &r).await;
+        let (w, t) = (w.clone(), t.clone());
+        tasks.push(tokio::spawn(async move {
+            let ticket = w
+                .submit(record(&t, &r, e, 0, "pre_llm"), false)
+                .await
+                .unwrap();
+            ticket.wait().await.unwrap();
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let stats = w.stats();
+    assert_eq!(stats.written, RUNS as u64);
+    // Every run but the first waited; each should be woken about once.
+    assert!(
+        stats.room_wakeups <= 2 * RUNS as u64,
+        "{} wake-ups for {RUNS} submits waiting for one place",
+        stats.room_wakeups
+    );
+    assert!(
+        stats.room_wakeups > 0,
+        "the submits never waited: the test proves nothing"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_submit_waiting_for_room_goes_on_when_the_queue_drains() {
     let (fs, w) = writer(one_place());

@@ -205,9 +205,7 @@ pub(crate) fn record_one(shared: &Shared, key: &RunKey, seq: u64, result: Result
         let dropped = record(&mut st, 1, std::iter::once((key.clone(), seq, result)));
         (st.queue.has(key), dropped)
     };
-    if dropped {
-        shared.notify();
-    }
+    shared.made_room(dropped);
     if more {
         shared.wake.notify_one();
     }
@@ -216,12 +214,12 @@ pub(crate) fn record_one(shared: &Shared, key: &RunKey, seq: u64, result: Result
 /// The bookkeeping of one store call's end (under the lock), whoever made it: each run claim
 /// is no longer busy; a written commit makes its sequence number durable; a failed one fails
 /// its claim, whose queued entries are dropped with it. The waiters of each claim are woken;
-/// returns whether queued entries were dropped (room for submits waiting on a full queue).
+/// returns how many queued entries were dropped (room for submits waiting on a full queue).
 fn record(
     st: &mut State,
     commits: usize,
     done: impl IntoIterator<Item = (RunKey, u64, Result<()>)>,
-) -> bool {
+) -> usize {
     st.stats.batches += 1;
     st.stats.max_batch_len = st.stats.max_batch_len.max(commits as u64);
     st.answered = Some(Instant::now());
@@ -246,11 +244,11 @@ fn record(
         }
     }
     if failed_runs.is_empty() {
-        return false;
+        return 0;
     }
     let dropped = st.queue.drop_runs(&failed_runs);
     st.stats.failed += dropped as u64;
-    dropped > 0
+    dropped
 }
 
 /// What a finished store call reports: the `(run, seq)` of each commit and its result.
@@ -337,7 +335,7 @@ impl Worker {
         let was_full = st.queue.len() >= cap;
         let full = closing || was_full;
         let mut held_until: Option<Instant> = None;
-        let mut took = false;
+        let mut took = 0;
         while self.calls.len() < MAX_CALLS {
             let max = self.config.max_batch_size;
             let mut taken: Vec<u64> = Vec::new();
@@ -378,7 +376,7 @@ impl Worker {
             if picked.is_empty() {
                 break;
             }
-            took = true;
+            took += commits.len();
             let store = self.store.clone();
             self.calls.push(Box::pin(async move {
                 let results = store.commit_batch(&commits).await;
@@ -390,10 +388,8 @@ impl Worker {
             st.armed = rearm;
         }
         drop(guard);
-        if took && was_full {
-            // Submits waiting for room re-check.
-            self.shared.notify();
-        }
+        // Each place freed lets one submit waiting for room go on.
+        self.shared.made_room(took);
         Launched { rearm, stop: false }
     }
 
@@ -408,9 +404,8 @@ impl Worker {
             });
             (key, seq, result)
         });
-        if record(&mut self.shared.lock(), commits, done) {
-            self.shared.notify();
-        }
+        let dropped = record(&mut self.shared.lock(), commits, done);
+        self.shared.made_room(dropped);
     }
 }
 
