@@ -39,21 +39,31 @@ fn gate(
     app: &App,
     headers: &HeaderMap,
     csrf: Option<&str>,
-) -> std::result::Result<Session, Response> {
+) -> std::result::Result<Session, Box<Response>> {
     let session = app.auth.session(headers);
     if app.read_only {
         let text = "this server is read-only (afk serve --read-only): it takes no actions";
-        return Err(refusal(app, session.as_ref(), StatusCode::FORBIDDEN, text));
+        return Err(Box::new(refusal(
+            app,
+            session.as_ref(),
+            StatusCode::FORBIDDEN,
+            text,
+        )));
     }
     let Some(session) = session else {
         let text = "not logged in (or the session ended): log in, then send the form again";
-        return Err(refusal(app, None, StatusCode::FORBIDDEN, text));
+        return Err(Box::new(refusal(app, None, StatusCode::FORBIDDEN, text)));
     };
     if !csrf.is_some_and(|c| same_secret(c, &session.csrf)) {
         tracing::warn!("action refused: missing or wrong CSRF token");
         let text = "the form's CSRF token is missing or wrong (a form from another page or an \
                     older session): reload the run's page and send it again";
-        return Err(refusal(app, Some(&session), StatusCode::FORBIDDEN, text));
+        return Err(Box::new(refusal(
+            app,
+            Some(&session),
+            StatusCode::FORBIDDEN,
+            text,
+        )));
     }
     Ok(session)
 }
@@ -140,7 +150,7 @@ pub async fn decide(
     let form = form.0;
     let session = match gate(&app, &headers, form.csrf.as_deref()) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let res = match decision_of(form.decision.as_deref(), form.reason) {
         Ok(d) => decide_report(app.store.clone(), &thread, &run, d).await,
@@ -207,7 +217,7 @@ pub async fn settle(
     let form = form.0;
     let session = match gate(&app, &headers, form.csrf.as_deref()) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let call = form.call.unwrap_or_default();
     let res = match settlement_of(form.outcome.as_deref(), form.output.as_deref(), form.error) {
@@ -244,7 +254,7 @@ pub async fn fork(
     let form = form.0;
     let session = match gate(&app, &headers, form.csrf.as_deref()) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let step = form.step.as_deref().unwrap_or("").trim().parse::<u64>();
     let new_run = form.new_run.filter(|s| !s.trim().is_empty());

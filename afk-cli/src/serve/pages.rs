@@ -30,10 +30,10 @@ pub fn chrome(app: &App, session: Option<&Session>) -> Chrome {
 }
 
 /// The request's session, or the answer that sends the browser to the login form.
-fn session_or_login(app: &App, headers: &HeaderMap) -> Result<Session, Response> {
+fn session_or_login(app: &App, headers: &HeaderMap) -> Result<Session, Box<Response>> {
     app.auth
         .session(headers)
-        .ok_or_else(|| see_other("/login", None))
+        .ok_or_else(|| Box::new(see_other("/login", None)))
 }
 
 /// The page saying that command `cmd` failed with `e`: the CLI's text, the status by kind.
@@ -136,7 +136,7 @@ fn time_of(v: &Value) -> String {
 pub async fn threads(State(app): State<Shared>, headers: HeaderMap) -> Response {
     let session = match session_or_login(&app, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let quiet = Progress::on_terminal(true);
     let report = match threads::report(app.store.as_ref(), &app.store_name, None, None, quiet).await
@@ -200,7 +200,7 @@ pub async fn runs(
 ) -> Response {
     let session = match session_or_login(&app, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let res = match ThreadId::new(&thread) {
         Ok(t) => runs::report(app.store.as_ref(), &t, now_ms()).await,
@@ -257,7 +257,7 @@ pub async fn run(
 ) -> Response {
     let session = match session_or_login(&app, &headers) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match run_page(&app, &session, &thread, &run).await {
         Ok(page) => html(StatusCode::OK, &page),

@@ -253,6 +253,12 @@ pub fn approving_at_once(url: &str, thread: &str, stop_before_resume: bool) {
         .iter()
         .find(|r| !r.body.contains("<h1>Recorded</h1>"))
         .unwrap();
+    let heading = lost
+        .body
+        .split("<h1>")
+        .nth(1)
+        .and_then(|h| h.split("</h1>").next());
+    eprintln!("the other person saw: {heading:?}");
     assert!(
         lost.body.to_lowercase().contains("already decided"),
         "{}",
