@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod actions;
 mod browser;
 pub mod http;
 mod security;
