@@ -54,6 +54,14 @@ fn unescape(text: &str) -> String {
     out
 }
 
+/// A refused action: the run, the action, the form's fields, and the same as a command line.
+type Case = (
+    &'static str,
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    Vec<&'static str>,
+);
+
 #[test]
 fn a_refused_action_says_what_the_command_says() {
     let dir = tempfile::tempdir().unwrap();
@@ -61,7 +69,7 @@ fn a_refused_action_says_what_the_command_says() {
     paused_run(&url, "t", "p");
     uncertain_run(&url, "t", "u");
     let before = contents(&url, "t");
-    let cases: [(&str, &str, Vec<(&str, &str)>, Vec<&str>); 4] = [
+    let cases: [Case; 4] = [
         (
             "u",
             "settle",
