@@ -1,7 +1,7 @@
 //! A person at a browser: headless Chromium (Debian's `chromium` and `chromium-driver`, which
 //! `cargo xtask test` installs) driven over WebDriver. On RocksDB, Redis and S3: the person
-//! logs in (from the keyboard), finds the thread and its paused runs, approves one, denies
-//! another, settles an uncertain call; the application's next plain resume completes each run
+//! logs in, finds the thread and its paused runs, approves one and denies another (these three
+//! from the keyboard: Enter in a field or on a button), settles an uncertain call; the application's next plain resume completes each run
 //! as the library says (the approved call runs once, the denied one is a failed call with the
 //! reason, the settled one is replayed without running). An unknown run shows the 404 page.
 //!
@@ -257,7 +257,8 @@ fn walk_through(url: &str, thread: &str, rocksdb: bool) {
     b.click(&format!("a[href=\"{}\"]", run_path(thread, "approve-me")));
     b.wait_for("Waiting for your decision");
     b.screenshot(dir, "run-paused");
-    b.click("#approve");
+    // From the keyboard: Enter on the focused button.
+    b.type_into("#approve", "\u{E007}");
     let page = b.wait_for("<h1>Recorded</h1>");
     assert!(
         page.contains("recorded `approve` for paused run approve-me"),
@@ -266,8 +267,8 @@ fn walk_through(url: &str, thread: &str, rocksdb: bool) {
     b.screenshot(dir, "approved");
 
     b.goto(&format!("{base}{}", run_path(thread, "deny-me")));
-    b.type_into("#reason", "too expensive");
-    b.click("#deny");
+    // Enter in the reason's field submits the deny form.
+    b.type_into("#reason", "too expensive\u{E007}");
     let page = b.wait_for("<h1>Recorded</h1>");
     assert!(
         page.contains("recorded `deny` for paused run deny-me"),

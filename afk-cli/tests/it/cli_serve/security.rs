@@ -52,6 +52,14 @@ fn a_wrong_token_gets_nothing() {
     let cookie = r.header("set-cookie").unwrap();
     assert!(cookie.contains("HttpOnly"), "{cookie}");
     assert!(cookie.contains("SameSite=Strict"), "{cookie}");
+    // Logging out (with the session's CSRF token) ends the session.
+    let cookie = cookie.split(';').next().unwrap().to_owned();
+    let csrf = s.csrf(&cookie, "/");
+    let out = s.post_form("/logout", &[("Cookie", &cookie)], &form(&[("csrf", &csrf)]));
+    assert_eq!(out.status, 303);
+    assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"));
+    let page = s.get("/", &[("Cookie", &cookie)]);
+    assert_eq!(page.header("location"), Some("/login"), "{}", page.body);
 }
 
 /// Posts without the session's CSRF token (none, a wrong one, another session's) change
