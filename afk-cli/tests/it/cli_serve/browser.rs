@@ -4,6 +4,8 @@
 //! from the keyboard: Enter in a field or on a button), settles an uncertain call; the application's next plain resume completes each run
 //! as the library says (the approved call runs once, the denied one is a failed call with the
 //! reason, the settled one is replayed without running). An unknown run shows the 404 page.
+//! And the demo's own stuck run (`afk demo --crash-after 10`) is settled from the browser and
+//! completed by `afk demo --resume`.
 //!
 //! Screenshots of each page are taken on RocksDB, into `$AFK_SERVE_SCREENSHOTS` when set (the
 //! README's come from `AFK_SERVE_SCREENSHOTS=$PWD/docs/serve`), else into the target
@@ -20,6 +22,7 @@ use serde_json::{Value, json};
 
 use super::{Server, TOKEN, request, rocks, run_path};
 use crate::cli_ops::{completed, paused_run, resume, uncertain_run};
+use crate::common::afk_in;
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
@@ -277,7 +280,6 @@ fn walk_through(url: &str, thread: &str, rocksdb: bool) {
 
     b.goto(&format!("{base}{}", run_path(thread, "settle-me")));
     b.wait_for("Did tool call <code>c1</code>");
-    b.screenshot(dir, "run-uncertain");
     b.click("#ran-1");
     b.type_into("#output-1", r#"{"charged": 5, "receipt": "r-1"}"#);
     b.click("#settle-1");
@@ -335,6 +337,52 @@ fn the_application_completes_the_runs(url: &str, thread: &str) {
         .iter()
         .find(|t| t.tool_call_id.as_deref() == Some("c1"));
     assert_eq!(t.unwrap().output, json!({"charged": 5, "receipt": "r-1"}));
+}
+
+/// The demo's stuck run (`afk demo --crash-after 10`: its at-most-once card charge was
+/// interrupted): the person settles the charge from the browser as having run, and the
+/// demo application's next resume (`afk demo --resume`) completes the order without charging
+/// again.
+#[test]
+fn the_demos_uncertain_charge_is_settled_from_a_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = rocks(dir.path());
+    let afk = |args: &[&str]| {
+        let mut all = vec!["--store", url.as_str()];
+        all.extend_from_slice(args);
+        afk_in(dir.path(), &all)
+    };
+    let stuck = afk(&["demo", "--crash-after", "10"]);
+    assert_eq!(stuck.code, Some(0), "{}", stuck.stdout);
+    let s = Server::start(&url, &[]);
+    let Some(b) = Browser::start() else { return };
+    let base = format!("http://127.0.0.1:{}", s.port);
+    b.goto(&format!("{base}/login"));
+    b.type_into("#token", &format!("{TOKEN}\u{E007}"));
+    b.wait_for("<h1>Threads</h1>");
+    b.click("a[href=\"/threads/afk-demo?state=uncertain\"]");
+    b.wait_for("uncertain (1)");
+    b.click("a[href=\"/threads/afk-demo/runs/demo-order-42\"]");
+    b.wait_for("Did tool call <code>call_charge</code> (<code>charge_card</code>) happen?");
+    b.screenshot(Some(&shots()), "demo-uncertain");
+    b.click("#ran-1");
+    b.type_into("#output-1", r#"{"charge_id": "ch_123"}"#);
+    b.click("#settle-1");
+    b.wait_for("settled tool call call_charge of run demo-order-42");
+    drop(b);
+    s.stop();
+    let resumed = afk(&["demo", "--resume"]);
+    assert_eq!(
+        resumed.code,
+        Some(0),
+        "{}{}",
+        resumed.stdout,
+        resumed.stderr
+    );
+    let executions = crate::common::line(&resumed.stdout, "tool executions:");
+    assert!(!executions.contains("call_charge"), "{executions}");
+    let done = crate::common::line(&resumed.stdout, "run demo-order-42:");
+    assert!(done.contains("completed"), "{done}");
 }
 
 #[test]
