@@ -20,10 +20,11 @@ use super::auth::{Session, clear_cookie, same_secret, set_cookie};
 use super::view::{self, Call, Chrome, html, see_other};
 use super::{App, Shared, status_of};
 
-/// The frame of a page for `session` (none before login).
+/// The frame of a page for `session` (none before login: then the page does not name the
+/// store either).
 pub fn chrome(app: &App, session: Option<&Session>) -> Chrome {
     Chrome {
-        store: app.store_name.clone(),
+        store: session.map_or_else(String::new, |_| app.store_name.clone()),
         read_only: app.read_only,
         csrf: session.map(|s| s.csrf.clone()),
     }
@@ -45,7 +46,11 @@ pub fn error_page(app: &App, session: Option<&Session>, cmd: &str, e: &Error) ->
     let page = view::Message {
         c: chrome(app, session),
         heading: heading.to_owned(),
-        text: error_text(cmd, &app.store_name, e),
+        // Before login, only the message: the CLI's text names the store.
+        text: match session {
+            Some(_) => error_text(cmd, &app.store_name, e),
+            None => e.message().to_owned(),
+        },
         ok: false,
         links: vec![("/".to_owned(), "All threads".to_owned())],
     };

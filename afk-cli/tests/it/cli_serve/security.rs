@@ -343,7 +343,7 @@ fn no_token_no_server() {
 }
 
 /// The token, the session cookie and the CSRF token appear in no log line (at trace level) and
-/// the token in no page.
+/// the token in no page; a page shown before login does not name the store.
 #[test]
 fn secrets_stay_out_of_pages_and_logs() {
     let dir = tempfile::tempdir().unwrap();
@@ -369,6 +369,12 @@ fn secrets_stay_out_of_pages_and_logs() {
     }
     for page in &pages {
         assert!(!page.contains(TOKEN), "{page}");
+    }
+    // Before login, pages do not even name the store.
+    let s = Server::start(&url, &[]);
+    for path in ["/login", "/nowhere"] {
+        let page = s.get(path, &[]).body;
+        assert!(!page.contains(dir.path().to_str().unwrap()), "{page}");
     }
 }
 
