@@ -7,12 +7,14 @@
 //! wins, as between two `afk decide` processes.
 
 use afk_core::runner::{Decision, Settlement};
-use afk_core::{Error, ErrorKind, Result};
+use afk_core::schema::Phase;
+use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 
+use super::super::common::latest;
 use super::super::fork::fork_report;
 use super::super::output::{Report, error_text};
 use super::super::settle::{decide_report, settle_report};
@@ -70,14 +72,15 @@ fn gate(
 
 /// The page of an action's outcome, for command `cmd` on `run`: its report's message, or its
 /// error as the CLI prints it. `already` is the heading when the report says nothing was
-/// written (the same answer was there already), `more` links shown first.
+/// written (the same answer was there already), `fenced` when the store fenced this request
+/// (another claimed the run meanwhile), `more` links shown first.
 fn outcome(
     app: &App,
     session: &Session,
     cmd: &str,
     (thread, run): (&str, &str),
     res: Result<Report>,
-    (already, more): (&str, Vec<(String, String)>),
+    (already, fenced, more): (&str, &str, Vec<(String, String)>),
 ) -> Response {
     let back = (
         format!("/threads/{thread}/runs/{run}"),
@@ -94,10 +97,7 @@ fn outcome(
         }
         Err(e) => {
             let heading = match e.kind() {
-                ErrorKind::Fenced if cmd == "decide" => {
-                    "Not recorded: someone else is deciding this run at this moment, or \
-                     already decided it"
-                }
+                ErrorKind::Fenced => fenced,
                 ErrorKind::Conflict if e.message().contains("already decided") => {
                     "Not recorded: the run was already decided"
                 }
@@ -157,14 +157,41 @@ pub async fn decide(
         Err(e) => Err(e),
     };
     let already = "Already decided: the run already has this decision; nothing written";
+    let fenced = match &res {
+        Err(e) if e.kind() == ErrorKind::Fenced => fenced_decision(&app, &thread, &run).await,
+        _ => FENCED,
+    };
     outcome(
         &app,
         &session,
         "decide",
         (&thread, &run),
         res,
-        (already, vec![]),
+        (already, fenced, vec![]),
     )
+}
+
+/// The heading of an action the store fenced: another request or process claimed the run
+/// between this one's claim and its write.
+const FENCED: &str = "Not confirmed: another request or process claimed the run at the same \
+                      moment; look at the run again";
+
+/// The heading of a decision the store fenced, from what the run holds now: decided (by the
+/// request that won, or by this one before the other claimed the run), or not yet.
+async fn fenced_decision(app: &App, thread: &str, run: &str) -> &'static str {
+    let (Ok(t), Ok(r)) = (ThreadId::new(thread), RunId::new(run)) else {
+        return FENCED;
+    };
+    match latest(app.store.as_ref(), &t, &r).await {
+        Ok(Some(rec)) if rec.phase == Phase::Resumed => {
+            "Already decided: the run holds a decision now, stored at the same moment by \
+             another request (or by this one before the store fenced it)"
+        }
+        _ => {
+            "Not recorded: someone else is deciding this run at this moment, or already \
+             decided it; look at the run again"
+        }
+    }
 }
 
 /// The settle form.
@@ -231,7 +258,7 @@ pub async fn settle(
         "settle",
         (&thread, &run),
         res,
-        (already, vec![]),
+        (already, FENCED, vec![]),
     )
 }
 
@@ -283,6 +310,6 @@ pub async fn fork(
         "fork",
         (&thread, &run),
         res,
-        ("Forked", links),
+        ("Forked", FENCED, links),
     )
 }

@@ -225,7 +225,8 @@ fn an_unknown_run_is_a_404_page() {
 }
 
 /// Two people approve the same paused run at the same moment: one decision is recorded, the
-/// other is told it was already decided, and the application's resume runs the call once.
+/// other is told it was already decided (the store's claim, not the server, decides), and the
+/// application's resume runs the call once.
 pub fn approving_at_once(url: &str, thread: &str, stop_before_resume: bool) {
     paused_run(url, thread, "race");
     let s = Server::start(url, &[]);
@@ -252,26 +253,30 @@ pub fn approving_at_once(url: &str, thread: &str, stop_before_resume: bool) {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let won: Vec<&super::Resp> = answers
+    // One request wins ("Recorded"); the other is told the run is already decided. When the
+    // store fenced the winner after its record was durable (the other claimed the run in
+    // between), both are told "already decided": still one decision, stored once.
+    let won = answers
         .iter()
         .filter(|r| r.body.contains("<h1>Recorded</h1>"))
-        .collect();
-    assert_eq!(won.len(), 1, "{answers:#?}");
-    let lost = answers
+        .count();
+    assert!(won <= 1, "{answers:#?}");
+    for lost in answers
         .iter()
-        .find(|r| !r.body.contains("<h1>Recorded</h1>"))
-        .unwrap();
-    let heading = lost
-        .body
-        .split("<h1>")
-        .nth(1)
-        .and_then(|h| h.split("</h1>").next());
-    eprintln!("the other person saw: {heading:?}");
-    assert!(
-        lost.body.to_lowercase().contains("already decided"),
-        "{}",
-        lost.body
-    );
+        .filter(|r| !r.body.contains("<h1>Recorded</h1>"))
+    {
+        let heading = lost
+            .body
+            .split("<h1>")
+            .nth(1)
+            .and_then(|h| h.split("</h1>").next());
+        eprintln!("the other person saw: {heading:?}");
+        assert!(
+            heading.is_some_and(|h| h.to_lowercase().contains("already decided")),
+            "{}",
+            lost.body
+        );
+    }
     if stop_before_resume {
         s.stop();
     }
