@@ -245,6 +245,11 @@ impl Progress {
         }
     }
 
+    /// No progress at all (for a report built for a page or an API answer).
+    pub fn none() -> Self {
+        Progress { on: false }
+    }
+
     /// Show `what` (`n` of `total`) on one overwritten line.
     pub fn tick(&self, what: &str, n: usize, total: Option<usize>) {
         if self.on {

@@ -66,7 +66,7 @@ pub async fn threads(State(app): State<Shared>, headers: HeaderMap) -> Response 
     if let Some(r) = may_read(&app, &headers, "threads") {
         return r;
     }
-    let quiet = Progress::on_terminal(true);
+    let quiet = Progress::none();
     let res = threads::report(app.store.as_ref(), &app.store_name, None, None, quiet).await;
     answer(&app, "threads", res)
 }

@@ -143,7 +143,7 @@ pub async fn threads(State(app): State<Shared>, headers: HeaderMap) -> Response 
         Ok(s) => s,
         Err(r) => return *r,
     };
-    let quiet = Progress::on_terminal(true);
+    let quiet = Progress::none();
     let report = match threads::report(app.store.as_ref(), &app.store_name, None, None, quiet).await
     {
         Ok(r) => r,
