@@ -29,6 +29,7 @@ mod output;
 mod prune;
 mod rekey;
 mod runs;
+mod serve;
 mod settle;
 mod show;
 mod status;
@@ -106,6 +107,9 @@ enum Command {
     /// Start a new run from a run's state at the start of a step, ready for the application's
     /// next resume (or a worker); the original run is left as it is.
     Fork(fork::Args),
+    /// Serve the console to a browser: threads, runs, a run's records, and the actions of
+    /// `decide`, `settle` and `fork` (token in `AFK_SERVE_TOKEN`; loopback by default).
+    Serve(serve::Args),
 }
 
 /// Exit code for usage errors and unimplemented options (clap uses 2 as well).
@@ -141,6 +145,7 @@ fn main() -> ExitCode {
         Command::Settle(args) => settle::settle(args, &ctx),
         Command::Decide(args) => settle::decide(args, &ctx),
         Command::Fork(args) => fork::run(args, &ctx),
+        Command::Serve(args) => serve::run(args, &ctx),
         Command::Export(args) => transfer::export(args, &ctx),
         Command::Import(args) => transfer::import(args, &ctx),
     }

@@ -141,32 +141,45 @@ impl Ctx {
     /// Print `e` (naming the store, the key and what to do) and return exit code 1.
     pub fn fail(&self, cmd: &str, e: &Error) -> ExitCode {
         let store = self.store_name();
-        let mut text = format!("afk {cmd}: {}: {}", e.kind(), e.message());
-        let mut source = std::error::Error::source(e);
-        while let Some(s) = source {
-            text.push_str(&format!(": {s}"));
-            source = s.source();
-        }
-        text.push_str(&format!("\n  store: {store}\n"));
-        if let Some(key) = e.key() {
-            text.push_str(&format!("  key:   {key}\n"));
-        }
-        text.push_str(&format!("  what to do: {}\n", hint(e)));
-        eprint!("{}", afk::redact::redact_urls(&text));
+        eprint!("{}", error_text(cmd, &store, e));
         if self.json {
-            let doc = json!({"error": {
-                "command": cmd,
-                "store": store,
-                "kind": e.kind().as_str(),
-                "message": afk::redact::redact_urls(&e.to_string()),
-                "key": e.key(),
-                "retryable": e.is_retryable(),
-                "hint": hint(e),
-            }});
+            let doc = error_doc(cmd, &store, e);
             println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         }
         ExitCode::FAILURE
     }
+}
+
+/// The text of an error of command `cmd` on the store named `store` (already redacted):
+/// `afk <cmd>: <kind>: <message>: <sources>`, then the store, the key and what to do, with
+/// every URL's password redacted.
+pub fn error_text(cmd: &str, store: &str, e: &Error) -> String {
+    let mut text = format!("afk {cmd}: {}: {}", e.kind(), e.message());
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text.push_str(&format!("\n  store: {store}\n"));
+    if let Some(key) = e.key() {
+        text.push_str(&format!("  key:   {key}\n"));
+    }
+    text.push_str(&format!("  what to do: {}\n", hint(e)));
+    afk::redact::redact_urls(&text)
+}
+
+/// The `--json` document of an error: `{"error": {"command", "store", "kind", "message",
+/// "key", "retryable", "hint"}}`.
+pub fn error_doc(cmd: &str, store: &str, e: &Error) -> Value {
+    json!({"error": {
+        "command": cmd,
+        "store": store,
+        "kind": e.kind().as_str(),
+        "message": afk::redact::redact_urls(&e.to_string()),
+        "key": e.key(),
+        "retryable": e.is_retryable(),
+        "hint": hint(e),
+    }})
 }
 
 /// What the operator can do about `e`.
@@ -230,6 +243,11 @@ impl Progress {
         Progress {
             on: !json && std::io::stderr().is_terminal() && std::io::stdout().is_terminal(),
         }
+    }
+
+    /// No progress at all (for a report built for a page or an API answer).
+    pub fn none() -> Self {
+        Progress { on: false }
     }
 
     /// Show `what` (`n` of `total`) on one overwritten line.

@@ -7,7 +7,7 @@ use afk_core::ThreadId;
 use afk_core::store::{Store, StoreExt};
 use serde_json::json;
 
-use super::output::{Ctx, Report, table, utc};
+use super::output::{Ctx, Progress, Report, table, utc};
 use super::status::run_status;
 
 /// `afk threads`
@@ -47,38 +47,50 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
         } else {
             None
         };
-        let threads = store.list_all_threads().await?;
-        let mut rows = Vec::new();
-        for (i, thread) in threads.iter().enumerate() {
-            progress.tick("reading threads", i, Some(threads.len()));
-            let row = thread_row(store.as_ref(), thread).await?;
-            if row.runs > 0 {
-                rows.push(row);
-            }
-        }
-        progress.done();
-        rows.sort_by(|a, b| {
-            b.last_activity_ms
-                .cmp(&a.last_activity_ms)
-                .then_with(|| a.thread.cmp(&b.thread))
-        });
-        if let Some(n) = args.limit {
-            rows.truncate(n);
-        }
-        let mut human = rebuilt.map_or_else(String::new, |(added, removed)| {
-            format!("thread index rebuilt: {added} thread(s) added, {removed} removed\n")
-        });
-        if rows.is_empty() {
-            human.push_str(&format!("no threads in {store_name}\n"));
-        } else {
-            human.push_str(&rows_table(&rows));
-        }
-        let mut doc = json!({"store": store_name, "threads": rows});
-        if let Some((added, removed)) = rebuilt {
-            doc["index_rebuild"] = json!({"added": added, "removed": removed});
-        }
-        Ok(Report::ok(doc, human))
+        report(store.as_ref(), &store_name, args.limit, rebuilt, progress).await
     })
+}
+
+/// The report of `afk threads` on `store` (named `store_name`, redacted): at most `limit`
+/// threads, newest activity first; `rebuilt` is what `--rebuild-index` did.
+pub async fn report(
+    store: &dyn Store,
+    store_name: &str,
+    limit: Option<usize>,
+    rebuilt: Option<(u64, u64)>,
+    progress: Progress,
+) -> afk_core::Result<Report> {
+    let threads = store.list_all_threads().await?;
+    let mut rows = Vec::new();
+    for (i, thread) in threads.iter().enumerate() {
+        progress.tick("reading threads", i, Some(threads.len()));
+        let row = thread_row(store, thread).await?;
+        if row.runs > 0 {
+            rows.push(row);
+        }
+    }
+    progress.done();
+    rows.sort_by(|a, b| {
+        b.last_activity_ms
+            .cmp(&a.last_activity_ms)
+            .then_with(|| a.thread.cmp(&b.thread))
+    });
+    if let Some(n) = limit {
+        rows.truncate(n);
+    }
+    let mut human = rebuilt.map_or_else(String::new, |(added, removed)| {
+        format!("thread index rebuilt: {added} thread(s) added, {removed} removed\n")
+    });
+    if rows.is_empty() {
+        human.push_str(&format!("no threads in {store_name}\n"));
+    } else {
+        human.push_str(&rows_table(&rows));
+    }
+    let mut doc = json!({"store": store_name, "threads": rows});
+    if let Some((added, removed)) = rebuilt {
+        doc["index_rebuild"] = json!({"added": added, "removed": removed});
+    }
+    Ok(Report::ok(doc, human))
 }
 
 /// One thread's row: its runs counted by state, and its newest activity.

@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use afk_core::keys::{ParsedKey, parse_key};
 use afk_core::normalize::{normalize_effect_row, normalize_record, normalize_transcript_entry};
 use afk_core::schema::{EffectStatus, Phase, PhasePayload};
-use afk_core::{Error, ThreadId};
+use afk_core::store::Store;
+use afk_core::{Error, Result, RunId, ThreadId};
 
 use super::common::{ids, keys_of_run};
 use super::output::{Ctx, Report, wl};
@@ -48,40 +49,45 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
     ctx.run("timeline", |store| async move {
         let (thread, run) = ids(&args.thread, Some(&args.run))?;
         let run = run.ok_or_else(|| Error::invalid_input("--run is required"))?;
-        let mut keys: Vec<(ParsedKey, String)> = keys_of_run(store.as_ref(), &thread, &run)
-            .await?
-            .into_iter()
-            .filter_map(|k| parse_key(&k).ok().map(|p| (p, k)))
-            .filter(|(p, _)| !matches!(p, ParsedKey::Latest { .. } | ParsedKey::Run { .. }))
-            .collect();
-        if keys.is_empty() {
-            return Err(Error::not_found(format!(
-                "run {run} has no records in thread {thread}"
-            )));
-        }
-        keys.sort_by_key(|(p, k)| (rank(p), k.clone()));
-        let mut o = String::new();
-        let mut entries = Vec::new();
-        for (parsed, key) in &keys {
-            let bytes = store.get(&thread, key).await?;
-            let text = line(&thread, parsed, key, bytes.as_deref());
-            wl!(o, "{text}");
-            let (kind, step) = match parsed {
-                ParsedKey::Checkpoint { step, .. } => ("checkpoint", Some(*step)),
-                ParsedKey::Effect { step, .. } => ("effect", Some(*step)),
-                ParsedKey::Messages { .. } => ("messages", None),
-                _ => ("other", None),
-            };
-            let value = bytes
-                .as_deref()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok());
-            entries.push(serde_json::json!({"key": key, "kind": kind, "step": step,
-                "text": text, "value": value}));
-        }
-        let doc = serde_json::json!({"thread": thread.as_str(), "run": run.as_str(),
-            "entries": entries});
-        Ok(Report::ok(doc, o))
+        report(store.as_ref(), &thread, &run).await
     })
+}
+
+/// The report of `afk timeline` for `run`; `NotFound` when the run has no keys.
+pub async fn report(store: &dyn Store, thread: &ThreadId, run: &RunId) -> Result<Report> {
+    let mut keys: Vec<(ParsedKey, String)> = keys_of_run(store, thread, run)
+        .await?
+        .into_iter()
+        .filter_map(|k| parse_key(&k).ok().map(|p| (p, k)))
+        .filter(|(p, _)| !matches!(p, ParsedKey::Latest { .. } | ParsedKey::Run { .. }))
+        .collect();
+    if keys.is_empty() {
+        return Err(Error::not_found(format!(
+            "run {run} has no records in thread {thread}"
+        )));
+    }
+    keys.sort_by_key(|(p, k)| (rank(p), k.clone()));
+    let mut o = String::new();
+    let mut entries = Vec::new();
+    for (parsed, key) in &keys {
+        let bytes = store.get(thread, key).await?;
+        let text = line(thread, parsed, key, bytes.as_deref());
+        wl!(o, "{text}");
+        let (kind, step) = match parsed {
+            ParsedKey::Checkpoint { step, .. } => ("checkpoint", Some(*step)),
+            ParsedKey::Effect { step, .. } => ("effect", Some(*step)),
+            ParsedKey::Messages { .. } => ("messages", None),
+            _ => ("other", None),
+        };
+        let value = bytes
+            .as_deref()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok());
+        entries.push(serde_json::json!({"key": key, "kind": kind, "step": step,
+            "text": text, "value": value}));
+    }
+    let doc = serde_json::json!({"thread": thread.as_str(), "run": run.as_str(),
+        "entries": entries});
+    Ok(Report::ok(doc, o))
 }
 
 fn line(thread: &ThreadId, parsed: &ParsedKey, key: &str, bytes: Option<&[u8]>) -> String {

@@ -9,7 +9,7 @@ use crate::features;
 use crate::msrv;
 use crate::services::Needs;
 use crate::system;
-use crate::test::{self, ROCKSDB_DEBS};
+use crate::test::{self, BROWSER_DEBS, ROCKSDB_DEBS};
 
 /// `cargo package` of every crate meant to be published, verified (built from the packaged
 /// sources alone). `--allow-dirty`: it checks what a package would hold, also before a commit.
@@ -42,6 +42,7 @@ pub fn run() -> Result<i32> {
     // Install everything up front: clippy and rustdoc already build the RocksDB crate.
     let mut debs = Needs::ALL.debs();
     debs.extend(ROCKSDB_DEBS);
+    debs.extend(BROWSER_DEBS);
     system::ensure_debs(&debs)?;
 
     let mut times = Vec::new();

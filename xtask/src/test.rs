@@ -36,11 +36,18 @@ pub struct Selection {
     pub needs: Needs,
     /// The Debian packages the build needs.
     pub build_debs: BTreeSet<&'static str>,
+    /// The Debian packages the tests need besides the servers: the browser of `afk serve`'s
+    /// browser tests when the command line crate is tested.
+    pub test_debs: BTreeSet<&'static str>,
 }
 
 /// Debian packages the RocksDB crate needs to build: bindgen's libclang and the library we
 /// link instead of compiling RocksDB's C++ (see `.cargo/config.toml`).
 pub const ROCKSDB_DEBS: [&str; 2] = ["libclang-dev", "librocksdb-dev"];
+
+/// Debian packages of the browser `afk serve`'s tests drive: headless Chromium
+/// (`/usr/bin/chromium`) and its WebDriver server (`/usr/bin/chromedriver`).
+pub const BROWSER_DEBS: [&str; 2] = ["chromium", "chromium-driver"];
 
 impl Selection {
     /// The selection for `stores`; empty means everything.
@@ -50,6 +57,7 @@ impl Selection {
                 cargo_args: vec!["--workspace".into(), "--all-features".into()],
                 needs: Needs::ALL,
                 build_debs: ROCKSDB_DEBS.into(),
+                test_debs: BROWSER_DEBS.into(),
             };
         }
         let mut packages = BTreeSet::new();
@@ -103,10 +111,16 @@ impl Selection {
             let list: Vec<&str> = features.into_iter().collect();
             cargo_args.extend(["--features".to_string(), list.join(",")]);
         }
+        let test_debs = if packages.contains("afk-cli") {
+            BROWSER_DEBS.into()
+        } else {
+            BTreeSet::new()
+        };
         Selection {
             cargo_args,
             needs,
             build_debs,
+            test_debs,
         }
     }
 }
@@ -123,7 +137,13 @@ fn env_or(cmd: &mut Command, name: &str, default: &str) {
 /// pass). The servers are stopped before it returns.
 pub fn run(stores: &[Store], extra: &[String]) -> Result<i32> {
     let selection = Selection::new(stores);
-    system::ensure_debs(&selection.build_debs)?;
+    system::ensure_debs(
+        &selection
+            .build_debs
+            .union(&selection.test_debs)
+            .copied()
+            .collect(),
+    )?;
     let services = if selection.needs.redis || selection.needs.s3 {
         Some(Services::start(
             &format!("test-{}", std::process::id()),
@@ -230,6 +250,7 @@ mod tests {
         assert_eq!(all.cargo_args, ["--workspace", "--all-features"]);
         assert_eq!(all.needs, Needs::ALL);
         assert!(all.build_debs.contains("librocksdb-dev"));
+        assert_eq!(all.test_debs, BTreeSet::from(BROWSER_DEBS));
     }
 
     #[test]
@@ -260,6 +281,7 @@ mod tests {
             }
         );
         assert!(memory.build_debs.is_empty());
+        assert!(memory.test_debs.is_empty());
     }
 
     #[test]
@@ -290,5 +312,6 @@ mod tests {
             }
         );
         assert_eq!(both.build_debs, BTreeSet::from(ROCKSDB_DEBS));
+        assert_eq!(both.test_debs, BTreeSet::from(BROWSER_DEBS));
     }
 }

@@ -16,6 +16,7 @@ mod cli_redis_index;
 mod cli_rekey;
 mod cli_seal;
 mod cli_seal_kms;
+mod cli_serve;
 mod cli_servers;
 mod cli_settle;
 mod cli_sweep;
