@@ -2,6 +2,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod format;
+mod hashes;
 mod keyring;
 mod keys;
 #[cfg(feature = "kms")]

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use afk_core::hash::{EffectHashes, HashKey};
 use afk_core::store::{
     AttentionPage, Capabilities, Commit, CommitRejected, Epoch, FinishedPage, FinishedRun,
     ListPage, Store, ThreadPage, commit_by_ref,
@@ -14,6 +15,7 @@ use lru::LruCache;
 use serde::{Deserialize, Serialize};
 
 use crate::format::{Key, OVERHEAD, looks_sealed, open, parse, seal};
+use crate::hashes::{open_hash_key, seal_hash_key};
 use crate::keyring::Keyring;
 use crate::keys::KeySource;
 
@@ -39,6 +41,10 @@ pub(crate) struct Record {
     pub(crate) active: String,
     /// Data key id → the wrapped key, hex.
     pub(crate) keys: std::collections::BTreeMap<String, String>,
+    /// The thread's key for its effect hashes, sealed with one of its data keys (hex);
+    /// absent from records written before effect hashes were keyed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) hash: Option<String>,
 }
 
 /// One thread's data keys, unwrapped.
@@ -46,6 +52,8 @@ pub(crate) struct Record {
 pub(crate) struct ThreadKeys {
     pub(crate) active: String,
     pub(crate) keys: HashMap<String, Key>,
+    /// The key of the thread's effect hashes, if its record holds one.
+    pub(crate) hash: Option<HashKey>,
 }
 
 /// A [`Store`] that seals every value it writes (records, latest pointers, effect rows,
@@ -104,6 +112,11 @@ impl SealedStore {
     pub fn with_mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
+    }
+
+    /// The mode it is in.
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// The store underneath (sealed values as stored).
@@ -183,9 +196,14 @@ impl SealedStore {
         if !keys.contains_key(&record.active) {
             return Err(bad(format!("names no key {} as active", record.active)));
         }
+        let hash = match &record.hash {
+            Some(sealed) => Some(open_hash_key(thread, sealed, &keys)?),
+            None => None,
+        };
         let tk = Arc::new(ThreadKeys {
             active: record.active,
             keys,
+            hash,
         });
         self.cache
             .lock()
@@ -196,7 +214,11 @@ impl SealedStore {
 
     /// The thread's keys to read with; `NotFound` when it has none (erased, or another
     /// keyring's).
-    async fn keys_to_read(&self, thread: &ThreadId, key: &str) -> Result<Arc<ThreadKeys>> {
+    pub(crate) async fn keys_to_read(
+        &self,
+        thread: &ThreadId,
+        key: &str,
+    ) -> Result<Arc<ThreadKeys>> {
         if let Some(k) = self.cached(thread) {
             return Ok(k);
         }
@@ -210,8 +232,9 @@ impl SealedStore {
         }
     }
 
-    /// The thread's keys to write with, created on its first write.
-    async fn keys_to_write(&self, thread: &ThreadId) -> Result<Arc<ThreadKeys>> {
+    /// The thread's keys to write with, created on its first write (or its first claim's
+    /// question for its effect hashes).
+    pub(crate) async fn keys_to_write(&self, thread: &ThreadId) -> Result<Arc<ThreadKeys>> {
         if let Some(k) = self.cached(thread) {
             return Ok(k);
         }
@@ -226,6 +249,7 @@ impl SealedStore {
             thread: thread.to_string(),
             active: id.to_owned(),
             keys: [(id.to_owned(), hex::encode(wrapped))].into(),
+            hash: Some(seal_hash_key(thread, id, &dek, &crate::hashes::generate())?),
         };
         let bytes = serde_json::to_vec(&record)
             .map_err(|e| Error::unexpected(format!("keyring record: {e}")))?;
@@ -354,6 +378,14 @@ impl Store for SealedStore {
     async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
         self.forget(thread);
         self.inner.claim_if(thread, run, seen).await
+    }
+
+    /// Keyed with the thread's own hash key, kept in its keyring record (created with it):
+    /// a stored hash confirms no guessed argument without the keyring and the key-encryption
+    /// key, and none at all once the thread is erased. In [`Mode::DecryptOnly`], plain, with
+    /// the keyed hashes written before still matching.
+    async fn effect_hashes(&self, thread: &ThreadId) -> Result<EffectHashes> {
+        self.thread_hashes(thread).await
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {
