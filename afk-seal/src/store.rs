@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use afk_core::hash::{EffectHashes, HashKey};
 use afk_core::store::{
     AttentionPage, Capabilities, Commit, CommitRejected, Epoch, FinishedPage, FinishedRun,
-    ListPage, Store, ThreadPage, commit_by_ref,
+    ListPage, Store, ThreadPage, latest_key,
 };
 use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use async_trait::async_trait;
@@ -54,6 +54,8 @@ pub(crate) struct ThreadKeys {
     pub(crate) keys: HashMap<String, Key>,
     /// The key of the thread's effect hashes, if its record holds one.
     pub(crate) hash: Option<HashKey>,
+    /// The keyring record these keys were unwrapped from, as stored.
+    record: Vec<u8>,
 }
 
 /// A [`Store`] that seals every value it writes (records, latest pointers, effect rows,
@@ -140,8 +142,22 @@ impl SealedStore {
             .len()
     }
 
+    /// Forget the thread's keys held in memory if its keyring record is no longer the one
+    /// they were unwrapped from (a rotation or an erasure since), or cannot be read now: a
+    /// run starts or resumes with the record as it is, and an unchanged record is not
+    /// unwrapped again (with KMS, no `Decrypt` call per claim).
+    async fn forget_if_changed(&self, thread: &ThreadId) {
+        let Some(held) = self.cached(thread) else {
+            return;
+        };
+        match self.ring.load(thread).await {
+            Ok(Some(bytes)) if bytes == held.record => {}
+            _ => self.forget(thread),
+        }
+    }
+
     /// Forget the thread's keys held in memory: the next read or write loads its keyring
-    /// record again (after a claim, and after a rotation).
+    /// record again (after a rotation).
     pub(crate) fn forget(&self, thread: &ThreadId) {
         self.cache
             .lock()
@@ -204,6 +220,7 @@ impl SealedStore {
             active: record.active,
             keys,
             hash,
+            record: bytes.to_vec(),
         });
         self.cache
             .lock()
@@ -293,26 +310,109 @@ impl SealedStore {
         open(thread, key, dek, &parsed)
     }
 
-    /// The commit as stored: its values sealed (unless decrypt-only).
+    /// Whether a commit is written as it is (decrypt-only, or nothing to seal).
+    fn passes(&self, c: &Commit) -> bool {
+        self.mode == Mode::DecryptOnly || (c.puts.is_empty() && c.latest.is_none())
+    }
+
+    /// The commit as stored: its values sealed (unless decrypt-only). Plaintext values are
+    /// sealed straight into the new commit, not copied first.
     async fn seal_commit(&self, c: &Commit) -> Result<Commit> {
-        if self.mode == Mode::DecryptOnly || (c.puts.is_empty() && c.latest.is_none()) {
+        if self.passes(c) {
             return Ok(c.clone());
         }
         let keys = self.keys_to_write(&c.thread).await?;
         let id = keys.active.as_str();
         let dek = &keys.keys[id];
-        let mut out = c.clone();
-        for (k, v) in &mut out.puts {
-            if !store_owned(k) {
-                *v = seal(&c.thread, k, id, dek, v)?;
+        let mut puts = Vec::with_capacity(c.puts.len());
+        for (k, v) in &c.puts {
+            let v = if store_owned(k) {
+                v.clone()
+            } else {
+                seal(&c.thread, k, id, dek, v)?
+            };
+            puts.push((k.clone(), v));
+        }
+        let latest = match &c.latest {
+            Some(v) => Some(seal(&c.thread, &latest_key(&c.run), id, dek, v)?),
+            None => None,
+        };
+        Ok(Commit {
+            thread: c.thread.clone(),
+            run: c.run.clone(),
+            epoch: c.epoch,
+            puts,
+            latest,
+            attention: c.attention.clone(),
+        })
+    }
+
+    /// Seal the values of a commit in place, all or none: on an error the commit is as it
+    /// was. Returns the keys they were sealed with (to open them again if the commit is
+    /// refused).
+    async fn seal_in_place(&self, c: &mut Commit) -> Result<Option<Arc<ThreadKeys>>> {
+        if self.passes(c) {
+            return Ok(None);
+        }
+        let keys = self.keys_to_write(&c.thread).await?;
+        let id = keys.active.as_str();
+        let dek = &keys.keys[id];
+        let lk = latest_key(&c.run);
+        let mut done = 0;
+        let mut sealed = Ok(());
+        for (k, v) in c.puts.iter_mut().filter(|(k, _)| !store_owned(k)) {
+            match seal(&c.thread, k, id, dek, v) {
+                Ok(s) => *v = s,
+                Err(e) => {
+                    sealed = Err(e);
+                    break;
+                }
+            }
+            done += 1;
+        }
+        if sealed.is_ok()
+            && let Some(v) = &mut c.latest
+        {
+            match seal(&c.thread, &lk, id, dek, v) {
+                Ok(s) => *v = s,
+                Err(e) => sealed = Err(e),
             }
         }
-        if let Some(v) = &mut out.latest {
-            let lk = afk_core::store::latest_key(&c.run);
-            *v = seal(&c.thread, &lk, id, dek, v)?;
+        if let Err(e) = sealed {
+            unseal(c, &keys, done, false)?;
+            return Err(e);
         }
-        Ok(out)
+        Ok(Some(keys))
     }
+}
+
+/// Open again the first `count` sealed puts of `c` and, if `latest`, its latest pointer: the
+/// commit as it was before [`SealedStore::seal_in_place`]. Cannot fail for values just sealed
+/// with `keys`; `Unexpected` if it does.
+fn unseal(c: &mut Commit, keys: &ThreadKeys, count: usize, latest: bool) -> Result<()> {
+    let opened = |key: &str, v: &[u8]| {
+        let parsed = parse(v, key)?;
+        let dek = keys.keys.get(parsed.key_id).ok_or_else(|| {
+            Error::unexpected(format!("{key}: sealed with a key no longer in memory"))
+        })?;
+        open(&c.thread, key, dek, &parsed)
+    };
+    let mut restored = Vec::new();
+    for (k, v) in c.puts.iter().filter(|(k, _)| !store_owned(k)).take(count) {
+        restored.push(opened(k, v)?);
+    }
+    let latest = match &c.latest {
+        Some(v) if latest => Some(opened(&latest_key(&c.run), v)?),
+        _ => None,
+    };
+    let puts = c.puts.iter_mut().filter(|(k, _)| !store_owned(k));
+    for ((_, v), plain) in puts.zip(restored) {
+        *v = plain;
+    }
+    if let Some(plain) = latest {
+        c.latest = Some(plain);
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -362,21 +462,21 @@ impl Store for SealedStore {
         self.inner.delete_run(thread, run).await
     }
 
-    /// Claiming also forgets the thread's keys held in memory, so that a run starts or
-    /// resumes with the keyring record as it is now (sealing with the data key a rotation
-    /// made active).
+    /// Claiming also reads the thread's keyring record and forgets the keys held in memory
+    /// if it changed, so that a run starts or resumes with the record as it is now (sealing
+    /// with the data key a rotation made active, or finding the thread erased).
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
-        self.forget(thread);
+        self.forget_if_changed(thread).await;
         self.inner.claim(thread, run).await
     }
 
     async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
-        self.forget(thread);
+        self.forget_if_changed(thread).await;
         self.inner.claim_if_new(thread, run).await
     }
 
     async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
-        self.forget(thread);
+        self.forget_if_changed(thread).await;
         self.inner.claim_if(thread, run, seen).await
     }
 
@@ -394,9 +494,31 @@ impl Store for SealedStore {
         self.inner.commit(&sealed).await
     }
 
-    /// Sealing makes a new commit: the one handed in is handed back unchanged if refused.
-    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
-        commit_by_ref(self, commit).await
+    /// Seals the values in place (no copy of the commit) and hands the inner store the
+    /// result; a refused commit is opened again, so it comes back unchanged.
+    async fn commit_owned(&self, mut commit: Commit) -> std::result::Result<(), CommitRejected> {
+        let rejected = |error, commit| CommitRejected {
+            error,
+            commit: Box::new(commit),
+        };
+        if let Err(e) = afk_core::store::validate_commit(&commit) {
+            return Err(rejected(e, commit));
+        }
+        let keys = match self.seal_in_place(&mut commit).await {
+            Ok(keys) => keys,
+            Err(e) => return Err(rejected(e, commit)),
+        };
+        let Err(mut refused) = self.inner.commit_owned(commit).await else {
+            return Ok(());
+        };
+        if let Some(keys) = keys {
+            let c = &mut refused.commit;
+            let all = c.puts.iter().filter(|(k, _)| !store_owned(k)).count();
+            if let Err(e) = unseal(c, &keys, all, true) {
+                refused.error = e;
+            }
+        }
+        Err(refused)
     }
 
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {

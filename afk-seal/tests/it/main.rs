@@ -2,6 +2,7 @@
 //! store, what sealing promises, and key rotation.
 
 mod conformance;
+mod cost;
 mod hashes;
 #[cfg(feature = "kms")]
 mod kms;
