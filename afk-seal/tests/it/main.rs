@@ -3,6 +3,7 @@
 
 mod conformance;
 mod cost;
+mod fuzz;
 mod hashes;
 #[cfg(feature = "kms")]
 mod kms;
