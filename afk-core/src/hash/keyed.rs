@@ -11,20 +11,39 @@ use serde_json::{Map, Value};
 use sha2::Sha256;
 
 /// A 256-bit key for keyed effect hashes (HMAC-SHA256). Its `Debug` shows no key material.
-#[derive(Clone, PartialEq, Eq)]
-pub struct HashKey([u8; 32]);
+#[derive(Clone)]
+pub struct HashKey {
+    bytes: [u8; 32],
+    /// HMAC's state with the key absorbed (its inner and outer pads), copied for each hash
+    /// instead of hashing the pads again: two of the four or so SHA-256 blocks of a small
+    /// hash.
+    keyed: Hmac<Sha256>,
+}
 
 impl HashKey {
     /// The key with these bytes.
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
-        HashKey(bytes)
+        // HMAC pads a key shorter than the hash's 64-byte block with zeros: the padded block
+        // is the same key, and the fixed-size constructor cannot fail.
+        let mut block = [0u8; 64];
+        block[..32].copy_from_slice(&bytes);
+        let keyed = <Hmac<Sha256> as KeyInit>::new(&block.into());
+        HashKey { bytes, keyed }
     }
 
     /// The key's bytes.
     pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
+        &self.bytes
     }
 }
+
+impl PartialEq for HashKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for HashKey {}
 
 impl fmt::Debug for HashKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -47,11 +66,7 @@ impl Digest<'_> {
         match self {
             Digest::Sha256 => super::sha256_hex(bytes),
             Digest::Hmac(key) => {
-                // HMAC pads a key shorter than the hash's 64-byte block with zeros: the padded
-                // block is the same key, and the fixed-size constructor cannot fail.
-                let mut block = [0u8; 64];
-                block[..32].copy_from_slice(&key.0);
-                let mut mac = <Hmac<Sha256> as KeyInit>::new(&block.into());
+                let mut mac = key.keyed.clone();
                 mac.update(bytes);
                 super::digest_hex(mac.finalize().into_bytes().into())
             }
