@@ -184,7 +184,9 @@ impl SealedStore {
     }
 
     /// [`SealedStore::rekey`] of every thread of the store, in the order the store lists
-    /// them. Needs a store that lists its threads (`Unsupported` otherwise).
+    /// them, stopping at the first thread that fails (`afk rekey --all` calls
+    /// [`SealedStore::rekey`] per thread instead and goes on past failures). Needs a store that
+    /// lists its threads (`Unsupported` otherwise).
     pub async fn rekey_all(&self, opts: &RekeyOptions) -> Result<Vec<RekeyReport>> {
         let mut out = Vec::new();
         for thread in self.inner.list_all_threads().await? {
