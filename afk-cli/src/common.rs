@@ -51,6 +51,12 @@ where
 /// without a database) is refused with `InvalidConfig`: a command that only inspects or changes
 /// what is there must not turn a mistyped path into a new, empty store.
 pub async fn open(cmd: &str, url: &str, create: bool) -> Result<Arc<dyn Store>> {
+    seal_from_env(open_as_stored(cmd, url, create).await?).await
+}
+
+/// [`open`] without the seal the `AFK_SEAL_*` variables would put around it: values as the
+/// store holds them.
+pub async fn open_as_stored(cmd: &str, url: &str, create: bool) -> Result<Arc<dyn Store>> {
     let store = if create {
         afk::open(url).await?
     } else {
@@ -58,7 +64,7 @@ pub async fn open(cmd: &str, url: &str, create: bool) -> Result<Arc<dyn Store>> 
     };
     tracing::info!(command = cmd, store = %afk::redact::redact_urls(url), "store opened");
     tracing::debug!(capabilities = ?store.capabilities(), "store capabilities");
-    seal_from_env(store).await
+    Ok(store)
 }
 
 /// The existing store `url` names, sealed as the `AFK_SEAL_*` variables say: for a command

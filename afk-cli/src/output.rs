@@ -90,6 +90,35 @@ impl Ctx {
         F: FnOnce(Arc<dyn Store>) -> Fut,
         Fut: std::future::Future<Output = Result<Report>>,
     {
+        self.run_opened(cmd, (on_stdout, create, true), body)
+    }
+
+    /// [`Ctx::run_to`] (`create`: [`Ctx::run_creating`]) with the store as it is stored: not
+    /// sealed even when `AFK_SEAL_*` is set (its sealed values read and written as they are).
+    pub fn run_as_stored<F, Fut>(
+        &self,
+        cmd: &str,
+        on_stdout: bool,
+        create: bool,
+        body: F,
+    ) -> ExitCode
+    where
+        F: FnOnce(Arc<dyn Store>) -> Fut,
+        Fut: std::future::Future<Output = Result<Report>>,
+    {
+        self.run_opened(cmd, (on_stdout, create, false), body)
+    }
+
+    fn run_opened<F, Fut>(
+        &self,
+        cmd: &str,
+        (on_stdout, create, sealed): (bool, bool, bool),
+        body: F,
+    ) -> ExitCode
+    where
+        F: FnOnce(Arc<dyn Store>) -> Fut,
+        Fut: std::future::Future<Output = Result<Report>>,
+    {
         let rt = match tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -102,7 +131,11 @@ impl Ctx {
         };
         let url = self.url.clone();
         let res = rt.block_on(async move {
-            let store = super::common::open(cmd, &url, create).await?;
+            let store = if sealed {
+                super::common::open(cmd, &url, create).await?
+            } else {
+                super::common::open_as_stored(cmd, &url, create).await?
+            };
             body(store).await
         });
         self.print_to(cmd, on_stdout, res)

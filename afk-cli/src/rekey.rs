@@ -7,11 +7,14 @@
 //! A run held by a live owner (an unexpired lease) is skipped and reported, never taken; the
 //! old data key is then kept, and the command exits 1: run it again later. Interrupted at any
 //! point (a crash, SIGKILL), the store stays readable and running the command again finishes
-//! the job.
+//! the job. With `--all`, a thread that fails (a key the key source lacks, a corrupt value, a
+//! store error) is reported and the next thread is rotated; the command exits 1 at the end,
+//! naming every thread that failed.
 //!
 //! JSON: `{"threads": [{"thread", "had_keys", "kek", "data_key", "rewrapped", "created",
 //! "resealed", "current", "plaintext", "skipped": [{"run", "owner", "lease_until_ms",
-//! "reason"}], "retired", "pending"}], "resealed", "finished"}`.
+//! "reason"}], "retired", "pending"}], "failed": [{"thread", "kind", "message", "key", "hint"}],
+//! "resealed", "finished"}`.
 
 use std::process::ExitCode;
 
@@ -21,7 +24,8 @@ use afk_seal::{RekeyOptions, RekeyReport};
 use serde_json::json;
 
 use super::common::open_sealed;
-use super::output::{Ctx, Report, utc, wl};
+use super::output::{Ctx, Report, hint, utc, wl};
+use afk::redact::redact_urls;
 
 /// `afk rekey`
 #[derive(Debug, clap::Args)]
@@ -60,34 +64,67 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
                 ..RekeyOptions::default()
             };
             let mut reports = Vec::with_capacity(threads.len());
+            let mut failed = Vec::new();
             for (i, thread) in threads.iter().enumerate() {
                 progress.tick("rekeying threads", i, Some(threads.len()));
-                reports.push(store.rekey(thread, &opts).await?);
+                match store.rekey(thread, &opts).await {
+                    Ok(r) => reports.push(r),
+                    // One thread named on the command line: its error is the command's.
+                    Err(e) if args.thread.is_some() => return Err(e),
+                    Err(e) => failed.push((thread.clone(), e)),
+                }
             }
             progress.done();
-            Ok::<_, Error>(report(&reports))
+            Ok::<_, Error>(report(&reports, &failed))
         })
     })();
     ctx.print("rekey", res)
 }
 
-/// The report of every thread.
-fn report(reports: &[RekeyReport]) -> Report {
+/// The report of every thread, and of those that failed.
+fn report(reports: &[RekeyReport], failed: &[(ThreadId, Error)]) -> Report {
     let mut o = String::new();
     for r in reports {
         wl!(o, "{}", paragraph(r));
     }
+    for (t, e) in failed {
+        wl!(
+            o,
+            "thread {t}: failed: {}: {}",
+            e.kind(),
+            redact_urls(e.message())
+        );
+    }
     let resealed: u64 = reports.iter().map(|r| r.resealed).sum();
-    let finished = reports.iter().all(RekeyReport::finished);
-    if reports.is_empty() {
+    let held = !reports.iter().all(RekeyReport::finished);
+    let finished = !held && failed.is_empty();
+    if reports.is_empty() && failed.is_empty() {
         wl!(o, "no threads to rekey");
-    } else if !finished {
+    }
+    if !failed.is_empty() {
+        let names: Vec<&str> = failed.iter().map(|(t, _)| t.as_str()).collect();
+        wl!(
+            o,
+            "not finished: {} thread(s) failed ({}); fix what each says and run `afk rekey` again",
+            failed.len(),
+            names.join(", ")
+        );
+    }
+    if held {
         wl!(
             o,
             "not finished: run `afk rekey` again once the runs above are no longer held"
         );
     }
-    let doc = json!({"threads": reports, "resealed": resealed, "finished": finished});
+    let failed_doc: Vec<_> = failed
+        .iter()
+        .map(|(t, e)| {
+            json!({"thread": t.as_str(), "kind": e.kind().as_str(),
+                "message": redact_urls(e.message()), "key": e.key(), "hint": hint(e)})
+        })
+        .collect();
+    let doc = json!({"threads": reports, "failed": failed_doc, "resealed": resealed,
+        "finished": finished});
     let mut report = Report::ok(doc, o);
     report.failed = !finished;
     report

@@ -1,7 +1,8 @@
 //! `afk export` and `afk import`: a run or a thread as JSON Lines, between any two stores.
 //!
 //! The file holds one JSON object per line:
-//! * `{"type": "header", "format": "afk-export", "version": 1, "thread", "runs": [...]}`;
+//! * `{"type": "header", "format": "afk-export", "version": 1, "thread", "runs": [...]}`, with
+//!   `"as_stored": true` for `export --ciphertext`;
 //! * per key of each run, sorted by run then key: `{"type": "key", "run", "key", "value"}`,
 //!   `value` being the stored bytes as a string (every record, effect row and transcript entry
 //!   is UTF-8 JSON), or `"value_hex"` for bytes that are not UTF-8. The latest pointer is
@@ -15,6 +16,21 @@
 //! and compared byte for byte, and the run is checked with `afk_core::verify`; any difference
 //! or problem fails the import (exit 1).
 //!
+//! A store sealed at rest (`AFK_SEAL_*`) moves in one of two ways:
+//! * **keeping the ciphertext**: `export --ciphertext` writes the values as the store holds
+//!   them, sealed, without opening them (no keys needed), and the import writes them as they
+//!   are, whatever `AFK_SEAL_*` says; they open where the source's keyring and key-encryption
+//!   keys are given (the same keyring: erasing a thread there also erases it in every such
+//!   copy). Given those keys, the import opens and verifies each run and indexes it; without
+//!   them it compares the bytes only.
+//! * **re-sealed under the target's keys**: `export` with the source's keys opens the values,
+//!   and `import` with the target's keys seals them under the target's data keys, e.g.
+//!   `AFK_SEAL_KEYRING=src … afk export --thread T | AFK_SEAL_KEYRING=dst … afk import -`
+//!   (plaintext only in the pipe). The effect rows keep the source thread's keyed hashes,
+//!   which the target thread's own hash key does not reproduce: a run that is not finished
+//!   and has effect rows of its pending step fails to resume there (`Corrupt`, "Effect
+//!   journal integrity conflict"). Move such runs keeping the ciphertext, or finish them first.
+//!
 //! On a store that keeps the index of runs that need attention, a last empty commit under the
 //! import's claim puts the run where it belongs: a finished run is closed (it enters the index
 //! of finished runs of a store with one), an unfinished one gets an entry naming its agent
@@ -25,6 +41,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use afk_core::store::{StoreExt, latest_key};
 use afk_core::verify::verify_run;
@@ -49,6 +66,13 @@ pub struct ExportArgs {
     /// Write to this file (default: stdout, and the summary goes to stderr).
     #[arg(long, value_name = "FILE")]
     out: Option<std::path::PathBuf>,
+    /// Export the values as the store holds them, sealed at rest, without opening them (no
+    /// `AFK_SEAL_*` keys needed): the file stays ciphertext and opens only with the source's
+    /// keyring and key-encryption keys; an import writes it as it is. Without it, a store
+    /// opened with `AFK_SEAL_*` keys exports its values opened (plaintext), and an import
+    /// into a store opened with keys seals them under the target's keys.
+    #[arg(long)]
+    ciphertext: bool,
 }
 
 /// `afk import`
@@ -75,19 +99,37 @@ fn value_json(bytes: &[u8]) -> (&'static str, Value) {
     }
 }
 
-/// Export. JSON summary: `{"thread", "runs", "keys", "bytes", "out"}`.
+/// Export. JSON summary: `{"thread", "runs", "keys", "bytes", "out", "ciphertext"}`.
 pub fn export(args: ExportArgs, ctx: &Ctx) -> ExitCode {
     let progress = ctx.progress();
     let to_stdout = args.out.is_none();
-    ctx.run_to("export", !to_stdout, |store| async move {
+    let ciphertext = args.ciphertext;
+    let body = |store: Arc<dyn Store>| async move { export_to(args, &progress, store).await };
+    if ciphertext {
+        ctx.run_as_stored("export", !to_stdout, false, body)
+    } else {
+        ctx.run_to("export", !to_stdout, body)
+    }
+}
+
+/// Write the export of `store` (opened, or as stored for `--ciphertext`).
+async fn export_to(
+    args: ExportArgs,
+    progress: &super::output::Progress,
+    store: Arc<dyn Store>,
+) -> Result<Report> {
+    {
         let (thread, run) = ids(&args.thread, args.run.as_deref())?;
         let runs = match run {
             Some(r) => vec![r],
             None => store.list_runs(&thread).await?,
         };
         let mut lines = Vec::new();
-        let header = json!({"type": "header", "format": "afk-export", "version": 1,
+        let mut header = json!({"type": "header", "format": "afk-export", "version": 1,
             "thread": thread.as_str(), "runs": runs.iter().map(RunId::as_str).collect::<Vec<_>>()});
+        if args.ciphertext {
+            header["as_stored"] = Value::Bool(true);
+        }
         lines.push(header.to_string());
         let (mut keys_n, mut bytes_n) = (0usize, 0usize);
         for (i, run) in runs.iter().enumerate() {
@@ -134,19 +176,22 @@ pub fn export(args: ExportArgs, ctx: &Ctx) -> ExitCode {
             .as_ref()
             .map_or_else(|| "-".to_owned(), |p| p.display().to_string());
         let doc = json!({"thread": thread.as_str(), "runs": runs.len(), "keys": keys_n,
-            "bytes": bytes_n, "out": out});
+            "bytes": bytes_n, "out": out, "ciphertext": args.ciphertext});
         let human = format!(
-            "exported {} run(s) of thread {thread}: {keys_n} keys, {bytes_n} bytes to {out}\n",
-            runs.len()
+            "exported {} run(s) of thread {thread}: {keys_n} keys, {bytes_n} bytes{} to {out}\n",
+            runs.len(),
+            if args.ciphertext { " as stored" } else { "" }
         );
         Ok(Report::ok(doc, human))
-    })
+    }
 }
 
 /// One parsed export file: the thread and, per run, its keys and bytes.
 struct Parsed {
     thread: ThreadId,
     runs: BTreeMap<RunId, Vec<(String, Vec<u8>)>>,
+    /// The values as the source stored them (`export --ciphertext`): written as they are.
+    as_stored: bool,
 }
 
 fn parse(text: &str) -> Result<Parsed> {
@@ -160,6 +205,7 @@ fn parse(text: &str) -> Result<Parsed> {
         return Err(bad(n, "not an afk-export version 1 header".into()));
     }
     let thread = ThreadId::new(header["thread"].as_str().unwrap_or_default())?;
+    let as_stored = header["as_stored"] == true;
     let mut runs: BTreeMap<RunId, Vec<(String, Vec<u8>)>> = BTreeMap::new();
     for r in header["runs"].as_array().into_iter().flatten() {
         runs.insert(RunId::new(r.as_str().unwrap_or_default())?, Vec::new());
@@ -189,7 +235,11 @@ fn parse(text: &str) -> Result<Parsed> {
                 if v["keys"].as_u64() != Some(count as u64) {
                     return Err(bad(n, format!("the file ends after {count} keys")));
                 }
-                return Ok(Parsed { thread, runs });
+                return Ok(Parsed {
+                    thread,
+                    runs,
+                    as_stored,
+                });
             }
             _ => return Err(bad(n, "unknown line type".into())),
         }
@@ -209,9 +259,11 @@ fn hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Write one run under a fresh claim, the pointer last.
+/// Write one run under a fresh claim, the pointer last; `reader` (the store opened, when it
+/// can be) reads the run's state for its index entry.
 async fn import_run(
     store: &dyn Store,
+    reader: Option<&dyn Store>,
     thread: &ThreadId,
     run: &RunId,
     keys: &[(String, Vec<u8>)],
@@ -262,7 +314,8 @@ async fn import_run(
         store.commit(&commit(Vec::new(), latest)).await?;
     }
     if store.capabilities().attention
-        && let Some(attention) = attention_of(store, thread, run, keys, epoch).await?
+        && let Some(reader) = reader
+        && let Some(attention) = attention_of(reader, thread, run, keys, epoch).await?
     {
         let mut c = commit(Vec::new(), None);
         c.attention = Some(attention);
@@ -330,9 +383,11 @@ async fn attention_of(
     Ok(Some(Attention::Open(mark.encode())))
 }
 
-/// Read every imported key back and compare; then verify the run.
+/// Read every imported key back and compare; then verify the run through `reader` (the store
+/// opened), when there is one.
 async fn check_run(
     store: &dyn Store,
+    reader: Option<&dyn Store>,
     thread: &ThreadId,
     run: &RunId,
     keys: &[(String, Vec<u8>)],
@@ -346,8 +401,10 @@ async fn check_run(
             }
         }
     }
-    let report = verify_run(store, thread, run).await?;
-    problems.extend(report.problems.iter().map(|p| p.message.clone()));
+    if let Some(reader) = reader {
+        let report = verify_run(reader, thread, run).await?;
+        problems.extend(report.problems.iter().map(|p| p.message.clone()));
+    }
     Ok(problems)
 }
 
@@ -366,7 +423,8 @@ fn read_export(file: &std::path::Path) -> Result<String> {
     }
 }
 
-/// Import. JSON summary: `{"thread", "runs": [{"run", "keys", "problems"}], "keys", "ok"}`.
+/// Import. JSON summary: `{"thread", "runs": [{"run", "keys", "problems"}], "keys", "ok",
+/// "as_stored", "opened"}`.
 pub fn import(args: ImportArgs, ctx: &Ctx) -> ExitCode {
     let progress = ctx.progress();
     // The file is read and checked before the store is opened: one that cannot be imported
@@ -375,16 +433,46 @@ pub fn import(args: ImportArgs, ctx: &Ctx) -> ExitCode {
         Ok(parsed) => parsed,
         Err(e) => return ctx.fail("import", &e),
     };
-    ctx.run_creating("import", |store| async move {
+    if parsed.as_stored {
+        // Written as they are; opened (to verify them and index the runs) with the
+        // `AFK_SEAL_*` keys when given: the source's keyring and keys.
+        ctx.run_as_stored("import", true, true, |store| async move {
+            let opened = super::common::sealed_from_env(store.clone()).await?;
+            let opened = opened.map(|s| Arc::new(s) as Arc<dyn Store>);
+            import_all(parsed, &progress, store, opened).await
+        })
+    } else {
+        ctx.run_creating("import", |store| async move {
+            import_all(parsed, &progress, store.clone(), Some(store)).await
+        })
+    }
+}
+
+/// Import every run of `parsed` into `store`, verified through `reader`.
+async fn import_all(
+    parsed: Parsed,
+    progress: &super::output::Progress,
+    store: Arc<dyn Store>,
+    reader: Option<Arc<dyn Store>>,
+) -> Result<Report> {
+    {
         let thread = parsed.thread;
+        let reader = reader.as_deref();
         let mut o = String::new();
         let (mut docs, mut total, mut bad) = (Vec::new(), 0, 0);
         for (i, (run, keys)) in parsed.runs.iter().enumerate() {
             progress.tick("importing runs", i, Some(parsed.runs.len()));
-            import_run(store.as_ref(), &thread, run, keys).await?;
-            let problems = check_run(store.as_ref(), &thread, run, keys).await?;
+            import_run(store.as_ref(), reader, &thread, run, keys).await?;
+            let problems = check_run(store.as_ref(), reader, &thread, run, keys).await?;
             total += keys.len();
-            if problems.is_empty() {
+            if problems.is_empty() && reader.is_none() {
+                wl!(
+                    o,
+                    "imported {run} ({} keys as stored, read back byte for byte; not opened: \
+                     no AFK_SEAL_* keys)",
+                    keys.len()
+                );
+            } else if problems.is_empty() {
                 wl!(o, "imported {run} ({} keys, verified)", keys.len());
             } else {
                 bad += 1;
@@ -400,11 +488,12 @@ pub fn import(args: ImportArgs, ctx: &Ctx) -> ExitCode {
             "{} run(s) imported into thread {thread}, {total} keys",
             docs.len()
         );
-        let doc = json!({"thread": thread.as_str(), "runs": docs, "keys": total, "ok": bad == 0});
+        let doc = json!({"thread": thread.as_str(), "runs": docs, "keys": total, "ok": bad == 0,
+            "as_stored": parsed.as_stored, "opened": reader.is_some()});
         let mut report = Report::ok(doc, o);
         report.failed = bad > 0;
         Ok(report)
-    })
+    }
 }
 
 #[cfg(test)]
@@ -430,7 +519,7 @@ mod tests {
         ];
         let import = tokio::spawn({
             let (held, thread, run) = (held.clone(), thread.clone(), run.clone());
-            async move { import_run(held.as_ref(), &thread, &run, &exported).await }
+            async move { import_run(held.as_ref(), None, &thread, &run, &exported).await }
         });
         tokio::time::timeout(std::time::Duration::from_secs(60), claim.reached())
             .await

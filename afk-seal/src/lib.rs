@@ -2,11 +2,13 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod format;
+mod hashes;
 mod keyring;
 mod keys;
 #[cfg(feature = "kms")]
 pub mod kms;
 mod rekey;
+mod sources;
 mod store;
 
 pub use format::Key;
@@ -15,4 +17,5 @@ pub use keys::{KeySource, StaticKeys};
 #[cfg(feature = "kms")]
 pub use kms::{KmsConfig, KmsKeys};
 pub use rekey::{RekeyOptions, RekeyReport, SkippedRun};
+pub use sources::KeySources;
 pub use store::{KEY_CACHE, Mode, SealedStore};

@@ -32,6 +32,7 @@ use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use serde::Serialize;
 
 use crate::format::{looks_sealed, open, parse, seal};
+use crate::hashes::seal_hash_key;
 use crate::store::{Record, SealedStore, ThreadKeys, store_owned};
 
 /// How [`SealedStore::rekey`] rotates.
@@ -119,7 +120,7 @@ struct Scan {
 }
 
 /// How many times a record that changes under us is read again before giving up.
-const RECORD_ATTEMPTS: usize = 16;
+pub(crate) const RECORD_ATTEMPTS: usize = 16;
 
 /// The next unused data key id of a record: `d<n+1>` for the highest `d<n>` it holds.
 fn next_key_id(record: &Record) -> String {
@@ -132,7 +133,7 @@ fn next_key_id(record: &Record) -> String {
     format!("d{}", top + 1)
 }
 
-fn encode(record: &Record) -> Result<Vec<u8>> {
+pub(crate) fn encode(record: &Record) -> Result<Vec<u8>> {
     serde_json::to_vec(record).map_err(|e| Error::unexpected(format!("keyring record: {e}")))
 }
 
@@ -183,7 +184,9 @@ impl SealedStore {
     }
 
     /// [`SealedStore::rekey`] of every thread of the store, in the order the store lists
-    /// them. Needs a store that lists its threads (`Unsupported` otherwise).
+    /// them, stopping at the first thread that fails (`afk rekey --all` calls
+    /// [`SealedStore::rekey`] per thread instead and goes on past failures). Needs a store that
+    /// lists its threads (`Unsupported` otherwise).
     pub async fn rekey_all(&self, opts: &RekeyOptions) -> Result<Vec<RekeyReport>> {
         let mut out = Vec::new();
         for thread in self.inner.list_all_threads().await? {
@@ -227,6 +230,10 @@ impl SealedStore {
                 let dek = crate::format::Key::generate();
                 let wrapped = self.source.wrap(thread, &id, &dek).await?;
                 next.keys.insert(id.clone(), hex::encode(wrapped));
+                if let Some(h) = &tk.hash {
+                    // The hash key moves to the new data key, so the old one can retire.
+                    next.hash = Some(seal_hash_key(thread, &id, &dek, h)?);
+                }
                 next.active = id;
             }
             let mut rewrapped = 0;
@@ -479,6 +486,10 @@ impl SealedStore {
         }
         let mut next = record.clone();
         next.keys.retain(|id, _| *id == record.active);
+        if let (Some(h), Some(dek)) = (&tk.hash, tk.keys.get(&tk.active)) {
+            // Under the active data key, whichever key sealed it before.
+            next.hash = Some(seal_hash_key(thread, &tk.active, dek, h)?);
+        }
         if self.ring.replace(thread, &bytes, &encode(&next)?).await? {
             self.forget(thread);
             report.retired = old;

@@ -4,9 +4,10 @@ use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use afk_core::hash::{EffectHashes, HashKey};
 use afk_core::store::{
     AttentionPage, Capabilities, Commit, CommitRejected, Epoch, FinishedPage, FinishedRun,
-    ListPage, Store, ThreadPage, commit_by_ref,
+    ListPage, Store, ThreadPage, latest_key,
 };
 use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use async_trait::async_trait;
@@ -14,6 +15,7 @@ use lru::LruCache;
 use serde::{Deserialize, Serialize};
 
 use crate::format::{Key, OVERHEAD, looks_sealed, open, parse, seal};
+use crate::hashes::{open_hash_key, seal_hash_key};
 use crate::keyring::Keyring;
 use crate::keys::KeySource;
 
@@ -39,6 +41,10 @@ pub(crate) struct Record {
     pub(crate) active: String,
     /// Data key id → the wrapped key, hex.
     pub(crate) keys: std::collections::BTreeMap<String, String>,
+    /// The thread's key for its effect hashes, sealed with one of its data keys (hex);
+    /// absent from records written before effect hashes were keyed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) hash: Option<String>,
 }
 
 /// One thread's data keys, unwrapped.
@@ -46,6 +52,10 @@ pub(crate) struct Record {
 pub(crate) struct ThreadKeys {
     pub(crate) active: String,
     pub(crate) keys: HashMap<String, Key>,
+    /// The key of the thread's effect hashes, if its record holds one.
+    pub(crate) hash: Option<HashKey>,
+    /// The keyring record these keys were unwrapped from, as stored.
+    record: Vec<u8>,
 }
 
 /// A [`Store`] that seals every value it writes (records, latest pointers, effect rows,
@@ -106,6 +116,11 @@ impl SealedStore {
         self
     }
 
+    /// The mode it is in.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
     /// The store underneath (sealed values as stored).
     pub fn inner(&self) -> &Arc<dyn Store> {
         &self.inner
@@ -127,8 +142,22 @@ impl SealedStore {
             .len()
     }
 
+    /// Forget the thread's keys held in memory if its keyring record is no longer the one
+    /// they were unwrapped from (a rotation or an erasure since), or cannot be read now: a
+    /// run starts or resumes with the record as it is, and an unchanged record is not
+    /// unwrapped again (with KMS, no `Decrypt` call per claim).
+    async fn forget_if_changed(&self, thread: &ThreadId) {
+        let Some(held) = self.cached(thread) else {
+            return;
+        };
+        match self.ring.load(thread).await {
+            Ok(Some(bytes)) if bytes == held.record => {}
+            _ => self.forget(thread),
+        }
+    }
+
     /// Forget the thread's keys held in memory: the next read or write loads its keyring
-    /// record again (after a claim, and after a rotation).
+    /// record again (after a rotation).
     pub(crate) fn forget(&self, thread: &ThreadId) {
         self.cache
             .lock()
@@ -183,9 +212,15 @@ impl SealedStore {
         if !keys.contains_key(&record.active) {
             return Err(bad(format!("names no key {} as active", record.active)));
         }
+        let hash = match &record.hash {
+            Some(sealed) => Some(open_hash_key(thread, sealed, &keys)?),
+            None => None,
+        };
         let tk = Arc::new(ThreadKeys {
             active: record.active,
             keys,
+            hash,
+            record: bytes.to_vec(),
         });
         self.cache
             .lock()
@@ -196,7 +231,11 @@ impl SealedStore {
 
     /// The thread's keys to read with; `NotFound` when it has none (erased, or another
     /// keyring's).
-    async fn keys_to_read(&self, thread: &ThreadId, key: &str) -> Result<Arc<ThreadKeys>> {
+    pub(crate) async fn keys_to_read(
+        &self,
+        thread: &ThreadId,
+        key: &str,
+    ) -> Result<Arc<ThreadKeys>> {
         if let Some(k) = self.cached(thread) {
             return Ok(k);
         }
@@ -210,8 +249,9 @@ impl SealedStore {
         }
     }
 
-    /// The thread's keys to write with, created on its first write.
-    async fn keys_to_write(&self, thread: &ThreadId) -> Result<Arc<ThreadKeys>> {
+    /// The thread's keys to write with, created on its first write (or its first claim's
+    /// question for its effect hashes).
+    pub(crate) async fn keys_to_write(&self, thread: &ThreadId) -> Result<Arc<ThreadKeys>> {
         if let Some(k) = self.cached(thread) {
             return Ok(k);
         }
@@ -226,6 +266,7 @@ impl SealedStore {
             thread: thread.to_string(),
             active: id.to_owned(),
             keys: [(id.to_owned(), hex::encode(wrapped))].into(),
+            hash: Some(seal_hash_key(thread, id, &dek, &crate::hashes::generate())?),
         };
         let bytes = serde_json::to_vec(&record)
             .map_err(|e| Error::unexpected(format!("keyring record: {e}")))?;
@@ -269,26 +310,109 @@ impl SealedStore {
         open(thread, key, dek, &parsed)
     }
 
-    /// The commit as stored: its values sealed (unless decrypt-only).
+    /// Whether a commit is written as it is (decrypt-only, or nothing to seal).
+    fn passes(&self, c: &Commit) -> bool {
+        self.mode == Mode::DecryptOnly || (c.puts.is_empty() && c.latest.is_none())
+    }
+
+    /// The commit as stored: its values sealed (unless decrypt-only). Plaintext values are
+    /// sealed straight into the new commit, not copied first.
     async fn seal_commit(&self, c: &Commit) -> Result<Commit> {
-        if self.mode == Mode::DecryptOnly || (c.puts.is_empty() && c.latest.is_none()) {
+        if self.passes(c) {
             return Ok(c.clone());
         }
         let keys = self.keys_to_write(&c.thread).await?;
         let id = keys.active.as_str();
         let dek = &keys.keys[id];
-        let mut out = c.clone();
-        for (k, v) in &mut out.puts {
-            if !store_owned(k) {
-                *v = seal(&c.thread, k, id, dek, v)?;
+        let mut puts = Vec::with_capacity(c.puts.len());
+        for (k, v) in &c.puts {
+            let v = if store_owned(k) {
+                v.clone()
+            } else {
+                seal(&c.thread, k, id, dek, v)?
+            };
+            puts.push((k.clone(), v));
+        }
+        let latest = match &c.latest {
+            Some(v) => Some(seal(&c.thread, &latest_key(&c.run), id, dek, v)?),
+            None => None,
+        };
+        Ok(Commit {
+            thread: c.thread.clone(),
+            run: c.run.clone(),
+            epoch: c.epoch,
+            puts,
+            latest,
+            attention: c.attention.clone(),
+        })
+    }
+
+    /// Seal the values of a commit in place, all or none: on an error the commit is as it
+    /// was. Returns the keys they were sealed with (to open them again if the commit is
+    /// refused).
+    async fn seal_in_place(&self, c: &mut Commit) -> Result<Option<Arc<ThreadKeys>>> {
+        if self.passes(c) {
+            return Ok(None);
+        }
+        let keys = self.keys_to_write(&c.thread).await?;
+        let id = keys.active.as_str();
+        let dek = &keys.keys[id];
+        let lk = latest_key(&c.run);
+        let mut done = 0;
+        let mut sealed = Ok(());
+        for (k, v) in c.puts.iter_mut().filter(|(k, _)| !store_owned(k)) {
+            match seal(&c.thread, k, id, dek, v) {
+                Ok(s) => *v = s,
+                Err(e) => {
+                    sealed = Err(e);
+                    break;
+                }
+            }
+            done += 1;
+        }
+        if sealed.is_ok()
+            && let Some(v) = &mut c.latest
+        {
+            match seal(&c.thread, &lk, id, dek, v) {
+                Ok(s) => *v = s,
+                Err(e) => sealed = Err(e),
             }
         }
-        if let Some(v) = &mut out.latest {
-            let lk = afk_core::store::latest_key(&c.run);
-            *v = seal(&c.thread, &lk, id, dek, v)?;
+        if let Err(e) = sealed {
+            unseal(c, &keys, done, false)?;
+            return Err(e);
         }
-        Ok(out)
+        Ok(Some(keys))
     }
+}
+
+/// Open again the first `count` sealed puts of `c` and, if `latest`, its latest pointer: the
+/// commit as it was before [`SealedStore::seal_in_place`]. Cannot fail for values just sealed
+/// with `keys`; `Unexpected` if it does.
+fn unseal(c: &mut Commit, keys: &ThreadKeys, count: usize, latest: bool) -> Result<()> {
+    let opened = |key: &str, v: &[u8]| {
+        let parsed = parse(v, key)?;
+        let dek = keys.keys.get(parsed.key_id).ok_or_else(|| {
+            Error::unexpected(format!("{key}: sealed with a key no longer in memory"))
+        })?;
+        open(&c.thread, key, dek, &parsed)
+    };
+    let mut restored = Vec::new();
+    for (k, v) in c.puts.iter().filter(|(k, _)| !store_owned(k)).take(count) {
+        restored.push(opened(k, v)?);
+    }
+    let latest = match &c.latest {
+        Some(v) if latest => Some(opened(&latest_key(&c.run), v)?),
+        _ => None,
+    };
+    let puts = c.puts.iter_mut().filter(|(k, _)| !store_owned(k));
+    for ((_, v), plain) in puts.zip(restored) {
+        *v = plain;
+    }
+    if let Some(plain) = latest {
+        c.latest = Some(plain);
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -338,22 +462,30 @@ impl Store for SealedStore {
         self.inner.delete_run(thread, run).await
     }
 
-    /// Claiming also forgets the thread's keys held in memory, so that a run starts or
-    /// resumes with the keyring record as it is now (sealing with the data key a rotation
-    /// made active).
+    /// Claiming also reads the thread's keyring record and forgets the keys held in memory
+    /// if it changed, so that a run starts or resumes with the record as it is now (sealing
+    /// with the data key a rotation made active, or finding the thread erased).
     async fn claim(&self, thread: &ThreadId, run: &RunId) -> Result<Epoch> {
-        self.forget(thread);
+        self.forget_if_changed(thread).await;
         self.inner.claim(thread, run).await
     }
 
     async fn claim_if_new(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Epoch>> {
-        self.forget(thread);
+        self.forget_if_changed(thread).await;
         self.inner.claim_if_new(thread, run).await
     }
 
     async fn claim_if(&self, thread: &ThreadId, run: &RunId, seen: Epoch) -> Result<Option<Epoch>> {
-        self.forget(thread);
+        self.forget_if_changed(thread).await;
         self.inner.claim_if(thread, run, seen).await
+    }
+
+    /// Keyed with the thread's own hash key, kept in its keyring record (created with it):
+    /// a stored hash confirms no guessed argument without the keyring and the key-encryption
+    /// key, and none at all once the thread is erased. In [`Mode::DecryptOnly`], plain, with
+    /// the keyed hashes written before still matching.
+    async fn effect_hashes(&self, thread: &ThreadId) -> Result<EffectHashes> {
+        self.thread_hashes(thread).await
     }
 
     async fn commit(&self, commit: &Commit) -> Result<()> {
@@ -362,9 +494,31 @@ impl Store for SealedStore {
         self.inner.commit(&sealed).await
     }
 
-    /// Sealing makes a new commit: the one handed in is handed back unchanged if refused.
-    async fn commit_owned(&self, commit: Commit) -> std::result::Result<(), CommitRejected> {
-        commit_by_ref(self, commit).await
+    /// Seals the values in place (no copy of the commit) and hands the inner store the
+    /// result; a refused commit is opened again, so it comes back unchanged.
+    async fn commit_owned(&self, mut commit: Commit) -> std::result::Result<(), CommitRejected> {
+        let rejected = |error, commit| CommitRejected {
+            error,
+            commit: Box::new(commit),
+        };
+        if let Err(e) = afk_core::store::validate_commit(&commit) {
+            return Err(rejected(e, commit));
+        }
+        let keys = match self.seal_in_place(&mut commit).await {
+            Ok(keys) => keys,
+            Err(e) => return Err(rejected(e, commit)),
+        };
+        let Err(mut refused) = self.inner.commit_owned(commit).await else {
+            return Ok(());
+        };
+        if let Some(keys) = keys {
+            let c = &mut refused.commit;
+            let all = c.puts.iter().filter(|(k, _)| !store_owned(k)).count();
+            if let Err(e) = unseal(c, &keys, all, true) {
+                refused.error = e;
+            }
+        }
+        Err(refused)
     }
 
     async fn commit_batch(&self, commits: &[Commit]) -> Vec<Result<()>> {

@@ -36,8 +36,11 @@ const PACKAGE: [&str; 20] = [
     "afk-cli",
 ];
 
+/// How long CI feeds the sealed-value decoder damaged and arbitrary bytes.
+const FUZZ_SECONDS: u64 = 45;
+
 /// Runs format check, clippy, rustdoc, the package check, the feature combinations, every test,
-/// the newest-rocksdb build and the quick chaos campaign, stopping at the first failure. Returns the exit code. Prints how long each step took.
+/// the sealed-value decoder's fuzz test, the newest-rocksdb build and the quick chaos campaign, stopping at the first failure. Returns the exit code. Prints how long each step took.
 pub fn run() -> Result<i32> {
     // Install everything up front: clippy and rustdoc already build the RocksDB crate.
     let mut debs = Needs::ALL.debs();
@@ -117,6 +120,15 @@ pub fn run() -> Result<i32> {
     if code != 0 {
         report(&times);
         eprintln!("ci: test failed");
+        return Ok(code);
+    }
+    // The sealed-value decoder fed damaged and arbitrary bytes, for a bounded time.
+    let start = Instant::now();
+    let code = test::fuzz_seal(FUZZ_SECONDS)?;
+    times.push(("fuzz", start.elapsed()));
+    if code != 0 {
+        report(&times);
+        eprintln!("ci: fuzz failed");
         return Ok(code);
     }
     // The newest end of the rocksdb range, RocksDB built from source in an application outside

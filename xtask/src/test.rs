@@ -190,6 +190,19 @@ pub fn run(stores: &[Store], extra: &[String]) -> Result<i32> {
     Ok(code(status))
 }
 
+/// The sealed-value decoder's fuzz test (`afk-seal/tests/it/fuzz.rs`) for `seconds` (up to ten
+/// million cases), built as the full test run builds it, so nothing is compiled again. No
+/// server: it reads through a sealed in-memory store.
+pub fn fuzz_seal(seconds: u64) -> Result<i32> {
+    let mut cmd = system::cargo();
+    cmd.args(["nextest", "run", "--all-targets", "--no-capture"])
+        .args(&Selection::new(&[]).cargo_args)
+        .args(["-E", "package(afk-seal) and test(/^fuzz::/)"])
+        .env("AFK_FUZZ_CASES", "10000000")
+        .env("AFK_FUZZ_SECONDS", seconds.to_string());
+    Ok(code(system::run_status(&mut cmd)?))
+}
+
 /// `<target>/tmp`, the tests' `CARGO_TARGET_TMPDIR`.
 fn test_tmp_dir() -> PathBuf {
     let target = env::var_os("CARGO_TARGET_DIR").map_or_else(

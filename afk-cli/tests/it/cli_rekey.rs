@@ -216,16 +216,61 @@ fn rekey_lets_the_old_key_go_and_a_new_data_key_reseals_one_thread_only() {
     let wrong = run(&["rekey", "--all"], K1);
     assert_eq!(wrong.code, Some(1), "{}", wrong.stdout);
     let doc: Value = serde_json::from_str(&wrong.stdout).unwrap();
-    assert_eq!(doc["error"]["kind"], "invalid_config", "{doc}");
-    let msg = doc["error"]["message"].as_str().unwrap();
+    assert_eq!(doc["failed"].as_array().unwrap().len(), 2, "{doc}");
+    let failed = &doc["failed"][0];
+    assert_eq!(failed["kind"], "invalid_config", "{doc}");
+    let msg = failed["message"].as_str().unwrap();
     assert!(msg.contains("by key k2"), "{doc}");
     assert!(
-        doc["error"]["hint"]
-            .as_str()
-            .unwrap()
-            .contains("AFK_SEAL_KEYS"),
+        failed["hint"].as_str().unwrap().contains("AFK_SEAL_KEYS"),
         "{doc}"
     );
+    let one = run(&["rekey", "--thread", "a"], K1);
+    assert_eq!(one.code, Some(1), "{}", one.stdout);
+    let doc: Value = serde_json::from_str(&one.stdout).unwrap();
+    assert_eq!(doc["error"]["kind"], "invalid_config", "{doc}");
+}
+
+#[test]
+fn rekey_all_goes_past_a_failing_thread_names_it_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = rocks(&dir.path().join("db"));
+    let ring = dir.path().join("ring");
+    let threads = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
+    populate(&url, &ring, &threads, 2, 3);
+    // Thread b's keyring record is damaged: its rotation fails.
+    std::fs::write(ring.join("b.key"), b"not a record").unwrap();
+    let both = k2_then_k1();
+    let mut all = vec!["--store", url.as_str(), "rekey", "--all", "--new-data-key"];
+    let out = afk_env(dir.path(), &all, &env(&both, ring.to_str().unwrap()));
+    assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("thread b: failed: corrupt")
+            && out.stdout.contains("1 thread(s) failed (b)"),
+        "{}",
+        out.stdout
+    );
+    // Again, in JSON (the new data keys made above stay: no `--new-data-key`).
+    all.insert(0, "--json");
+    all.pop();
+    let out = afk_env(dir.path(), &all, &env(&both, ring.to_str().unwrap()));
+    assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
+    let doc: Value = serde_json::from_str(&out.stdout).unwrap();
+    let failed = doc["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{doc}");
+    assert_eq!(
+        (failed[0]["thread"].as_str(), failed[0]["kind"].as_str()),
+        (Some("b"), Some("corrupt")),
+        "{doc}"
+    );
+    assert_eq!(doc["finished"], false, "{doc}");
+    // The threads after b were rotated all the same.
+    let ids = key_ids(&url, &threads);
+    for (k, id) in ids.iter().filter(|(k, _)| !k.starts_with("b/")) {
+        assert_eq!(id, "d2", "{k} was not re-sealed");
+    }
+    assert!(ids.keys().any(|k| k.starts_with("c/")));
+    assert_eq!(record(&ring, "c"), ["d2"]);
 }
 
 /// Run `afk <args>` to completion; its exit code.

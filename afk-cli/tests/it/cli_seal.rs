@@ -74,3 +74,150 @@ fn a_sealed_store_is_read_with_its_keys_and_erase_makes_a_thread_unreadable() {
         no_ring.stderr
     );
 }
+
+/// The raw values of the demo's thread in the RocksDB database `db`, fences aside.
+fn raw_values(db: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let raw = RocksDbStore::open(RocksDbConfig::new(db)).unwrap();
+        let thread = afk::ThreadId::new("afk-demo").unwrap();
+        let keys = raw.list(&thread, "", None, 1000).await.unwrap().keys;
+        let mut out = std::collections::BTreeMap::new();
+        for k in keys.into_iter().filter(|k| !k.starts_with("run:")) {
+            let v = raw.get(&thread, &k).await.unwrap().unwrap();
+            out.insert(k, v);
+        }
+        out
+    })
+}
+
+#[test]
+fn an_export_keeps_the_ciphertext_or_is_resealed_under_the_targets_keys() {
+    const OTHER: &str = "k9=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let (src_ring, dst_ring) = (p("src-ring"), p("dst-ring"));
+    let src = [
+        ("AFK_SEAL_KEYS", KEYS),
+        ("AFK_SEAL_KEYRING", src_ring.to_str().unwrap()),
+    ];
+    let dst = [
+        ("AFK_SEAL_KEYS", OTHER),
+        ("AFK_SEAL_KEYRING", dst_ring.to_str().unwrap()),
+    ];
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let out = afk_env(dir.path(), args, env);
+        assert_eq!(out.code, Some(0), "{args:?}: {}{}", out.stdout, out.stderr);
+        out.stdout
+    };
+    let show = |db: &str, env: &[(&str, &str)]| {
+        let args = [
+            "show",
+            "--json",
+            "--store",
+            db,
+            "--thread",
+            "afk-demo",
+            "--run",
+            "demo-order-42",
+        ];
+        afk_env(dir.path(), &args, env)
+    };
+    let url = |name: &str| rocks(&p(name));
+    run(&["demo", "--store", &url("src")], &src);
+    let before = raw_values(&p("src"));
+
+    // Keeping the ciphertext: every value as stored, even with the keys at hand.
+    let ct = p("ct.jsonl");
+    let ct_s = ct.to_str().unwrap();
+    run(
+        &[
+            "export",
+            "--ciphertext",
+            "--store",
+            &url("src"),
+            "--thread",
+            "afk-demo",
+            "--out",
+            ct_s,
+        ],
+        &src,
+    );
+    let text = std::fs::read_to_string(&ct).unwrap();
+    let mut lines = text.lines();
+    let header: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(header["as_stored"], true, "{header}");
+    let key_lines: Vec<Value> = lines
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| v["type"] == "key")
+        .collect();
+    assert_eq!(key_lines.len(), before.len());
+    for v in &key_lines {
+        let hex = v["value_hex"]
+            .as_str()
+            .unwrap_or_else(|| panic!("opened: {v}"));
+        assert!(hex.starts_with("61666b01"), "not sealed: {v}");
+    }
+    // Imported with the source's keyring: the same bytes, verified, and readable.
+    let out = run(&["import", "--json", "--store", &url("copy"), ct_s], &src);
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (doc["ok"].clone(), doc["opened"].clone()),
+        (true.into(), true.into()),
+        "{doc}"
+    );
+    assert_eq!(
+        raw_values(&p("copy")),
+        before,
+        "the ciphertext changed on the way"
+    );
+    assert_eq!(show(&url("copy"), &src).code, Some(0));
+    // Without keys: written as it is, compared byte for byte, not opened.
+    let out = run(&["import", "--json", "--store", &url("blind"), ct_s], &[]);
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (doc["ok"].clone(), doc["opened"].clone()),
+        (true.into(), false.into()),
+        "{doc}"
+    );
+    assert_eq!(raw_values(&p("blind")), before);
+
+    // Re-sealed: opened with the source's keys, sealed with the target's.
+    let pt = p("pt.jsonl");
+    let pt_s = pt.to_str().unwrap();
+    run(
+        &[
+            "export",
+            "--store",
+            &url("src"),
+            "--thread",
+            "afk-demo",
+            "--out",
+            pt_s,
+        ],
+        &src,
+    );
+    run(&["import", "--store", &url("resealed"), pt_s], &dst);
+    let resealed = raw_values(&p("resealed"));
+    assert_eq!(resealed.len(), before.len());
+    for (k, v) in &resealed {
+        assert!(v.starts_with(b"afk\x01"), "{k} is not sealed");
+        assert_ne!(Some(v), before.get(k), "{k} kept the source's ciphertext");
+    }
+    assert_eq!(show(&url("resealed"), &dst).code, Some(0));
+    assert_eq!(
+        show(&url("resealed"), &src).code,
+        Some(1),
+        "opened with the source's keys"
+    );
+
+    // Erasing the thread at the source reaches the ciphertext copy, not the re-sealed one.
+    run(
+        &["erase", "--thread", "afk-demo", "--store", &url("src")],
+        &src,
+    );
+    let gone = show(&url("copy"), &src);
+    assert_eq!(gone.code, Some(1), "{}", gone.stdout);
+    assert!(gone.stderr.contains("no data key"), "{}", gone.stderr);
+    assert_eq!(show(&url("resealed"), &dst).code, Some(0));
+}

@@ -209,6 +209,10 @@ mod tests {
         ) -> Result<afk_core::store::AttentionPage> {
             self.0.list_attention(cursor, limit).await
         }
+        async fn effect_hashes(&self, t: &ThreadId) -> Result<afk_core::hash::EffectHashes> {
+            self.0.effect_hashes(t).await
+        }
+
         async fn attention(&self, t: &ThreadId, r: &RunId) -> Result<Option<Vec<u8>>> {
             self.0.attention(t, r).await
         }

@@ -14,11 +14,14 @@
 //! differently from Python, which keeps them as integers; no tool argument we have seen needs
 //! them.
 
+mod keyed;
 mod stream;
 
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
+use sha2::{Digest as _, Sha256};
 
+use keyed::Digest;
+pub use keyed::{EffectHashes, HashKey};
 pub(crate) use stream::with_canonical;
 
 /// The canonical JSON text of `value`, as AFK's `json.dumps(…, sort_keys=True,
@@ -36,32 +39,35 @@ pub fn json_hash(value: &Value) -> String {
 
 /// The effect row's `input_hash`: `json_hash({"tool_name": name, "args": args})`.
 pub fn input_hash(tool_name: &str, args: &Value) -> String {
-    input_hash_with(tool_name, |out| write_value(out, args))
+    input_hash_with(tool_name, |out| write_value(out, args), Digest::Sha256)
 }
 
-/// [`input_hash`] of a tool call's argument object, without wrapping it in a `Value`.
-pub(crate) fn input_hash_of_args(tool_name: &str, args: &Map<String, Value>) -> String {
-    input_hash_with(tool_name, |out| write_object(out, args))
-}
-
-fn input_hash_with(tool_name: &str, write_args: impl FnOnce(&mut String)) -> String {
+fn input_hash_with(
+    tool_name: &str,
+    write_args: impl FnOnce(&mut String),
+    digest: Digest<'_>,
+) -> String {
     stream::with_text_buffer(|out| {
         out.push_str("{\"args\": ");
         write_args(out);
         out.push_str(", \"tool_name\": ");
         write_str(out, tool_name);
         out.push('}');
-        sha256_hex(out.as_bytes())
+        digest.hex(out.as_bytes())
     })
 }
 
 /// The effect row's `output_hash`: `json_hash({"output": output})`.
 pub fn output_hash(output: &Value) -> String {
+    output_hash_with(output, Digest::Sha256)
+}
+
+fn output_hash_with(output: &Value, digest: Digest<'_>) -> String {
     stream::with_text_buffer(|out| {
         out.push_str("{\"output\": ");
         write_value(out, output);
         out.push('}');
-        sha256_hex(out.as_bytes())
+        digest.hex(out.as_bytes())
     })
 }
 
@@ -374,9 +380,13 @@ mod tests {
         let Value::Object(map) = &args else {
             unreachable!()
         };
-        assert_eq!(input_hash_of_args("t", map), input_hash("t", &args));
         assert_eq!(
-            input_hash_of_args("counting_add", json!({"a": 2, "b": 5}).as_object().unwrap()),
+            EffectHashes::plain().input_hash_of_args("t", map),
+            input_hash("t", &args)
+        );
+        assert_eq!(
+            EffectHashes::plain()
+                .input_hash_of_args("counting_add", json!({"a": 2, "b": 5}).as_object().unwrap()),
             "bc9b0a269cc532de5bf895a3c74f77f355f43b349e5bc57ed5edb5689da7563c"
         );
     }

@@ -130,17 +130,25 @@ pub(crate) fn effect_ids(ids: &[String]) -> Vec<String> {
     out
 }
 
-/// Read the stored effect row at `key` of call `id`, whose arguments hash to `hash`.
+/// Read the stored effect row at `key` of call `id`, whose arguments hash to `hash` (the
+/// form the thread writes) or to what `other` gives (the form it may also hold:
+/// [`EffectHashes`](crate::hash::EffectHashes)), asked only when `hash` does not match.
 /// `Ok(None)`: the value is not a JSON object (AFK takes such a row for no row). An AFK v1
 /// row (a result, never an intent) carries no `input_hash`: it is taken as matching.
 ///
 /// Errors: `Corrupt` naming `key` when the value is not JSON, is not a valid row, or its
-/// `input_hash` differs ("Effect journal integrity conflict").
-pub(crate) fn read_row(bytes: &[u8], key: &str, id: &str, hash: &str) -> Result<Option<EffectRow>> {
+/// `input_hash` is neither ("Effect journal integrity conflict").
+pub(crate) fn read_row(
+    bytes: &[u8],
+    key: &str,
+    id: &str,
+    (hash, other): (&str, impl FnOnce() -> Option<String>),
+) -> Result<Option<EffectRow>> {
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| Error::corrupt_record(key, format!("effect row is not JSON: {e}")))?;
     if let Some(stored) = value.get("input_hash").and_then(Value::as_str)
         && stored != hash
+        && other().is_none_or(|o| stored != o)
     {
         return Err(Error::corrupt_record(
             key,

@@ -9,6 +9,7 @@ use super::clock::Clock;
 use super::lease::Lease;
 use super::state::RunState;
 use crate::error::Result;
+use crate::hash::EffectHashes;
 use crate::ids::{RunId, ThreadId};
 use crate::keys;
 use serde::Serialize;
@@ -55,6 +56,8 @@ pub(crate) struct Checkpointer {
     effect_hint: usize,
     /// The run's entry in the index of runs that need attention, and its lease.
     lease: Lease,
+    /// How the thread's effect hashes are computed, as the store said at the claim.
+    hashes: EffectHashes,
 }
 
 /// The number of [`Phase`] variants.
@@ -81,9 +84,11 @@ impl Checkpointer {
         run: RunId,
         epoch: Epoch,
         lease: Lease,
+        hashes: EffectHashes,
     ) -> Self {
         Checkpointer {
             lease,
+            hashes,
             store,
             writer,
             clock,
@@ -131,6 +136,11 @@ impl Checkpointer {
             self.log_subagents = t.subagent_count;
             self.log_digest = t.digest.clone();
         }
+    }
+
+    /// How the thread's effect hashes are computed (keyed in a sealed store).
+    pub(super) fn hashes(&self) -> &EffectHashes {
+        &self.hashes
     }
 
     pub(super) fn store(&self) -> &Arc<dyn Store> {

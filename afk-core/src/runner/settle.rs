@@ -17,7 +17,6 @@ use super::persist::Checkpointer;
 use super::state::RunState;
 use super::tool::ToolContext;
 use crate::error::{Error, ErrorKind, Result};
-use crate::hash::{input_hash_of_args, output_hash};
 use crate::ids::RunId;
 use crate::keys;
 use crate::schema::{EffectRow, EffectStatus};
@@ -89,8 +88,10 @@ pub(crate) async fn check(
         ))
         .with_key(key));
     };
-    let hash = input_hash_of_args(&call.tool_name, &call.arguments);
-    let Some(mut row) = journal::read_row(&bytes, &key, id, &hash)? else {
+    let hashes = ckpt.hashes();
+    let hash = hashes.input_hash_of_args(&call.tool_name, &call.arguments);
+    let other = || hashes.other_input_hash_of_args(&call.tool_name, &call.arguments);
+    let Some(mut row) = journal::read_row(&bytes, &key, id, (&hash, other))? else {
         return Err(Error::corrupt_record(
             &key,
             "effect row is invalid: not a JSON object",
@@ -134,7 +135,7 @@ pub(crate) async fn write(
     };
     let settled = EffectRow {
         input_hash: row.input_hash.clone(),
-        output_hash: Some(output_hash(&output)),
+        output_hash: Some(ckpt.hashes().output_hash(&output)),
         output,
         success,
         status: Some(EffectStatus::Done),

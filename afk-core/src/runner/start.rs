@@ -72,6 +72,7 @@ impl Shared {
             self.clock.clone(),
             epoch,
         );
+        let hashes = self.store.effect_hashes(thread).await?;
         Ok(Checkpointer::new(
             self.store.clone(),
             self.writer().await?,
@@ -81,6 +82,7 @@ impl Shared {
             run.clone(),
             epoch,
             lease,
+            hashes,
         ))
     }
 }

@@ -386,6 +386,11 @@ impl<S: Store + ?Sized> Store for FaultStore<S> {
         self.inner.list_attention(cursor, limit).await
     }
 
+    /// Forwarded without faults: it reads the thread's keys, not the store.
+    async fn effect_hashes(&self, thread: &ThreadId) -> Result<crate::hash::EffectHashes> {
+        self.inner.effect_hashes(thread).await
+    }
+
     async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
         self.enter(Op::Get).await?;
         self.inner.attention(thread, run).await

@@ -371,6 +371,11 @@ impl<H: Hooks, S: Store + ?Sized> Store for HookStore<H, S> {
             .await
     }
 
+    /// Forwarded without hooks: it reads the thread's keys, not the store.
+    async fn effect_hashes(&self, thread: &ThreadId) -> Result<crate::hash::EffectHashes> {
+        self.inner.effect_hashes(thread).await
+    }
+
     async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
         let call = Call::Attention { thread, run };
         self.around(call, self.inner.attention(thread, run)).await

@@ -24,6 +24,7 @@ use std::fmt;
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
+use crate::hash::EffectHashes;
 use crate::ids::{RunId, ThreadId};
 
 mod attention;
@@ -468,6 +469,18 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn forget_finished(&self, entries: &[FinishedRun]) -> Result<()> {
         let _ = entries;
         Err(finished_unsupported(self.capabilities().name))
+    }
+
+    /// How the effect hashes (`input_hash`, `output_hash`) of `thread` are computed: plain
+    /// SHA-256, as AFK computes them (the default), or keyed with the thread's own key by a
+    /// store that seals its values at rest, so that a stored hash confirms no guessed
+    /// argument. The runner asks once per claim, before it writes or compares an effect row
+    /// of the thread.
+    ///
+    /// Errors: those of reading the thread's keys (`Unavailable`, `InvalidConfig`).
+    async fn effect_hashes(&self, thread: &ThreadId) -> Result<EffectHashes> {
+        let _ = thread;
+        Ok(EffectHashes::plain())
     }
 
     /// Apply several commits, in order, as one batch where the backend can (pipelines, write

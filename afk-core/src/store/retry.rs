@@ -367,6 +367,11 @@ impl<S: Store + ?Sized> Store for RetryStore<S> {
         .await
     }
 
+    /// Forwarded once: reading a thread's keys retries (or not) in the key source.
+    async fn effect_hashes(&self, thread: &ThreadId) -> Result<crate::hash::EffectHashes> {
+        self.inner.effect_hashes(thread).await
+    }
+
     async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
         with_retry(&self.policy, &self.rng, &self.retries, || {
             self.inner.attention(thread, run)

@@ -460,3 +460,90 @@ async fn after_a_rekey_the_old_kms_key_can_be_disabled() {
         SECRET.as_bytes()
     );
 }
+
+/// The wrapped data keys of the thread's keyring record, as stored.
+async fn wrapped_keys(ring: &MemoryKeyring, thread: &str) -> Vec<Vec<u8>> {
+    let record = ring.load(&t(thread)).await.unwrap().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&record).unwrap();
+    doc["keys"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|w| hex::decode(w.as_str().unwrap()).unwrap())
+        .collect()
+}
+
+/// A keyring moved from configured keys to KMS with `KeySources` and a rekey, then back:
+/// after each move the new source alone opens everything and the old one nothing.
+#[tokio::test]
+async fn a_keyring_moves_from_configured_keys_to_kms_and_back() {
+    use afk_seal::{Key, KeySources, RekeyOptions, StaticKeys};
+    if server().is_none() {
+        return;
+    }
+    let kms = admin("").await;
+    let (key, arn) = create_key(&kms).await;
+    let kms_keys: Arc<dyn KeySource> = Arc::new(connect(config(&key, "", "")).await.unwrap());
+    let configured: Arc<dyn KeySource> = Arc::new(StaticKeys::new("k1", Key::generate()).unwrap());
+    let inner = Arc::new(MemoryStore::new());
+    let ring = Arc::new(MemoryKeyring::default());
+    let sealed = |source: Arc<dyn KeySource>| SealedStore::new(inner.clone(), source, ring.clone());
+    write(&sealed(configured.clone()), &t("a")).await.unwrap();
+    assert!(
+        wrapped_keys(&ring, "a")
+            .await
+            .iter()
+            .all(|w| w.starts_with(b"afk\x01"))
+    );
+
+    // To KMS: wrapped again by KMS; KMS alone opens it, the configured keys no longer do.
+    let moving = Arc::new(KeySources::new(kms_keys.clone(), vec![configured.clone()]));
+    let report = sealed(moving)
+        .rekey(&t("a"), &RekeyOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.rewrapped, report.kek.as_str()),
+        (1, arn.as_str()),
+        "{report:?}"
+    );
+    assert!(
+        wrapped_keys(&ring, "a")
+            .await
+            .iter()
+            .all(|w| w.starts_with(b"afk-kms\x01"))
+    );
+    let read_kms = read(&sealed(kms_keys.clone()), &t("a"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read_kms, SECRET.as_bytes());
+    let e = read(&sealed(configured.clone()), &t("a"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+
+    // And back to (new) configured keys.
+    let back: Arc<dyn KeySource> = Arc::new(StaticKeys::new("k2", Key::generate()).unwrap());
+    let moving = Arc::new(KeySources::new(back.clone(), vec![kms_keys.clone()]));
+    let report = sealed(moving)
+        .rekey(&t("a"), &RekeyOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.rewrapped, report.kek.as_str()),
+        (1, "k2"),
+        "{report:?}"
+    );
+    assert!(
+        wrapped_keys(&ring, "a")
+            .await
+            .iter()
+            .all(|w| w.starts_with(b"afk\x01"))
+    );
+    assert_eq!(
+        read(&sealed(back), &t("a")).await.unwrap().unwrap(),
+        SECRET.as_bytes()
+    );
+    assert_no_plaintext(&inner, &t("a")).await;
+}

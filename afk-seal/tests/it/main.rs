@@ -2,6 +2,9 @@
 //! store, what sealing promises, and key rotation.
 
 mod conformance;
+mod cost;
+mod fuzz;
+mod hashes;
 #[cfg(feature = "kms")]
 mod kms;
 mod rekey;

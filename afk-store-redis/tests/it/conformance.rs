@@ -1,4 +1,5 @@
-//! The shared conformance suite, against a single node and against the 3-master Cluster.
+//! The shared conformance suite, against a single node and against the 3-master Cluster, each
+//! also sealed at rest (`afk-seal`).
 
 use crate::common;
 
@@ -27,10 +28,17 @@ mod sealed {
 
     use afk_seal::{Key, MemoryKeyring, SealedStore, StaticKeys};
 
-    afk_conformance::store_suite!(store());
+    afk_conformance::store_suite!(store("AFK_TEST_REDIS_URL"));
 
-    async fn store() -> Option<Arc<SealedStore>> {
-        let inner = crate::conformance::store("AFK_TEST_REDIS_URL").await?;
+    /// The Cluster sealed at rest.
+    mod cluster {
+        afk_conformance::store_suite!(crate::conformance::sealed::store(
+            "AFK_TEST_REDIS_CLUSTER_URLS"
+        ));
+    }
+
+    async fn store(var: &str) -> Option<Arc<SealedStore>> {
+        let inner = crate::conformance::store(var).await?;
         let keys = StaticKeys::new("k1", Key::generate()).expect("keys");
         Some(Arc::new(SealedStore::new(
             inner,

@@ -80,6 +80,10 @@ impl Store for ForgetfulStore {
         self.inner.list_attention(cursor, limit).await
     }
 
+    async fn effect_hashes(&self, thread: &ThreadId) -> Result<afk_core::hash::EffectHashes> {
+        self.inner.effect_hashes(thread).await
+    }
+
     async fn attention(&self, thread: &ThreadId, run: &RunId) -> Result<Option<Vec<u8>>> {
         self.inner.attention(thread, run).await
     }

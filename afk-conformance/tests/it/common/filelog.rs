@@ -142,6 +142,10 @@ impl Store for FileLog {
         Err(attention_unsupported("filelog"))
     }
 
+    async fn effect_hashes(&self, thread: &ThreadId) -> Result<afk_core::hash::EffectHashes> {
+        self.mem.effect_hashes(thread).await
+    }
+
     async fn attention(&self, _thread: &ThreadId, _run: &RunId) -> Result<Option<Vec<u8>>> {
         Err(attention_unsupported("filelog"))
     }

@@ -193,7 +193,7 @@ async fn finish(
     let mut extra = c.marks.clone();
     let records = 1 + usize::from(c.delegation);
     let res = within_limit(limit, (&c.call.tool_name, records), res, &mut extra);
-    let row = c.result(b.ckpt.run.as_str(), step, &res, extra);
+    let row = c.result(b.ckpt.run.as_str(), step, &res, extra, b.ckpt.hashes());
     b.ckpt.effect(step, &c.eid, &row).await?;
     if c.delegation {
         if res.success {

@@ -34,7 +34,7 @@ use super::subagent::Delegator;
 use super::tool::ToolContext;
 use super::toolbox::Toolbox;
 use crate::error::{Error, Result};
-use crate::hash::output_hash;
+use crate::hash::EffectHashes;
 use crate::schema::{
     EffectRow, EffectStatus, Extra, LlmResponse, PauseKind, PauseRequest, PausedPayload,
     PhasePayload, ToolCall,
@@ -114,11 +114,18 @@ impl PlannedCall<'_> {
         }
     }
 
-    /// The call's result row for `res`, carrying `extra`.
-    fn result(&self, run: &str, step: u64, res: &CallResult, extra: Extra) -> EffectRow {
+    /// The call's result row for `res`, carrying `extra`, its output hashed by `hashes`.
+    fn result(
+        &self,
+        run: &str,
+        step: u64,
+        res: &CallResult,
+        extra: Extra,
+        hashes: &EffectHashes,
+    ) -> EffectRow {
         EffectRow {
             input_hash: self.hash.clone(),
-            output_hash: Some(output_hash(&res.output)),
+            output_hash: Some(hashes.output_hash(&res.output)),
             output: res.output.clone(),
             success: res.success,
             status: Some(EffectStatus::Done),

@@ -2,7 +2,6 @@
 
 use super::{Batch, PlannedCall, approval_request};
 use crate::error::Result;
-use crate::hash::input_hash_of_args;
 use crate::keys;
 use crate::runner::agent::GateDecision;
 use crate::runner::events::Decision;
@@ -59,7 +58,7 @@ pub(super) fn gate<'r>(b: &mut Batch<'_>, calls: &'r [ToolCall], step: u64) -> R
     for (((call, id), eid), plan) in calls.iter().zip(ids).zip(eids).zip(plans) {
         out.push(PlannedCall {
             key: keys::effect_key(&b.ckpt.run, step, &eid)?,
-            hash: input_hash_of_args(&call.tool_name, &call.arguments),
+            hash: (b.ckpt.hashes()).input_hash_of_args(&call.tool_name, &call.arguments),
             delegation: b.agent.subagent(&call.tool_name).is_some(),
             call,
             id,
@@ -116,7 +115,12 @@ pub(super) async fn read_journal(
             },
         };
         let stored = match row {
-            Some(bytes) => journal::read_row(&bytes, &c.key, &c.eid, &c.hash)?,
+            Some(bytes) => {
+                let other = || {
+                    (b.ckpt.hashes()).other_input_hash_of_args(&c.call.tool_name, &c.call.arguments)
+                };
+                journal::read_row(&bytes, &c.key, &c.eid, (&c.hash, other))?
+            }
             None => None,
         };
         if let Some(row) = stored {
