@@ -213,6 +213,7 @@ impl S3Store {
             objects: bodies,
             slots,
         } = stage(commit, seq, &nonce);
+        self.logs.remember(commit, &slots);
         let flush = self
             .plan_flush(thread, run, &read, &slots, seq, &nonce)
             .await?;
@@ -403,6 +404,9 @@ impl S3Store {
         markers: impl Iterator<Item = String>,
     ) {
         let (thread, run) = (&attempt.commit.thread, &attempt.commit.run);
+        if let Some(h) = new {
+            self.logs.prune(thread, run, h);
+        }
         let mut old: Vec<String> = superseded
             .iter()
             .map(|s| self.layout.object(thread, run, s))
@@ -410,7 +414,7 @@ impl S3Store {
             .collect();
         if let Some(f) = &attempt.flush {
             if new.is_some_and(|h| flushed(h, Some(f))) {
-                self.cache_segment(thread, run, &f.seg.id, f.content.clone());
+                self.cache_segment(thread, run, &f.seg.id, f.content.clone(), f.body.len());
                 old.extend(
                     f.shadowed
                         .iter()
@@ -429,6 +433,10 @@ impl S3Store {
                 old.push(self.layout.segment(thread, run, &f.seg.id));
             }
         }
+        // A pack can leave both ways at once (its log entry inlined, its other values
+        // overwritten by this commit).
+        old.sort_unstable();
+        old.dedup();
         self.discard(old).await;
     }
 }

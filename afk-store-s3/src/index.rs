@@ -35,6 +35,10 @@ pub(crate) const FANOUT: usize = 4;
 /// Segments a store keeps in memory; past it the cache starts over.
 const CACHE_MAX: usize = 512;
 
+/// Bytes of segment objects a store keeps in memory (segments carry the transcript log, see
+/// [`crate::log`]); past it the cache starts over.
+const CACHE_MAX_BYTES: usize = 64 * 1024 * 1024;
+
 /// The body of a segment object.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Segment {
@@ -111,7 +115,8 @@ pub(crate) fn find_recent(head: &Head, key: &str) -> Found {
 /// Segments read so far, by object name (they never change).
 #[derive(Debug, Default)]
 pub(crate) struct SegmentCache {
-    map: Mutex<HashMap<String, Arc<Segment>>>,
+    /// The segments, and the bytes of their objects in all.
+    map: Mutex<(HashMap<String, Arc<Segment>>, usize)>,
 }
 
 impl SegmentCache {
@@ -119,16 +124,21 @@ impl SegmentCache {
         self.map
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .0
             .get(name)
             .cloned()
     }
 
-    fn put(&self, name: String, seg: Arc<Segment>) {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= CACHE_MAX {
+    /// Keep `seg`, whose object is `bytes` long.
+    fn put(&self, name: String, seg: Arc<Segment>, bytes: usize) {
+        let mut guard = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let (map, held) = &mut *guard;
+        if map.len() >= CACHE_MAX || *held + bytes > CACHE_MAX_BYTES {
             map.clear();
+            *held = 0;
         }
         map.insert(name, seg);
+        *held += bytes;
     }
 }
 
@@ -168,7 +178,7 @@ impl S3Store {
         match self.ops.get(&name).await {
             Ok(Some((bytes, _))) => {
                 let seg = Arc::new(Segment::decode(&name, &bytes)?);
-                self.segments.put(name, seg.clone());
+                self.segments.put(name, seg.clone(), bytes.len());
                 Ok(seg)
             }
             Ok(None) => Err(segment_gone(run, id)),
@@ -183,8 +193,10 @@ impl S3Store {
         run: &RunId,
         id: &str,
         seg: Arc<Segment>,
+        bytes: usize,
     ) {
-        self.segments.put(self.layout.segment(thread, run, id), seg);
+        self.segments
+            .put(self.layout.segment(thread, run, id), seg, bytes);
     }
 
     /// Where `key`'s value lives according to `head`: its recent keys, then its segments,
@@ -283,7 +295,9 @@ impl S3Store {
         if recent.entries() <= FLUSH_AT {
             return Ok(None);
         }
-        let mut shadowed = Vec::new();
+        // The log entries this store wrote go in as values (see `crate::log`); the slots they
+        // replace leave the layer like shadowed ones.
+        let mut shadowed = self.logs.inline(thread, run, &mut recent);
         let (mut level, mut consumed) = (0u32, 0usize);
         loop {
             let group = head.segs.get(consumed..consumed + FANOUT - 1);

@@ -9,6 +9,7 @@ mod error;
 mod finished;
 mod head;
 mod index;
+mod log;
 mod open;
 mod ops;
 mod store;

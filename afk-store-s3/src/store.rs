@@ -14,6 +14,7 @@ use crate::attention::Pending;
 use crate::config::S3Config;
 use crate::head::{Head, Layout, Slot, garbage, new_nonce};
 use crate::index::SegmentCache;
+use crate::log::LogCache;
 use crate::open;
 use crate::ops::{Cond, Ops, S3Traffic};
 use crate::swap::HeadCache;
@@ -39,6 +40,7 @@ pub struct S3Store {
     pub(crate) layout: Layout,
     pub(crate) segments: SegmentCache,
     pub(crate) heads: HeadCache,
+    pub(crate) logs: LogCache,
     pub(crate) pending: Pending,
     prefix: String,
     conditional: bool,
@@ -117,6 +119,7 @@ impl S3Store {
             segments: SegmentCache::default(),
             // Only where If-Match catches a stale entry (see `HeadCache`).
             heads: HeadCache::new(conditional),
+            logs: LogCache::default(),
             pending: Pending::default(),
             prefix: config.prefix,
             conditional,
@@ -510,6 +513,7 @@ impl Store for S3Store {
             }
         };
         self.heads.forget(thread, run);
+        self.logs.forget(thread, run);
         self.ops.delete_one(&self.layout.head(thread, run)).await?;
         let mut objects = self
             .ops
