@@ -1,10 +1,12 @@
-//! `afk demo [--store URL] [--crash-after N] [--resume]`: run a scripted durable agent, crash it
-//! part way, resume it in a new runner on the same store, and explain every step in plain lines.
+//! `afk demo [--store URL] [--crash-after N] [--resume] [--approval]`: run a scripted durable
+//! agent, crash it part way, resume it in a new runner on the same store, and explain every
+//! step in plain lines. `--approval` leaves a second order paused for a human's approval
+//! instead (see `approval.rs`).
 //!
 //! `--json` prints one document instead (every figure comes from a counter or the store; fields
 //! only ever gain members):
 //!
-//! * always: `mode` (`"crash_and_resume"` or `"resume"`), `store` (redacted), `thread`, `run`,
+//! * always: `mode` (`"crash_and_resume"`, `"resume"` or `"approval"`), `store` (redacted), `thread`, `run`,
 //!   `ok` (false exactly when the exit code is 1), `problems` (strings; empty when `ok`).
 //! * `crash_and_resume`: `crash_after` (commits before the crash), `reference` (`commits`,
 //!   `llm_calls`, `tool_executions` of the same run without a crash), `first_process`
@@ -20,6 +22,8 @@
 //!   `[{call, tool, policy, before_crash, on_resume, total, uncrashed}]`.
 //! * `resume`: `llm_calls`, `tool_executions` (`{call id: count}`), `outcome` (`completed` or
 //!   `paused`), `state`, `final_text` (completed) or `reason` (paused).
+//! * `approval` (`--approval`): `llm_calls`, `tool_executions`, `outcome` (`paused`, else
+//!   `other` and not `ok`), `call` and `reason` (the decision the run waits for).
 
 /// Append one line to a narrative `String`.
 macro_rules! say {
@@ -29,6 +33,7 @@ macro_rules! say {
     }};
 }
 
+mod approval;
 mod report;
 mod script;
 
@@ -63,6 +68,11 @@ pub struct Args {
     /// after `afk settle` or `afk decide`, and say what that executed.
     #[arg(long, conflicts_with = "crash_after")]
     resume: bool,
+    /// The order that needs a human's approval (run `demo-order-43`): leave it paused before
+    /// its card is charged, for `afk decide` or `afk serve`; with `--resume`, resume it as its
+    /// application would. The run of the plain demo is left as it is.
+    #[arg(long, conflicts_with = "crash_after")]
+    approval: bool,
 }
 
 /// Run the demo on `store` (default [`DEMO_STORE`]). Wipes the demo's own thread first.
@@ -73,7 +83,10 @@ pub fn run(args: Args, store: Option<String>, json: bool) -> ExitCode {
     };
     let name = ctx.store_name();
     if args.resume {
-        return ctx.run("demo", |store| resume_only(store, name));
+        return ctx.run("demo", |store| resume_only(store, name, args.approval));
+    }
+    if args.approval {
+        return ctx.run_creating("demo", |store| approval::approval(store, name));
     }
     ctx.run_creating("demo", |store| demo(store, args.crash_after, name))
 }
@@ -83,15 +96,21 @@ fn counts(c: &InvocationCounter) -> Value {
     json!(c.snapshot())
 }
 
-/// One plain resume of the demo run, with a fresh agent, as its application would do it.
-async fn resume_only(store: Arc<dyn Store>, name: String) -> Result<Report> {
+/// One plain resume of the demo run (with `approval`, of the approval order), with a fresh
+/// agent, as its application would do it.
+async fn resume_only(store: Arc<dyn Store>, name: String, approval: bool) -> Result<Report> {
     let mut out = String::new();
     say!(out, "AFK demo: the application resumes its stored run.");
     say!(out, "store: {name}");
     let thread = ThreadId::new(THREAD)?;
-    let run = RunId::new(RUN)?;
+    let run_id = if approval {
+        approval::APPROVAL_RUN
+    } else {
+        RUN
+    };
+    let run = RunId::new(run_id)?;
     let counter = InvocationCounter::new();
-    let rig = rig(&counter)?;
+    let rig = rig(&counter, approval)?;
     let result = runner(store)
         .resume(&rig.agent, &thread, &run)
         .result()
@@ -112,7 +131,7 @@ async fn resume_only(store: Arc<dyn Store>, name: String) -> Result<Report> {
         }
     );
     let mut doc = json!({
-        "mode": "resume", "store": name, "thread": THREAD, "run": RUN, "ok": true,
+        "mode": "resume", "store": name, "thread": THREAD, "run": run_id, "ok": true,
         "problems": [], "llm_calls": rig.llm.calls(), "tool_executions": counts(&counter),
     });
     match result? {
@@ -164,7 +183,7 @@ struct Baseline {
 async fn baseline(thread: &ThreadId, run: &RunId) -> Result<Baseline> {
     let fault = Arc::new(FaultStore::new(MemoryStore::new()));
     let tools = InvocationCounter::new();
-    let rig = rig(&tools)?;
+    let rig = rig(&tools, false)?;
     let out = runner(fault.clone())
         .run_with_id(&rig.agent, thread, run.clone(), INPUT)
         .result()
@@ -289,7 +308,7 @@ async fn first_process(
     let fault = Arc::new(FaultStore::from_arc(store.clone()));
     fault.crash_after_commits(n, CrashMode::Down);
     let counter1 = InvocationCounter::new();
-    let rig1 = rig(&counter1)?;
+    let rig1 = rig(&counter1, false)?;
     let mut handle = runner(fault.clone()).run_with_id(&rig1.agent, thread, run.clone(), INPUT);
     let events = handle.events();
     let first = handle.result().await;
@@ -329,7 +348,7 @@ async fn second_process(
     run: &RunId,
 ) -> Result<Second> {
     let counter2 = InvocationCounter::new();
-    let rig2 = rig(&counter2)?;
+    let rig2 = rig(&counter2, false)?;
     let mut handle = runner(store.clone()).resume(&rig2.agent, thread, run);
     let events = handle.events();
     let second = handle.result().await;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use afk_core::keys::{ParsedKey, parse_key};
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{Agent, EffectPolicy, Runner, RunnerConfig};
+use afk_core::runner::{Agent, EffectPolicy, LlmClient, Runner, RunnerConfig};
 use afk_core::schema::LlmResponse;
 use afk_core::store::RetryPolicy;
 use afk_core::{
@@ -13,6 +13,8 @@ use afk_core::{
     store::{Commit, Store},
 };
 use serde_json::{Value, json};
+
+use super::approval::{ApprovalLlm, ApproveCharges};
 
 /// Thread and run of the demo.
 pub const THREAD: &str = "afk-demo";
@@ -65,8 +67,9 @@ pub struct Rig {
     pub agent: Agent,
 }
 
-/// Build the agent for one process.
-pub fn rig(counter: &InvocationCounter) -> Result<Rig> {
+/// Build the agent for one process; with `approval`, the application of `afk demo
+/// --approval` (its gate asks a human before any card is charged).
+pub fn rig(counter: &InvocationCounter, approval: bool) -> Result<Rig> {
     let llm = ScriptedLlm::new(script()?);
     let reserve = ScriptedTool::new(
         "reserve_stock",
@@ -86,15 +89,27 @@ pub fn rig(counter: &InvocationCounter) -> Result<Rig> {
         counter.clone(),
         |a| Ok(json!({"sent_to": a.get("to").cloned().unwrap_or(Value::Null)})),
     );
+    let client: Arc<dyn LlmClient> = if approval {
+        Arc::new(ApprovalLlm {
+            script: llm.clone(),
+        })
+    } else {
+        llm.clone()
+    };
     let agent = Agent::new(
         "shop-assistant",
         "Fulfil the order.",
         "scripted-model",
-        llm.clone(),
+        client,
     )
     .with_tool(reserve)
     .with_tool(charge)
     .with_tool(receipt);
+    let agent = if approval {
+        agent.with_gate(Arc::new(ApproveCharges))
+    } else {
+        agent
+    };
     Ok(Rig { llm, agent })
 }
 

@@ -209,3 +209,70 @@ fn demo_json_reports_an_uncertain_stop_and_resume_json_its_refusal() {
     assert_eq!(e["error"]["kind"], "effect_uncertain", "{e}");
     assert_eq!(e["error"]["command"], "demo");
 }
+
+/// `afk demo --approval` leaves order 43 paused before any of its tools ran, next to the plain
+/// demo's run (here left uncertain); approved with `afk decide`, the application's resume
+/// (`afk demo --approval --resume`) charges once and completes; denied, it completes without
+/// charging or sending a receipt, and says so.
+#[test]
+fn the_approval_order_pauses_for_a_human_and_resumes_as_decided() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = rocks(&dir.path().join("db"));
+    let afk = |args: &[&str]| {
+        let mut all = vec!["--store", url.as_str()];
+        all.extend_from_slice(args);
+        afk_in(dir.path(), &all)
+    };
+    let stuck = afk(&["demo", "--crash-after", "10"]);
+    assert_eq!(stuck.code, Some(0), "{}", stuck.stdout);
+    for (answer, reason) in [("--approve", None), ("--deny", Some("over budget"))] {
+        let out = afk(&["demo", "--approval"]);
+        assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+        let paused = line(&out.stdout, "run demo-order-43:");
+        assert!(paused.contains("paused before any tool ran"), "{paused}");
+        assert!(paused.contains("call_charge"), "{paused}");
+        assert_eq!(
+            line(&out.stdout, "model calls:"),
+            "model calls: 1; tool executions: none"
+        );
+        let doc = one_document(&afk(&["--json", "runs", "--thread", "afk-demo"]).stdout);
+        let states: Vec<(&str, &str)> = doc["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["run"].as_str().unwrap(), r["state"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            states,
+            [("demo-order-42", "uncertain"), ("demo-order-43", "paused")]
+        );
+        let mut decide = vec![
+            "decide",
+            "--thread",
+            "afk-demo",
+            "--run",
+            "demo-order-43",
+            answer,
+        ];
+        decide.extend(reason);
+        let decided = afk(&decide);
+        assert_eq!(decided.code, Some(0), "{}", decided.stderr);
+        let resumed = afk(&["--json", "demo", "--approval", "--resume"]);
+        assert_eq!(resumed.code, Some(0), "{}", resumed.stdout);
+        let d = one_document(&resumed.stdout);
+        assert_eq!(d["run"], "demo-order-43");
+        assert_eq!(d["outcome"], "completed", "{d}");
+        let text = d["final_text"].as_str().unwrap();
+        let executed = &d["tool_executions"];
+        if reason.is_none() {
+            assert_eq!(
+                executed,
+                &serde_json::json!({"call_charge": 1, "call_receipt": 1, "call_reserve": 1})
+            );
+            assert!(text.starts_with("Order 43 is confirmed"), "{text}");
+        } else {
+            assert_eq!(executed, &serde_json::json!({"call_reserve": 1}));
+            assert!(text.contains("not approved"), "{text}");
+        }
+    }
+}
