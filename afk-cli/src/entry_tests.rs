@@ -102,7 +102,9 @@ fn runs_shows_each_unfinished_runs_entry_owner_and_lease() {
     rt().block_on(async {
         let (store, t) = store().await;
         let now = START_MS + 40_000;
-        let r = crate::runs::report(store.as_ref(), &t, now).await.unwrap();
+        let r = crate::runs::report_page(store.as_ref(), &t, now, None)
+            .await
+            .unwrap();
         let lines: Vec<&str> = r.human.lines().collect();
         assert_eq!(
             lines[0].split_whitespace().skip(5).collect::<Vec<_>>(),
@@ -247,7 +249,9 @@ fn runs_reads_the_entries_of_unfinished_runs_only_and_none_without_the_index() {
                 ..Reads::default()
             },
         );
-        let r = crate::runs::report(&with, &t, now).await.unwrap();
+        let r = crate::runs::report_page(&with, &t, now, None)
+            .await
+            .unwrap();
         assert!(r.human.contains("ENTRY"), "{}", r.human);
         let read = with.hooks().attention.lock().unwrap().clone();
         assert_eq!(read, ["b_held", "c_asks", "d_down"]);
@@ -260,7 +264,9 @@ fn runs_reads_the_entries_of_unfinished_runs_only_and_none_without_the_index() {
 
         // The same runs and entries, on a store that says it keeps no index.
         let without = HookStore::new(store as Arc<dyn Store>, Reads::default());
-        let r = crate::runs::report(&without, &t, now).await.unwrap();
+        let r = crate::runs::report_page(&without, &t, now, None)
+            .await
+            .unwrap();
         assert!(without.hooks().attention.lock().unwrap().is_empty());
         assert_eq!(
             r.human

@@ -14,8 +14,16 @@ use super::status::run_status;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Show at most this many threads (the newest).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "page_size")]
     limit: Option<usize>,
+    /// One page of the store's own listing instead of every thread: at most this many threads
+    /// (1 to 1000), in the store's order, newest activity first within the page; the output
+    /// ends with the cursor of the next page.
+    #[arg(long)]
+    page_size: Option<usize>,
+    /// With `--page-size`: the page that starts at this cursor (printed by the previous page).
+    #[arg(long, requires = "page_size")]
+    cursor: Option<String>,
     /// Redis only: first rebuild the store's thread index from the data (adds threads written
     /// before the index existed, drops threads that hold nothing; walks every key with SCAN).
     #[arg(long)]
@@ -35,8 +43,9 @@ struct Row {
 
 /// JSON: `{"store", "threads": [{"thread", "runs", "paused", "uncertain", "failed",
 /// "in_progress", "last_activity_ms"}]}`, newest activity first; threads without runs left
-/// out; with `--rebuild-index` also `"index_rebuild": {"added", "removed"}`. Exit 1 when the
-/// store cannot list its threads.
+/// out; with `--rebuild-index` also `"index_rebuild": {"added", "removed"}`; with
+/// `--page-size` also `"next_cursor"` (a string, or null on the last page). Exit 1 when the
+/// store cannot list its threads or does not know the cursor.
 pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
     let progress = ctx.progress();
     let store_name = ctx.store_name();
@@ -47,20 +56,57 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
         } else {
             None
         };
-        report(store.as_ref(), &store_name, args.limit, rebuilt, progress).await
+        let shown = match args.page_size {
+            Some(size) => Shown::Page {
+                cursor: args.cursor,
+                size,
+            },
+            None => Shown::Newest(args.limit),
+        };
+        report(store.as_ref(), &store_name, shown, rebuilt, progress).await
     })
 }
 
-/// The report of `afk threads` on `store` (named `store_name`, redacted): at most `limit`
-/// threads, newest activity first; `rebuilt` is what `--rebuild-index` did.
+/// Which threads a report shows.
+#[derive(Debug, Clone)]
+pub enum Shown {
+    /// Every thread, or only this many of the newest.
+    Newest(Option<usize>),
+    /// One page of the store's listing ([`Store::list_threads`]): at most `size` threads
+    /// (clamped by the store), starting at `cursor`.
+    Page {
+        /// The cursor of the page; `None` for the first.
+        cursor: Option<String>,
+        /// Threads per page.
+        size: usize,
+    },
+}
+
+/// The threads `shown` selects, and the cursor of the next page (`Some(None)` on the last
+/// page; `None` when not paging).
+async fn listed(
+    store: &dyn Store,
+    shown: &Shown,
+) -> afk_core::Result<(Vec<ThreadId>, Option<Option<String>>)> {
+    match shown {
+        Shown::Newest(_) => Ok((store.list_all_threads().await?, None)),
+        Shown::Page { cursor, size } => {
+            let page = store.list_threads(cursor.as_deref(), *size).await?;
+            Ok((page.threads, Some(page.next_cursor)))
+        }
+    }
+}
+
+/// The report of `afk threads` on `store` (named `store_name`, redacted): the threads
+/// `shown` selects, newest activity first; `rebuilt` is what `--rebuild-index` did.
 pub async fn report(
     store: &dyn Store,
     store_name: &str,
-    limit: Option<usize>,
+    shown: Shown,
     rebuilt: Option<(u64, u64)>,
     progress: Progress,
 ) -> afk_core::Result<Report> {
-    let threads = store.list_all_threads().await?;
+    let (threads, next) = listed(store, &shown).await?;
     let mut rows = Vec::new();
     for (i, thread) in threads.iter().enumerate() {
         progress.tick("reading threads", i, Some(threads.len()));
@@ -75,13 +121,15 @@ pub async fn report(
             .cmp(&a.last_activity_ms)
             .then_with(|| a.thread.cmp(&b.thread))
     });
-    if let Some(n) = limit {
+    if let Shown::Newest(Some(n)) = shown {
         rows.truncate(n);
     }
     let mut human = rebuilt.map_or_else(String::new, |(added, removed)| {
         format!("thread index rebuilt: {added} thread(s) added, {removed} removed\n")
     });
-    if rows.is_empty() {
+    if rows.is_empty() && matches!(next, Some(Some(_))) {
+        human.push_str("no threads with runs on this page\n");
+    } else if rows.is_empty() {
         human.push_str(&format!("no threads in {store_name}\n"));
     } else {
         human.push_str(&rows_table(&rows));
@@ -89,6 +137,13 @@ pub async fn report(
     let mut doc = json!({"store": store_name, "threads": rows});
     if let Some((added, removed)) = rebuilt {
         doc["index_rebuild"] = json!({"added": added, "removed": removed});
+    }
+    if let Some(next) = next {
+        match &next {
+            Some(c) => human.push_str(&format!("next page: --cursor {c}\n")),
+            None => human.push_str("last page\n"),
+        }
+        doc["next_cursor"] = json!(next);
     }
     Ok(Report::ok(doc, human))
 }

@@ -6,7 +6,7 @@
 use afk_core::runner::Decision;
 use afk_core::{Error, ErrorKind, Result, RunId, ThreadId};
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -16,8 +16,10 @@ use super::super::entry::now_ms;
 use super::super::fork::fork_report;
 use super::super::output::{Progress, Report, error_doc};
 use super::super::settle::{decide_report, settle_report};
+use super::super::threads::Shown;
 use super::super::{runs, show, threads, timeline};
 use super::actions::settlement_of;
+use super::pages::{RunsQuery, ThreadsQuery, page_size};
 use super::{App, Shared, status_of};
 
 /// The error document of command `cmd`, with `status`.
@@ -61,28 +63,51 @@ fn may_act(app: &App, headers: &HeaderMap, cmd: &str) -> Option<Response> {
     None
 }
 
-/// `GET /api/threads`: `afk threads --json`.
-pub async fn threads(State(app): State<Shared>, headers: HeaderMap) -> Response {
+/// `GET /api/threads`: `afk threads --json`; with `?limit=N` and/or `?cursor=C`, one page of
+/// the store's listing, `afk threads --page-size N --cursor C --json` (`N` defaults to 50).
+pub async fn threads(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<ThreadsQuery>,
+) -> Response {
     if let Some(r) = may_read(&app, &headers, "threads") {
         return r;
     }
+    let shown = if q.limit.is_none() && q.cursor.is_none() {
+        Ok(Shown::Newest(None))
+    } else {
+        page_size(q.limit.as_deref()).map(|size| Shown::Page {
+            cursor: q.cursor.filter(|c| !c.is_empty()),
+            size,
+        })
+    };
     let quiet = Progress::none();
-    let res = threads::report(app.store.as_ref(), &app.store_name, None, None, quiet).await;
+    let res = match shown {
+        Ok(s) => threads::report(app.store.as_ref(), &app.store_name, s, None, quiet).await,
+        Err(e) => Err(e),
+    };
     answer(&app, "threads", res)
 }
 
-/// `GET /api/threads/{thread}/runs`: `afk runs --json`.
+/// `GET /api/threads/{thread}/runs`: `afk runs --json`; with any of `?limit=N`, `?after=R`,
+/// `?state=S`, one page, `afk runs --page-size N --after R --state S --json` (`N` defaults to
+/// 50).
 pub async fn runs(
     State(app): State<Shared>,
     headers: HeaderMap,
     Path(thread): Path<String>,
+    Query(q): Query<RunsQuery>,
 ) -> Response {
     if let Some(r) = may_read(&app, &headers, "runs") {
         return r;
     }
-    let res = match ThreadId::new(thread) {
-        Ok(t) => runs::report(app.store.as_ref(), &t, now_ms()).await,
-        Err(e) => Err(e),
+    let paged = q.limit.is_some() || q.after.is_some() || q.state.is_some();
+    let res = match (ThreadId::new(thread), q.page()) {
+        (Ok(t), Ok(page)) => {
+            let page = paged.then_some(page);
+            runs::report_page(app.store.as_ref(), &t, now_ms(), page.as_ref()).await
+        }
+        (Err(e), _) | (_, Err(e)) => Err(e),
     };
     answer(&app, "runs", res)
 }

@@ -6,12 +6,17 @@
 //!
 //! Routes:
 //!
-//! * pages: `/` (threads), `/threads/{thread}?state=S` (its runs, optionally only those in
-//!   state `S`), `/threads/{thread}/runs/{run}`; `/login` (form), `POST /logout`;
+//! * pages: `/?cursor=C` (one page of the store's threads: the store's listing cursor),
+//!   `/threads/{thread}?state=S&after=R` (one page of its runs by id, after run `R`, optionally
+//!   only those in state `S`), `/threads/{thread}/runs/{run}`; `/login` (form), `POST
+//!   /logout`. Pages hold 50 rows unless `&limit=N` (1 to 1000) says otherwise, and link to
+//!   the first and the next page;
 //! * actions (forms, each with the session's CSRF token): `POST
 //!   /threads/{thread}/runs/{run}/decide`, `…/settle`, `…/fork`;
 //! * JSON (`Authorization: Bearer <token>` or the session cookie): `GET /api/threads` (the
-//!   document of `afk threads --json`), `/api/threads/{thread}/runs` (`afk runs`),
+//!   document of `afk threads --json`; `?limit=N&cursor=C` one page, as `afk threads
+//!   --page-size N --cursor C`), `/api/threads/{thread}/runs` (`afk runs`; `?limit=N&after=R&
+//!   state=S` one page, as `afk runs --page-size N --after R --state S`),
 //!   `/api/threads/{thread}/runs/{run}` (`afk show`), `…/timeline` (`afk timeline`); `POST
 //!   …/decide`, `…/settle`, `…/fork` with a JSON body (bearer token only) answer as `afk decide
 //!   --json` and the others do. Errors are the CLI's `{"error": {…}}` document.

@@ -2,9 +2,10 @@
 //! matching command reads, through its report (`afk threads`, `afk runs`, `afk show`, `afk
 //! timeline`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use afk_core::schema::{LlmResponse, PhasePayload};
+use afk_core::store::MAX_LIST_LIMIT;
 use afk_core::{Error, RunId, ThreadId};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -15,6 +16,8 @@ use serde_json::Value;
 use super::super::common::{latest, newest_snapshot};
 use super::super::entry::{entry_of, has_index, now_ms};
 use super::super::output::{Progress, error_text, utc};
+use super::super::runs::RunsPage;
+use super::super::threads::Shown;
 use super::super::{runs, show, threads, timeline};
 use super::auth::{Session, clear_cookie, same_secret, set_cookie};
 use super::view::{self, Call, Chrome, html, see_other};
@@ -137,15 +140,65 @@ fn time_of(v: &Value) -> String {
     v.as_u64().map_or_else(|| "-".to_owned(), utc)
 }
 
-/// `GET /`: the threads, with the counts of `afk threads`.
-pub async fn threads(State(app): State<Shared>, headers: HeaderMap) -> Response {
+/// The query of the threads page and of `GET /api/threads`: a page of the store's listing.
+#[derive(Debug, Deserialize)]
+pub struct ThreadsQuery {
+    /// Where the page starts (the store's cursor); the first page when absent.
+    pub cursor: Option<String>,
+    /// Threads per page (1 to 1000).
+    pub limit: Option<String>,
+}
+
+/// Rows per page unless `?limit=` says otherwise.
+pub const PAGE_SIZE: usize = 50;
+
+/// `?limit=`: [`PAGE_SIZE`] when absent; `InvalidInput` unless a number from 1 to 1000.
+pub fn page_size(limit: Option<&str>) -> afk_core::Result<usize> {
+    match limit.filter(|l| !l.is_empty()) {
+        None => Ok(PAGE_SIZE),
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_LIST_LIMIT).contains(n))
+            .ok_or_else(|| {
+                Error::invalid_input(format!(
+                    "limit must be a number from 1 to {MAX_LIST_LIMIT}, not {l:?}"
+                ))
+            }),
+    }
+}
+
+/// `&limit=N` when the request chose its page size, to carry into the page links.
+fn limit_param(limit: Option<&str>) -> String {
+    limit
+        .filter(|l| !l.is_empty())
+        .map_or_else(String::new, |l| format!("&limit={}", view::encode(l)))
+}
+
+/// `GET /?cursor=C&limit=N`: one page of the store's threads, with the counts of `afk
+/// threads` (newest activity first within the page) and links to the first and next page.
+pub async fn threads(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<ThreadsQuery>,
+) -> Response {
     let session = match session_or_login(&app, &headers) {
         Ok(s) => s,
         Err(r) => return *r,
     };
-    let quiet = Progress::none();
-    let report = match threads::report(app.store.as_ref(), &app.store_name, None, None, quiet).await
-    {
+    let cursor = q.cursor.filter(|c| !c.is_empty());
+    let res = match page_size(q.limit.as_deref()) {
+        Ok(size) => {
+            let shown = Shown::Page {
+                cursor: cursor.clone(),
+                size,
+            };
+            let quiet = Progress::none();
+            threads::report(app.store.as_ref(), &app.store_name, shown, None, quiet).await
+        }
+        Err(e) => Err(e),
+    };
+    let report = match res {
         Ok(r) => r,
         Err(e) => return error_page(&app, Some(&session), "threads", &e),
     };
@@ -163,17 +216,42 @@ pub async fn threads(State(app): State<Shared>, headers: HeaderMap) -> Response 
             last_activity: time_of(&t["last_activity_ms"]),
         })
         .collect();
+    let limit = limit_param(q.limit.as_deref());
+    let pages = view::Pages {
+        first: cursor.map(|_| format!("/?{}", limit.trim_start_matches('&')).replace("/?", "/")),
+        next: report.json["next_cursor"]
+            .as_str()
+            .map(|c| format!("/?cursor={}{limit}", view::encode(c))),
+    };
     let page = view::Threads {
         c: chrome(&app, Some(&session)),
         rows,
+        pages,
     };
     html(StatusCode::OK, &page)
 }
 
-/// The query of a thread's page.
+/// The query of a thread's page and of `GET /api/threads/{thread}/runs`.
 #[derive(Debug, Deserialize)]
 pub struct RunsQuery {
-    state: Option<String>,
+    /// Only the runs in this state.
+    pub state: Option<String>,
+    /// Only the runs after this run id (the cursor).
+    pub after: Option<String>,
+    /// Runs per page (1 to 1000).
+    pub limit: Option<String>,
+}
+
+impl RunsQuery {
+    /// The page it asks for (`InvalidInput` for a bad limit).
+    pub fn page(&self) -> afk_core::Result<RunsPage> {
+        let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+        Ok(RunsPage {
+            after: nonempty(&self.after),
+            size: page_size(self.limit.as_deref())?,
+            state: nonempty(&self.state),
+        })
+    }
 }
 
 /// What a run's row says it needs.
@@ -195,8 +273,18 @@ fn run_note(r: &Value) -> String {
     notes.join("; ")
 }
 
-/// `GET /threads/{thread}?state=S`: the runs of `afk runs`, only those in state `S` when
-/// given; 404 for a thread without runs.
+/// The states a thread's page filters by.
+const STATES: &[&str] = &[
+    "paused",
+    "uncertain",
+    "failed",
+    "in_progress",
+    "suspended",
+    "completed",
+];
+
+/// `GET /threads/{thread}?state=S&after=R&limit=N`: one page of the runs of `afk runs`, by run
+/// id, only those in state `S` when given; 404 for a thread without runs.
 pub async fn runs(
     State(app): State<Shared>,
     headers: HeaderMap,
@@ -207,29 +295,25 @@ pub async fn runs(
         Ok(s) => s,
         Err(r) => return *r,
     };
-    let res = match ThreadId::new(&thread) {
-        Ok(t) => runs::report(app.store.as_ref(), &t, now_ms()).await,
-        Err(e) => Err(e),
+    let res = match (ThreadId::new(&thread), q.page()) {
+        (Ok(t), Ok(page)) => runs::report_page(app.store.as_ref(), &t, now_ms(), Some(&page))
+            .await
+            .map(|r| (r, page)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
     };
-    let report = match res {
+    let (report, page) = match res {
         Ok(r) => r,
         Err(e) => return error_page(&app, Some(&session), "runs", &e),
     };
-    let all: Vec<Value> = report.json["runs"].as_array().cloned().unwrap_or_default();
-    if all.is_empty() {
+    let total = count(&report.json, "total_runs");
+    if total == 0 {
         let e = Error::not_found(format!("thread {thread} has no runs"));
         return error_page(&app, Some(&session), "runs", &e);
     }
-    let mut states: BTreeMap<String, usize> = BTreeMap::new();
-    for r in &all {
-        *states
-            .entry(r["state"].as_str().unwrap_or("").to_owned())
-            .or_default() += 1;
-    }
-    let filter = q.state.filter(|s| !s.is_empty());
-    let rows = all
-        .iter()
-        .filter(|r| filter.as_deref().is_none_or(|f| r["state"] == f))
+    let rows = report.json["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
         .map(|r| view::RunRow {
             run: r["run"].as_str().unwrap_or("").to_owned(),
             state: r["state"].as_str().unwrap_or("").to_owned(),
@@ -241,13 +325,31 @@ pub async fn runs(
             note: run_note(r),
         })
         .collect();
+    let base = format!("/threads/{}?", view::encode(&thread));
+    let keep = format!(
+        "{}{}",
+        page.state
+            .as_deref()
+            .map_or_else(String::new, |s| format!("&state={}", view::encode(s))),
+        limit_param(q.limit.as_deref())
+    );
+    let pages = view::Pages {
+        first: page
+            .after
+            .as_ref()
+            .map(|_| format!("{base}{}", keep.trim_start_matches('&'))),
+        next: report.json["next_after"]
+            .as_str()
+            .map(|r| format!("{base}after={}{keep}", view::encode(r))),
+    };
     let page = view::Runs {
         c: chrome(&app, Some(&session)),
         thread,
-        filter,
-        total: all.len(),
-        states: states.into_iter().collect(),
+        filter: page.state,
+        states: STATES,
+        total,
         rows,
+        pages,
     };
     html(StatusCode::OK, &page)
 }

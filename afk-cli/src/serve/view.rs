@@ -50,12 +50,22 @@ pub struct ThreadRow {
     pub last_activity: String,
 }
 
-/// The threads page.
+/// The threads page: one page of the store's listing.
 #[derive(Debug, Template)]
 #[template(path = "threads.html")]
 pub struct Threads {
     pub c: Chrome,
     pub rows: Vec<ThreadRow>,
+    pub pages: Pages,
+}
+
+/// The links between pages: each an href, when there is such a page.
+#[derive(Debug, Default)]
+pub struct Pages {
+    /// The first page, unless this is it.
+    pub first: Option<String>,
+    /// The next page, unless this is the last.
+    pub next: Option<String>,
 }
 
 /// A run's row on a thread's page.
@@ -69,7 +79,7 @@ pub struct RunRow {
     pub note: String,
 }
 
-/// A thread's runs.
+/// One page of a thread's runs.
 #[derive(Debug, Template)]
 #[template(path = "runs.html")]
 pub struct Runs {
@@ -77,10 +87,12 @@ pub struct Runs {
     pub thread: String,
     /// The state shown, or all.
     pub filter: Option<String>,
-    /// Every state present, with its count.
-    pub states: Vec<(String, usize)>,
-    pub total: usize,
+    /// The states one can filter by.
+    pub states: &'static [&'static str],
+    /// Runs in the thread, all states.
+    pub total: u64,
     pub rows: Vec<RunRow>,
+    pub pages: Pages,
 }
 
 /// A tool call a human has to answer for.
@@ -135,4 +147,17 @@ pub fn see_other(to: &str, cookie: Option<String>) -> Response {
         res.headers_mut().insert(SET_COOKIE, c);
     }
     res
+}
+
+/// `s` percent-encoded for a query value (everything but unreserved characters).
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Server, TOKEN, form, request, rocks, run_path};
+use super::{Server, TOKEN, request, rocks, run_path};
 use crate::cli_ops::{contents, paused_run, resume, uncertain_run};
 use crate::common::afk_in;
 
@@ -98,14 +98,10 @@ fn a_refused_action_says_what_the_command_says() {
         ),
     ];
     let s = Server::start(&url, &[]);
-    let cookie = s.login();
-    let csrf = s.csrf(&cookie, &run_path("t", "p"));
+    let me = s.session();
     let mut pages = Vec::new();
     for (run, action, fields, _) in &cases {
-        let mut fields = fields.clone();
-        fields.push(("csrf", &csrf));
-        let path = format!("{}/{action}", run_path("t", run));
-        let r = s.post_form(&path, &[("Cookie", &cookie)], &form(&fields));
+        let r = me.act("t", run, action, fields);
         assert!(r.status >= 400, "{action} {run}: {}", r.body);
         pages.push(pre_text(&r.body));
     }
@@ -165,11 +161,7 @@ fn the_api_acts_with_the_bearer_token_and_answers_as_the_commands() {
             "message_replaced": false})
     );
     // The same fork from the page.
-    let cookie = s.login();
-    let csrf = s.csrf(&cookie, &run_path("t", "p"));
-    let path = format!("{}/fork", run_path("t", "p"));
-    let body = form(&[("step", "1"), ("csrf", &csrf)]);
-    let r = s.post_form(&path, &[("Cookie", &cookie)], &body);
+    let r = s.session().act("t", "p", "fork", &[("step", "1")]);
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.contains("as run p-fork-1"), "{}", r.body);
     assert!(

@@ -8,6 +8,7 @@
 mod actions;
 mod browser;
 pub mod http;
+mod paging;
 mod security;
 
 use std::fs::File;
@@ -95,6 +96,17 @@ impl Server {
         c.split(';').next().unwrap().to_owned()
     }
 
+    /// Log in: a session with its cookie and the CSRF token of its forms.
+    pub fn session(&self) -> Session<'_> {
+        let cookie = self.login();
+        let csrf = self.csrf(&cookie, "/");
+        Session {
+            server: self,
+            cookie,
+            csrf,
+        }
+    }
+
     /// The CSRF token of the forms on `path`, for the session `cookie`.
     pub fn csrf(&self, cookie: &str, path: &str) -> String {
         let page = self.get(path, &[("Cookie", cookie)]);
@@ -120,6 +132,40 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A person logged in to a [`Server`].
+pub struct Session<'s> {
+    server: &'s Server,
+    /// The `Cookie` header of the session.
+    pub cookie: String,
+    /// The session's CSRF token.
+    pub csrf: String,
+}
+
+impl Session<'_> {
+    /// `GET path` in the session.
+    pub fn get(&self, path: &str) -> Resp {
+        self.server.get(path, &[("Cookie", &self.cookie)])
+    }
+
+    /// Post the form `fields` to `path` in the session, with `csrf` as its CSRF token
+    /// (`None`: none at all).
+    pub fn post_with(&self, path: &str, fields: &[(&str, &str)], csrf: Option<&str>) -> Resp {
+        let mut all = fields.to_vec();
+        if let Some(c) = csrf {
+            all.push(("csrf", c));
+        }
+        self.server
+            .post_form(path, &[("Cookie", &self.cookie)], &form(&all))
+    }
+
+    /// Post the form of `action` (`decide`, `settle`, `fork`) on the page of `run` in
+    /// `thread`, with the session's CSRF token.
+    pub fn act(&self, thread: &str, run: &str, action: &str, fields: &[(&str, &str)]) -> Resp {
+        let path = format!("{}/{action}", run_path(thread, run));
+        self.post_with(&path, fields, Some(&self.csrf))
     }
 }
 

@@ -72,48 +72,36 @@ fn a_forged_post_without_the_csrf_token_changes_nothing() {
     uncertain_run(&url, "t", "u");
     let before = contents(&url, "t");
     let s = Server::start(&url, &[]);
-    let cookie = s.login();
-    let other = s.login();
-    let others = s.csrf(&other, &run_path("t", "p"));
+    let me = s.session();
+    let others = s.session().csrf;
+    let decide = format!("{}/decide", run_path("t", "p"));
     for csrf in [None, Some("0".repeat(64)), Some(others)] {
-        let mut fields = vec![("decision", "approve")];
-        if let Some(c) = &csrf {
-            fields.push(("csrf", c));
-        }
-        let path = format!("{}/decide", run_path("t", "p"));
-        let r = s.post_form(&path, &[("Cookie", &cookie)], &form(&fields));
+        let csrf = csrf.as_deref();
+        let r = me.post_with(&decide, &[("decision", "approve")], csrf);
         assert_eq!(r.status, 403, "{csrf:?}: {}", r.body);
         assert!(
             r.body.contains("CSRF token is missing or wrong"),
             "{}",
             r.body
         );
-        let mut fields = vec![("call", "c1"), ("outcome", "did_not_run")];
-        if let Some(c) = &csrf {
-            fields.push(("csrf", c));
-        }
         let path = format!("{}/settle", run_path("t", "u"));
-        let r = s.post_form(&path, &[("Cookie", &cookie)], &form(&fields));
+        let r = me.post_with(&path, &[("call", "c1"), ("outcome", "did_not_run")], csrf);
         assert_eq!(r.status, 403, "{}", r.body);
-        let fields = [("step", "1"), ("csrf", csrf.as_deref().unwrap_or(""))];
         let path = format!("{}/fork", run_path("t", "p"));
-        let r = s.post_form(&path, &[("Cookie", &cookie)], &form(&fields));
+        let r = me.post_with(&path, &[("step", "1")], Some(csrf.unwrap_or("")));
         assert_eq!(r.status, 403, "{}", r.body);
     }
     // Without a session cookie at all (a cross-site post: SameSite=Strict keeps it home).
-    let csrf = s.csrf(&cookie, &run_path("t", "p"));
-    let path = format!("{}/decide", run_path("t", "p"));
-    let body = form(&[("decision", "approve"), ("csrf", &csrf)]);
-    let r = s.post_form(&path, &[], &body);
+    let body = form(&[("decision", "approve"), ("csrf", &me.csrf)]);
+    let r = s.post_form(&decide, &[], &body);
     assert_eq!(r.status, 403, "{}", r.body);
     s.stop();
     assert_eq!(contents(&url, "t"), before, "a forged post wrote");
 
     let s = Server::start(&url, &[]);
-    let cookie = s.login();
-    let csrf = s.csrf(&cookie, &run_path("t", "p"));
-    let body = form(&[("decision", "approve"), ("csrf", &csrf)]);
-    let r = s.post_form(&path, &[("Cookie", &cookie)], &body);
+    let r = s
+        .session()
+        .act("t", "p", "decide", &[("decision", "approve")]);
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(
         r.body.contains("recorded `approve` for paused run p"),
@@ -136,8 +124,8 @@ fn read_only_refuses_every_action() {
     uncertain_run(&url, "t", "u");
     let before = contents(&url, "t");
     let s = Server::start(&url, &["--read-only"]);
-    let cookie = s.login();
-    let page = s.get(&run_path("t", "p"), &[("Cookie", &cookie)]);
+    let me = s.session();
+    let page = me.get(&run_path("t", "p"));
     assert_eq!(page.status, 200);
     assert!(
         page.body.contains("This server is read-only"),
@@ -145,10 +133,8 @@ fn read_only_refuses_every_action() {
         page.body
     );
     assert!(!page.body.contains("/decide\""), "{}", page.body);
-    // The logout form carries the session's CSRF token: a forged post is refused for being
+    // The logout form carries the session's CSRF token: a post with it is refused for being
     // read-only, not for a missing token.
-    let at = page.body.find("name=\"csrf\" value=\"").unwrap() + 19;
-    let csrf = page.body[at..at + 64].to_owned();
     let posts = [
         ("p", "decide", vec![("decision", "approve")]),
         (
@@ -158,10 +144,8 @@ fn read_only_refuses_every_action() {
         ),
         ("p", "fork", vec![("step", "1")]),
     ];
-    for (run, action, mut fields) in posts {
-        fields.push(("csrf", &csrf));
-        let path = format!("{}/{action}", run_path("t", run));
-        let r = s.post_form(&path, &[("Cookie", &cookie)], &form(&fields));
+    for (run, action, fields) in posts {
+        let r = me.act("t", run, action, &fields);
         assert_eq!(r.status, 403, "{action}: {}", r.body);
         assert!(r.body.contains("read-only"), "{}", r.body);
     }
@@ -192,34 +176,28 @@ fn an_unknown_run_is_a_404_page() {
     let url = rocks(dir.path());
     paused_run(&url, "t", "p");
     let s = Server::start(&url, &[]);
-    let cookie = s.login();
+    let me = s.session();
     for path in [
         run_path("t", "nope"),
         "/threads/nope".into(),
         "/nowhere".into(),
     ] {
-        let r = s.get(&path, &[("Cookie", &cookie)]);
+        let r = me.get(&path);
         assert_eq!(r.status, 404, "{path}: {}", r.body);
         assert!(r.body.contains("<h1>Not found</h1>"), "{}", r.body);
     }
-    let r = s.get(&run_path("t", "nope"), &[("Cookie", &cookie)]);
+    let r = me.get(&run_path("t", "nope"));
     assert!(
         r.body
             .contains("run nope in thread t has no latest pointer"),
         "{}",
         r.body
     );
-    let api = s.get(
-        &format!("/api{}", run_path("t", "nope")),
-        &[("Cookie", &cookie)],
-    );
+    let api = me.get(&format!("/api{}", run_path("t", "nope")));
     assert_eq!(api.status, 404, "{}", api.body);
     assert_eq!(api.json()["error"]["kind"], "not_found");
     // Deciding an unknown run is refused as `afk decide` refuses it.
-    let csrf = s.csrf(&cookie, &run_path("t", "p"));
-    let path = format!("{}/decide", run_path("t", "nope"));
-    let body = form(&[("decision", "approve"), ("csrf", &csrf)]);
-    let r = s.post_form(&path, &[("Cookie", &cookie)], &body);
+    let r = me.act("t", "nope", "decide", &[("decision", "approve")]);
     assert_eq!(r.status, 404, "{}", r.body);
     assert!(r.body.contains("afk decide: not_found"), "{}", r.body);
 }
@@ -230,24 +208,16 @@ fn an_unknown_run_is_a_404_page() {
 pub fn approving_at_once(url: &str, thread: &str, stop_before_resume: bool) {
     paused_run(url, thread, "race");
     let s = Server::start(url, &[]);
-    let path = format!("{}/decide", run_path(thread, "race"));
-    let people: Vec<(String, String)> = (0..2)
-        .map(|_| {
-            let cookie = s.login();
-            let csrf = s.csrf(&cookie, &run_path(thread, "race"));
-            (cookie, csrf)
-        })
-        .collect();
+    let people: Vec<_> = (0..2).map(|_| s.session()).collect();
     let barrier = std::sync::Barrier::new(2);
     let answers: Vec<super::Resp> = std::thread::scope(|scope| {
         let handles: Vec<_> = people
             .iter()
-            .map(|(cookie, csrf)| {
-                let (s, path, barrier) = (&s, &path, &barrier);
+            .map(|person| {
+                let barrier = &barrier;
                 scope.spawn(move || {
-                    let body = form(&[("decision", "approve"), ("csrf", csrf)]);
                     barrier.wait();
-                    s.post_form(path, &[("Cookie", cookie)], &body)
+                    person.act(thread, "race", "decide", &[("decision", "approve")])
                 })
             })
             .collect();
@@ -277,6 +247,7 @@ pub fn approving_at_once(url: &str, thread: &str, stop_before_resume: bool) {
             lost.body
         );
     }
+    drop(people);
     if stop_before_resume {
         s.stop();
     }
@@ -355,15 +326,14 @@ fn secrets_stay_out_of_pages_and_logs() {
     let url = rocks(dir.path());
     paused_run(&url, "t", "p");
     let s = Server::start(&url, &[]);
-    let cookie = s.login();
+    let me = s.session();
     let mut pages = Vec::new();
     for path in ["/", "/threads/t", &run_path("t", "p"), "/login", "/nowhere"] {
-        pages.push(s.get(path, &[("Cookie", &cookie)]).body);
+        pages.push(me.get(path).body);
     }
-    let csrf = s.csrf(&cookie, &run_path("t", "p"));
-    let body = form(&[("decision", "deny"), ("reason", "no"), ("csrf", &csrf)]);
-    let path = format!("{}/decide", run_path("t", "p"));
-    pages.push(s.post_form(&path, &[("Cookie", &cookie)], &body).body);
+    let fields = [("decision", "deny"), ("reason", "no")];
+    pages.push(me.act("t", "p", "decide", &fields).body);
+    let (cookie, csrf) = (me.cookie, me.csrf);
     let bearer = format!("Bearer {TOKEN}");
     pages.push(s.get("/api/threads", &[("Authorization", &bearer)]).body);
     let log = s.stop();
