@@ -7,6 +7,7 @@ mod cli_console;
 mod cli_demo;
 mod cli_fixtures;
 mod cli_fork;
+mod cli_fork_running;
 mod cli_inspect;
 mod cli_logging;
 mod cli_maintain;
