@@ -1,11 +1,14 @@
 //! A person at a browser: headless Chromium (Debian's `chromium` and `chromium-driver`, which
-//! `cargo xtask test` installs) driven over WebDriver. On RocksDB, Redis and S3: the person
-//! logs in, finds the thread and its paused runs, approves one and denies another (these three
-//! from the keyboard: Enter in a field or on a button), settles an uncertain call; the application's next plain resume completes each run
-//! as the library says (the approved call runs once, the denied one is a failed call with the
-//! reason, the settled one is replayed without running). An unknown run shows the 404 page.
-//! And the demo's own stuck run (`afk demo --crash-after 10`) is settled from the browser and
-//! completed by `afk demo --resume`.
+//! `cargo xtask test` installs) driven over WebDriver, on the demo's own runs: its order left
+//! uncertain by a crash (`afk demo --crash-after 10`) and its order paused for a human's
+//! approval (`afk demo --approval`). On RocksDB, Redis and S3 the person logs in, finds the
+//! thread and its paused run, approves it (from the keyboard: the token and Enter, Enter on
+//! the button), settles the uncertain card charge as having run; the demo application's next
+//! plain resume (`afk demo --approval --resume`, `afk demo --resume`) completes each run as
+//! the library says: the approved charge runs once, the settled one is replayed without
+//! running. Then the approval order again, denied (Enter in the reason's field): its resume
+//! completes it with the charge a failed call carrying the reason, nothing charged and no
+//! receipt sent. An unknown run shows the 404 page.
 //!
 //! Screenshots of each page are taken on RocksDB, into `$AFK_SERVE_SCREENSHOTS` when set (the
 //! README's come from `AFK_SERVE_SCREENSHOTS=$PWD/docs/serve`), else into the target
@@ -15,13 +18,11 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::{Server, TOKEN, request, rocks, run_path};
-use crate::cli_ops::{completed, paused_run, resume, uncertain_run};
 use crate::common::afk_in;
 
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
@@ -228,181 +229,170 @@ fn shots() -> PathBuf {
     }
 }
 
-/// The walk-through on the store `url`, in `thread`. `rocksdb`: the server is stopped before
-/// the application resumes (a RocksDB database is open in one process at a time), and the
-/// screenshots are taken.
-fn walk_through(url: &str, thread: &str, rocksdb: bool) {
-    paused_run(url, thread, "approve-me");
-    paused_run(url, thread, "deny-me");
-    uncertain_run(url, thread, "settle-me");
-    let s = Server::start(url, &[]);
-    let Some(b) = Browser::start() else { return };
-    let dir = rocksdb.then(shots);
-    let dir = dir.as_ref();
+/// `afk --store url <args>` (the demo application, or another command); its stdout, after
+/// checking it exited 0.
+fn afk(url: &str, args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = vec!["--store", url];
+    all.extend_from_slice(args);
+    let out = afk_in(dir.path(), &all);
+    assert_eq!(out.code, Some(0), "{args:?}: {}{}", out.stdout, out.stderr);
+    out.stdout
+}
+
+/// The person at `b` logs in to `s` from the keyboard (the token, then Enter).
+fn log_in(b: &Browser, s: &Server, dir: Option<&PathBuf>) -> String {
     let base = format!("http://127.0.0.1:{}", s.port);
     b.goto(&format!("{base}/"));
     b.wait_for("id=\"token\"");
     b.screenshot(dir, "login");
-    // From the keyboard: the token, then Enter.
     b.type_into("#token", &format!("{TOKEN}\u{E007}"));
     b.wait_for("<h1>Threads</h1>");
-    b.screenshot(dir, "threads");
-    b.click(&format!("a[href=\"/threads/{thread}\"]"));
-    b.wait_for(&format!("<h1>Thread {thread}</h1>"));
-    b.screenshot(dir, "runs");
-    b.click(&format!("a[href=\"/threads/{thread}?state=paused\"]"));
-    let page = b.wait_for("aria-current=\"page\">paused (2)");
-    assert!(
-        page.contains("approve-me") && !page.contains("settle-me"),
-        "{page}"
-    );
+    base
+}
 
-    b.click(&format!("a[href=\"{}\"]", run_path(thread, "approve-me")));
+const PAUSED: &str = "demo-order-43";
+const UNCERTAIN: &str = "demo-order-42";
+
+/// The walk-through on the store `url`, with the demo's runs: its order left uncertain by a
+/// crash (`afk demo --crash-after 10`) and its order paused for approval (`afk demo
+/// --approval`). `rocksdb`: the server is stopped before the application resumes (a RocksDB
+/// database is open in one process at a time), and the screenshots are taken.
+fn walk_through(url: &str, rocksdb: bool) {
+    afk(url, &["demo", "--crash-after", "10"]);
+    afk(url, &["demo", "--approval"]);
+    let s = Server::start(url, &[]);
+    let Some(b) = Browser::start() else { return };
+    let dir = rocksdb.then(shots);
+    let dir = dir.as_ref();
+    let base = log_in(&b, &s, dir);
+    b.screenshot(dir, "threads");
+    b.click("a[href=\"/threads/afk-demo\"]");
+    b.wait_for("<h1>Thread afk-demo</h1>");
+    b.screenshot(dir, "runs");
+    b.click("a[href=\"/threads/afk-demo?state=paused\"]");
+    let page = b.wait_for("aria-current=\"page\">paused<");
+    assert!(page.contains(PAUSED) && !page.contains(UNCERTAIN), "{page}");
+
+    b.click(&format!("a[href=\"{}\"]", run_path("afk-demo", PAUSED)));
     b.wait_for("Waiting for your decision");
     b.screenshot(dir, "run-paused");
     // From the keyboard: Enter on the focused button.
     b.type_into("#approve", "\u{E007}");
     let page = b.wait_for("<h1>Recorded</h1>");
     assert!(
-        page.contains("recorded `approve` for paused run approve-me"),
+        page.contains("recorded `approve` for paused run demo-order-43"),
         "{page}"
     );
     b.screenshot(dir, "approved");
 
-    b.goto(&format!("{base}{}", run_path(thread, "deny-me")));
-    // Enter in the reason's field submits the deny form.
-    b.type_into("#reason", "too expensive\u{E007}");
-    let page = b.wait_for("<h1>Recorded</h1>");
-    assert!(
-        page.contains("recorded `deny` for paused run deny-me"),
-        "{page}"
-    );
-
-    b.goto(&format!("{base}{}", run_path(thread, "settle-me")));
-    b.wait_for("Did tool call <code>c1</code>");
+    b.goto(&format!("{base}/threads/afk-demo?state=uncertain"));
+    b.wait_for("aria-current=\"page\">uncertain<");
+    b.click(&format!("a[href=\"{}\"]", run_path("afk-demo", UNCERTAIN)));
+    b.wait_for("Did tool call <code>call_charge</code> (<code>charge_card</code>) happen?");
+    b.screenshot(dir, "demo-uncertain");
     b.click("#ran-1");
-    b.type_into("#output-1", r#"{"charged": 5, "receipt": "r-1"}"#);
+    b.type_into("#output-1", r#"{"charge_id": "ch_123"}"#);
     b.click("#settle-1");
     let page = b.wait_for("<h1>Recorded</h1>");
     assert!(
-        page.contains("settled tool call c1 of run settle-me"),
+        page.contains("settled tool call call_charge of run demo-order-42"),
         "{page}"
     );
     b.screenshot(dir, "settled");
 
-    b.goto(&format!("{base}{}", run_path(thread, "no-such-run")));
+    b.goto(&format!("{base}{}", run_path("afk-demo", "no-such-run")));
     b.wait_for("<h1>Not found</h1>");
     b.screenshot(dir, "not-found");
-    drop(b);
     if rocksdb {
         s.stop();
     }
-    the_application_completes_the_runs(url, thread);
+    the_application_completes_the_runs(url);
+    denied_in_the_browser(url, &b, rocksdb);
 }
 
-/// The application's next plain resume of each run.
-fn the_application_completes_the_runs(url: &str, thread: &str) {
-    let (out, charge) = resume(url, thread, "approve-me", true);
-    let r = completed(out);
-    assert_eq!(charge.calls.load(Ordering::SeqCst), 1, "the approved call");
-    assert_eq!(r.final_text, "charged");
-
-    let (out, charge) = resume(url, thread, "deny-me", true);
-    let r = completed(out);
+/// The demo application's next plain resume of each run: the approved charge runs once, the
+/// settled one is replayed without running.
+fn the_application_completes_the_runs(url: &str) {
+    let out = afk(url, &["--json", "demo", "--approval", "--resume"]);
+    let d: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(d["outcome"], "completed", "{d}");
     assert_eq!(
-        charge.calls.load(Ordering::SeqCst),
-        0,
-        "the denied call ran"
+        d["tool_executions"]["call_charge"], 1,
+        "the approved call: {d}"
     );
-    let t = r
-        .tool_executions
-        .iter()
-        .find(|t| t.tool_call_id.as_deref() == Some("c1"));
-    let t = t.unwrap();
-    assert!(!t.success);
     assert!(
-        t.error.as_deref().unwrap_or("").contains("too expensive"),
-        "{t:?}"
+        d["final_text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Order 43 is confirmed"),
+        "{d}"
     );
 
-    let (out, charge) = resume(url, thread, "settle-me", false);
-    let r = completed(out);
-    assert_eq!(
-        charge.calls.load(Ordering::SeqCst),
-        0,
-        "the settled call ran again"
-    );
-    let t = r
-        .tool_executions
-        .iter()
-        .find(|t| t.tool_call_id.as_deref() == Some("c1"));
-    assert_eq!(t.unwrap().output, json!({"charged": 5, "receipt": "r-1"}));
+    let out = afk(url, &["--json", "demo", "--resume"]);
+    let d: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(d["outcome"], "completed", "{d}");
+    assert_eq!(d["tool_executions"], json!({"call_receipt": 1}), "{d}");
 }
 
-/// The demo's stuck run (`afk demo --crash-after 10`: its at-most-once card charge was
-/// interrupted): the person settles the charge from the browser as having run, and the
-/// demo application's next resume (`afk demo --resume`) completes the order without charging
-/// again.
-#[test]
-fn the_demos_uncertain_charge_is_settled_from_a_browser() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = rocks(dir.path());
-    let afk = |args: &[&str]| {
-        let mut all = vec!["--store", url.as_str()];
-        all.extend_from_slice(args);
-        afk_in(dir.path(), &all)
-    };
-    let stuck = afk(&["demo", "--crash-after", "10"]);
-    assert_eq!(stuck.code, Some(0), "{}", stuck.stdout);
-    let s = Server::start(&url, &[]);
-    let Some(b) = Browser::start() else { return };
-    let base = format!("http://127.0.0.1:{}", s.port);
-    b.goto(&format!("{base}/login"));
-    b.type_into("#token", &format!("{TOKEN}\u{E007}"));
-    b.wait_for("<h1>Threads</h1>");
-    b.click("a[href=\"/threads/afk-demo?state=uncertain\"]");
-    b.wait_for("uncertain (1)");
-    b.click("a[href=\"/threads/afk-demo/runs/demo-order-42\"]");
-    b.wait_for("Did tool call <code>call_charge</code> (<code>charge_card</code>) happen?");
-    b.screenshot(Some(&shots()), "demo-uncertain");
-    b.click("#ran-1");
-    b.type_into("#output-1", r#"{"charge_id": "ch_123"}"#);
-    b.click("#settle-1");
-    b.wait_for("settled tool call call_charge of run demo-order-42");
-    drop(b);
-    s.stop();
-    let resumed = afk(&["demo", "--resume"]);
-    assert_eq!(
-        resumed.code,
-        Some(0),
-        "{}{}",
-        resumed.stdout,
-        resumed.stderr
+/// The approval order again, denied from the browser (Enter in the reason's field): the
+/// application's resume completes it without charging or sending a receipt, the denied call a
+/// failed tool call with the reason, as the library records it.
+fn denied_in_the_browser(url: &str, b: &Browser, rocksdb: bool) {
+    afk(url, &["demo", "--approval"]);
+    let s = Server::start(url, &[]);
+    let base = log_in(b, &s, None);
+    b.goto(&format!("{base}{}", run_path("afk-demo", PAUSED)));
+    b.wait_for("Waiting for your decision");
+    b.type_into("#reason", "over budget\u{E007}");
+    let page = b.wait_for("<h1>Recorded</h1>");
+    assert!(
+        page.contains("recorded `deny` for paused run demo-order-43"),
+        "{page}"
     );
-    let executions = crate::common::line(&resumed.stdout, "tool executions:");
-    assert!(!executions.contains("call_charge"), "{executions}");
-    let done = crate::common::line(&resumed.stdout, "run demo-order-42:");
-    assert!(done.contains("completed"), "{done}");
+    if rocksdb {
+        s.stop();
+    }
+    let out = afk(url, &["--json", "demo", "--approval", "--resume"]);
+    let d: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(d["outcome"], "completed", "{d}");
+    assert_eq!(d["tool_executions"], json!({"call_reserve": 1}), "{d}");
+    assert!(
+        d["final_text"].as_str().unwrap().contains("not approved"),
+        "{d}"
+    );
+    let show = afk(
+        url,
+        &[
+            "--json", "timeline", "--thread", "afk-demo", "--run", PAUSED,
+        ],
+    );
+    assert!(
+        show.contains("Tool call denied: over budget"),
+        "the denied call's record: {show}"
+    );
 }
 
 #[test]
-fn a_person_answers_runs_from_a_browser_on_rocksdb() {
+fn a_person_answers_the_demos_runs_from_a_browser_on_rocksdb() {
     let dir = tempfile::tempdir().unwrap();
-    walk_through(&rocks(dir.path()), "shop", true);
+    walk_through(&rocks(dir.path()), true);
 }
 
 #[cfg(feature = "redis")]
 #[test]
-fn a_person_answers_runs_from_a_browser_on_redis() {
+fn a_person_answers_the_demos_runs_from_a_browser_on_redis() {
     if let Some(url) = crate::cli_ops::require_env("AFK_TEST_REDIS_URL") {
-        walk_through(&url, &crate::cli_ops::unique("serve_browser"), false);
+        // The demo's thread has a fixed name: a key prefix of its own keeps it apart.
+        let prefix = crate::cli_ops::unique("serve_browser");
+        walk_through(&format!("{url}?prefix={prefix}"), false);
     }
 }
 
 #[cfg(feature = "s3")]
 #[test]
-fn a_person_answers_runs_from_a_browser_on_s3() {
+fn a_person_answers_the_demos_runs_from_a_browser_on_s3() {
     if let Some(url) = crate::cli_ops::s3_url() {
-        walk_through(&url, &crate::cli_ops::unique("serve_browser"), false);
+        walk_through(&url, false);
     }
 }
