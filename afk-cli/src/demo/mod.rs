@@ -1,4 +1,4 @@
-//! `afk demo [--store URL] [--crash-after N] [--resume] [--approval]`: run a scripted durable
+//! `afk demo [--store URL] [--crash-after N] [--resume [--run R]] [--approval]`: run a scripted durable
 //! agent, crash it part way, resume it in a new runner on the same store, and explain every
 //! step in plain lines. `--approval` leaves a second order paused for a human's approval
 //! instead (see `approval.rs`).
@@ -73,6 +73,11 @@ pub struct Args {
     /// application would. The run of the plain demo is left as it is.
     #[arg(long, conflicts_with = "crash_after")]
     approval: bool,
+    /// With `--resume`: resume this run of the demo's thread instead, for example a fork of a
+    /// demo run that `afk fork` or `afk serve` wrote (with `--approval`, by the application
+    /// of the approval order).
+    #[arg(long, requires = "resume")]
+    run: Option<String>,
 }
 
 /// Run the demo on `store` (default [`DEMO_STORE`]). Wipes the demo's own thread first.
@@ -83,7 +88,8 @@ pub fn run(args: Args, store: Option<String>, json: bool) -> ExitCode {
     };
     let name = ctx.store_name();
     if args.resume {
-        return ctx.run("demo", |store| resume_only(store, name, args.approval));
+        let run = args.run;
+        return ctx.run("demo", |store| resume_only(store, name, args.approval, run));
     }
     if args.approval {
         return ctx.run_creating("demo", |store| approval::approval(store, name));
@@ -96,19 +102,25 @@ fn counts(c: &InvocationCounter) -> Value {
     json!(c.snapshot())
 }
 
-/// One plain resume of the demo run (with `approval`, of the approval order), with a fresh
-/// agent, as its application would do it.
-async fn resume_only(store: Arc<dyn Store>, name: String, approval: bool) -> Result<Report> {
+/// One plain resume of the demo run (with `approval`, of the approval order; or of `run` of
+/// the demo's thread), with a fresh agent, as its application would do it.
+async fn resume_only(
+    store: Arc<dyn Store>,
+    name: String,
+    approval: bool,
+    run: Option<String>,
+) -> Result<Report> {
     let mut out = String::new();
     say!(out, "AFK demo: the application resumes its stored run.");
     say!(out, "store: {name}");
     let thread = ThreadId::new(THREAD)?;
-    let run_id = if approval {
+    let default = if approval {
         approval::APPROVAL_RUN
     } else {
         RUN
     };
-    let run = RunId::new(run_id)?;
+    let run_id = run.unwrap_or_else(|| default.to_owned());
+    let run = RunId::new(run_id.as_str())?;
     let counter = InvocationCounter::new();
     let rig = rig(&counter, approval)?;
     let result = runner(store)

@@ -8,7 +8,9 @@
 //! the library says: the approved charge runs once, the settled one is replayed without
 //! running. Then the approval order again, denied (Enter in the reason's field): its resume
 //! completes it with the charge a failed call carrying the reason, nothing charged and no
-//! receipt sent. An unknown run shows the 404 page.
+//! receipt sent; and the completed order forked from its step 2, which the application's
+//! resume (`afk demo --resume --run <fork>`) runs from there. An unknown run shows the 404
+//! page.
 //!
 //! Screenshots of each page are taken on RocksDB, into `$AFK_SERVE_SCREENSHOTS` when set (the
 //! README's come from `AFK_SERVE_SCREENSHOTS=$PWD/docs/serve`), else into the target
@@ -308,7 +310,7 @@ fn walk_through(url: &str, rocksdb: bool) {
         s.stop();
     }
     the_application_completes_the_runs(url);
-    denied_in_the_browser(url, &b, rocksdb);
+    denied_and_forked_in_the_browser(url, &b, rocksdb);
 }
 
 /// The demo application's next plain resume of each run: the approved charge runs once, the
@@ -337,8 +339,10 @@ fn the_application_completes_the_runs(url: &str) {
 
 /// The approval order again, denied from the browser (Enter in the reason's field): the
 /// application's resume completes it without charging or sending a receipt, the denied call a
-/// failed tool call with the reason, as the library records it.
-fn denied_in_the_browser(url: &str, b: &Browser, rocksdb: bool) {
+/// failed tool call with the reason, as the library records it. And the completed order 42
+/// forked from its step 2 in the browser: the application's resume of the new run makes step
+/// 2 again (one more receipt) and not step 1 (no charge, no reservation).
+fn denied_and_forked_in_the_browser(url: &str, b: &Browser, rocksdb: bool) {
     afk(url, &["demo", "--approval"]);
     let s = Server::start(url, &[]);
     let base = log_in(b, &s, None);
@@ -350,9 +354,21 @@ fn denied_in_the_browser(url: &str, b: &Browser, rocksdb: bool) {
         page.contains("recorded `deny` for paused run demo-order-43"),
         "{page}"
     );
+    b.goto(&format!("{base}{}", run_path("afk-demo", UNCERTAIN)));
+    b.wait_for("Fork from a step");
+    b.click("#step option[value=\"2\"]");
+    b.click("#fork");
+    let page = b.wait_for("<h1>Recorded</h1>");
+    assert!(page.contains("as run demo-order-42-fork-2"), "{page}");
     if rocksdb {
         s.stop();
     }
+    let fork = "demo-order-42-fork-2";
+    let out = afk(url, &["--json", "demo", "--resume", "--run", fork]);
+    let d: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(d["outcome"], "completed", "{d}");
+    assert_eq!(d["tool_executions"], json!({"call_receipt": 1}), "{d}");
+    assert_eq!(d["llm_calls"], 2, "{d}");
     let out = afk(url, &["--json", "demo", "--approval", "--resume"]);
     let d: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(d["outcome"], "completed", "{d}");
