@@ -1,6 +1,6 @@
-//! `afk demo [--store URL] [--crash-after N] [--resume [--run R]] [--approval]`: run a scripted durable
-//! agent, crash it part way, resume it in a new runner on the same store, and explain every
-//! step in plain lines. `--approval` leaves a second order paused for a human's approval
+//! `afk demo [--store URL] [--crash-after N] [--resume [--run R]] [--approval]`: run a
+//! scripted durable agent, crash it part way, resume it in a new runner on the same store, and
+//! explain every step in plain lines. `--approval` leaves a second order paused for a human's approval
 //! instead (see `approval.rs`).
 //!
 //! `--json` prints one document instead (every figure comes from a counter or the store; fields
