@@ -262,6 +262,9 @@ fn a_resealed_import_of_a_run_stopped_mid_batch_settles_and_resumes_in_the_targe
         let out = run(&["--store", &at, "import", "--json", pt], env);
         let doc: Value = serde_json::from_str(&out).unwrap();
         assert_eq!(doc["ok"], true, "{target}: {doc}");
+        // Plain in the file; keyed under the target thread's hash key when it is sealed.
+        let rehashed = doc["rehashed"].as_u64().unwrap();
+        assert_eq!(rehashed > 0, target == "sealed", "{target}: {doc}");
         let settle = [
             "--store",
             &at,
