@@ -137,24 +137,25 @@ async fn key_source_from_env() -> Result<Option<(&'static str, Arc<dyn afk_seal:
         Some(SEAL_KEY_FILE) => Arc::new(afk_seal::StaticKeys::from_file(std::path::Path::new(
             &set(SEAL_KEY_FILE).unwrap_or_default(),
         ))?),
-        Some(_) => kms_from_env(&set(SEAL_KMS).unwrap_or_default().to_string_lossy()).await?,
+        Some(_) => kms_from_url(&set(SEAL_KMS).unwrap_or_default().to_string_lossy()).await?,
     };
     Ok(given.first().map(|name| (*name, source)))
 }
 
 /// The KMS key source of a `kms://` URL (`AFK_SEAL_KMS`'s form), connected: its key checked.
 #[cfg(feature = "kms")]
-pub async fn kms_from_env(url: &str) -> Result<Arc<dyn afk_seal::KeySource>> {
+pub async fn kms_from_url(url: &str) -> Result<Arc<dyn afk_seal::KeySource>> {
     Ok(Arc::new(afk_seal::KmsKeys::from_url(url).await?))
 }
 
 /// Without the `kms` feature: `InvalidConfig` saying how to get it.
 #[cfg(not(feature = "kms"))]
-pub async fn kms_from_env(_url: &str) -> Result<Arc<dyn afk_seal::KeySource>> {
+pub async fn kms_from_url(_url: &str) -> Result<Arc<dyn afk_seal::KeySource>> {
     Err(afk_core::Error::new(
         afk_core::ErrorKind::InvalidConfig,
         format!(
-            "{SEAL_KMS} is set, but this afk was built without KMS: build it with --features kms"
+            "a KMS key ({SEAL_KMS} or --from-kms) is given, but this afk was built without KMS: \
+             build it with --features kms"
         ),
     ))
 }

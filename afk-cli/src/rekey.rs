@@ -21,17 +21,14 @@
 //! "resealed", "finished"}`.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use afk_core::store::StoreExt;
 use afk_core::{Error, ThreadId};
-use afk_seal::{RekeyAll, RekeyOptions, RekeyReport};
+use afk_seal::{KeySource, RekeyAll, RekeyOptions, RekeyReport, StaticKeys};
 use serde_json::json;
 
-use std::sync::Arc;
-
-use afk_seal::{KeySource, StaticKeys};
-
-use super::common::{kms_from_env, open_sealed};
+use super::common::{kms_from_url, open_sealed};
 use super::output::{Ctx, Report, hint, utc, wl};
 use afk::redact::redact_urls;
 
@@ -68,7 +65,7 @@ async fn older_sources(args: &Args) -> afk_core::Result<Vec<Arc<dyn KeySource>>>
         out.push(Arc::new(StaticKeys::from_file(path)?));
     }
     for url in &args.from_kms {
-        out.push(kms_from_env(url).await?);
+        out.push(kms_from_url(url).await?);
     }
     Ok(out)
 }
