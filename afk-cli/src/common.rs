@@ -67,13 +67,18 @@ pub async fn open_as_stored(cmd: &str, url: &str, create: bool) -> Result<Arc<dy
     Ok(store)
 }
 
-/// The existing store `url` names, sealed as the `AFK_SEAL_*` variables say: for a command
+/// The existing store `url` names, sealed as the `AFK_SEAL_*` variables say, with `older`
+/// key sources too (they unwrap data keys, the `AFK_SEAL_*` one wraps them): for a command
 /// that works on the seal itself (`rekey`). `InvalidConfig` naming the variables when no keys
 /// are set.
-pub async fn open_sealed(cmd: &str, url: &str) -> Result<afk_seal::SealedStore> {
+pub async fn open_sealed(
+    cmd: &str,
+    url: &str,
+    older: Vec<Arc<dyn afk_seal::KeySource>>,
+) -> Result<afk_seal::SealedStore> {
     let store = afk::open_existing(url).await?;
     tracing::info!(command = cmd, store = %afk::redact::redact_urls(url), "store opened");
-    sealed_from_env(store).await?.ok_or_else(|| {
+    sealed_with(store, older).await?.ok_or_else(|| {
         afk_core::Error::new(
             afk_core::ErrorKind::InvalidConfig,
             format!(
@@ -132,24 +137,25 @@ async fn key_source_from_env() -> Result<Option<(&'static str, Arc<dyn afk_seal:
         Some(SEAL_KEY_FILE) => Arc::new(afk_seal::StaticKeys::from_file(std::path::Path::new(
             &set(SEAL_KEY_FILE).unwrap_or_default(),
         ))?),
-        Some(_) => kms_from_env(&set(SEAL_KMS).unwrap_or_default().to_string_lossy()).await?,
+        Some(_) => kms_from_url(&set(SEAL_KMS).unwrap_or_default().to_string_lossy()).await?,
     };
     Ok(given.first().map(|name| (*name, source)))
 }
 
-/// The KMS key source of the `AFK_SEAL_KMS` URL.
+/// The KMS key source of a `kms://` URL (`AFK_SEAL_KMS`'s form), connected: its key checked.
 #[cfg(feature = "kms")]
-async fn kms_from_env(url: &str) -> Result<Arc<dyn afk_seal::KeySource>> {
+pub async fn kms_from_url(url: &str) -> Result<Arc<dyn afk_seal::KeySource>> {
     Ok(Arc::new(afk_seal::KmsKeys::from_url(url).await?))
 }
 
 /// Without the `kms` feature: `InvalidConfig` saying how to get it.
 #[cfg(not(feature = "kms"))]
-async fn kms_from_env(_url: &str) -> Result<Arc<dyn afk_seal::KeySource>> {
+pub async fn kms_from_url(_url: &str) -> Result<Arc<dyn afk_seal::KeySource>> {
     Err(afk_core::Error::new(
         afk_core::ErrorKind::InvalidConfig,
         format!(
-            "{SEAL_KMS} is set, but this afk was built without KMS: build it with --features kms"
+            "a KMS key ({SEAL_KMS} or --from-kms) is given, but this afk was built without KMS: \
+             build it with --features kms"
         ),
     ))
 }
@@ -164,9 +170,24 @@ async fn seal_from_env(store: Arc<dyn Store>) -> Result<Arc<dyn Store>> {
 
 /// `store` sealed as the `AFK_SEAL_*` variables say; `None` when no key source is set.
 pub async fn sealed_from_env(store: Arc<dyn Store>) -> Result<Option<afk_seal::SealedStore>> {
+    sealed_with(store, Vec::new()).await
+}
+
+/// [`sealed_from_env`] with `older` key sources after the `AFK_SEAL_*` one
+/// ([`afk_seal::KeySources`]): data keys they wrapped unwrap, new ones are wrapped by the
+/// `AFK_SEAL_*` source, and a rekey wraps theirs again under it.
+async fn sealed_with(
+    store: Arc<dyn Store>,
+    older: Vec<Arc<dyn afk_seal::KeySource>>,
+) -> Result<Option<afk_seal::SealedStore>> {
     use afk_core::{Error, ErrorKind};
     let Some((var, keys)) = key_source_from_env().await? else {
         return Ok(None);
+    };
+    let keys: Arc<dyn afk_seal::KeySource> = if older.is_empty() {
+        keys
+    } else {
+        Arc::new(afk_seal::KeySources::new(keys, older))
     };
     let ring = keyring_from_env()?.ok_or_else(|| {
         Error::new(

@@ -7,9 +7,13 @@
 //! A run held by a live owner (an unexpired lease) is skipped and reported, never taken; the
 //! old data key is then kept, and the command exits 1: run it again later. Interrupted at any
 //! point (a crash, SIGKILL), the store stays readable and running the command again finishes
-//! the job. With `--all`, a thread that fails (a key the key source lacks, a corrupt value, a
-//! store error) is reported and the next thread is rotated; the command exits 1 at the end,
-//! naming every thread that failed.
+//! the job. `--from-key-file F` and `--from-kms URL` name the key sources that wrapped the data
+//! keys until now: the keyring moves from them to the `AFK_SEAL_*` source (from a key file to
+//! KMS with `AFK_SEAL_KMS=… afk rekey --all --from-key-file old.keys`, and back with
+//! `AFK_SEAL_KEY_FILE=new.keys afk rekey --all --from-kms kms://…`); once the command
+//! finishes, they are no longer needed. With `--all`, a thread that fails (a key the key
+//! source lacks, a corrupt value, a store error) is reported and the next thread is rotated;
+//! the command exits 1 at the end, naming every thread that failed.
 //!
 //! JSON: `{"threads": [{"thread", "had_keys", "kek", "data_key", "rewrapped", "created",
 //! "resealed", "current", "plaintext", "skipped": [{"run", "owner", "lease_until_ms",
@@ -17,13 +21,14 @@
 //! "resealed", "finished"}`.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use afk_core::store::StoreExt;
 use afk_core::{Error, ThreadId};
-use afk_seal::{RekeyOptions, RekeyReport};
+use afk_seal::{KeySource, RekeyAll, RekeyOptions, RekeyReport, StaticKeys};
 use serde_json::json;
 
-use super::common::open_sealed;
+use super::common::{kms_from_url, open_sealed};
 use super::output::{Ctx, Report, hint, utc, wl};
 use afk::redact::redact_urls;
 
@@ -41,6 +46,28 @@ pub struct Args {
     /// key that may have leaked).
     #[arg(long)]
     new_data_key: bool,
+    /// A key file (`id=<64 hex>` entries, as `AFK_SEAL_KEY_FILE`) whose keys wrapped data keys
+    /// until now: they are unwrapped with it and wrapped again under the `AFK_SEAL_*` source,
+    /// to move the keyring from this file to KMS or to another file. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    from_key_file: Vec<std::path::PathBuf>,
+    /// A KMS key (a `kms://<key id>?region=…` URL, as `AFK_SEAL_KMS`) that wrapped data keys
+    /// until now: they are unwrapped with it and wrapped again under the `AFK_SEAL_*` source,
+    /// to move the keyring from KMS to a key file or to another KMS key. Repeatable.
+    #[arg(long, value_name = "URL")]
+    from_kms: Vec<String>,
+}
+
+/// The key sources `--from-key-file` and `--from-kms` name, in that order.
+async fn older_sources(args: &Args) -> afk_core::Result<Vec<Arc<dyn KeySource>>> {
+    let mut out: Vec<Arc<dyn KeySource>> = Vec::new();
+    for path in &args.from_key_file {
+        out.push(Arc::new(StaticKeys::from_file(path)?));
+    }
+    for url in &args.from_kms {
+        out.push(kms_from_url(url).await?);
+    }
+    Ok(out)
 }
 
 /// One paragraph per thread; exit 0 when every thread is done, 1 when a run was skipped or
@@ -54,55 +81,55 @@ pub fn run(args: Args, ctx: &Ctx) -> ExitCode {
             .build()
             .map_err(|e| Error::unexpected(format!("cannot start the async runtime: {e}")))?;
         rt.block_on(async {
-            let store = open_sealed("rekey", &url).await?;
-            let threads = match &args.thread {
-                Some(t) => vec![ThreadId::new(t)?],
-                None => store.list_all_threads().await?,
-            };
+            let store = open_sealed("rekey", &url, older_sources(&args).await?).await?;
             let opts = RekeyOptions {
                 new_data_key: args.new_data_key,
                 ..RekeyOptions::default()
             };
-            let mut reports = Vec::with_capacity(threads.len());
-            let mut failed = Vec::new();
-            for (i, thread) in threads.iter().enumerate() {
-                progress.tick("rekeying threads", i, Some(threads.len()));
-                match store.rekey(thread, &opts).await {
-                    Ok(r) => reports.push(r),
-                    // One thread named on the command line: its error is the command's.
-                    Err(e) if args.thread.is_some() => return Err(e),
-                    Err(e) => failed.push((thread.clone(), e)),
+            let all = match &args.thread {
+                // One thread named on the command line: its error is the command's.
+                Some(t) => RekeyAll {
+                    threads: vec![store.rekey(&ThreadId::new(t)?, &opts).await?],
+                    failed: Vec::new(),
+                },
+                None => {
+                    let threads = store.list_all_threads().await?;
+                    let n = threads.len();
+                    let mut tick = |i| progress.tick("rekeying threads", i, Some(n));
+                    store.rekey_each(&threads, &opts, &mut tick).await
                 }
-            }
+            };
             progress.done();
-            Ok::<_, Error>(report(&reports, &failed))
+            Ok::<_, Error>(report(&all))
         })
     })();
     ctx.print("rekey", res)
 }
 
 /// The report of every thread, and of those that failed.
-fn report(reports: &[RekeyReport], failed: &[(ThreadId, Error)]) -> Report {
+fn report(all: &RekeyAll) -> Report {
+    let (reports, failed) = (&all.threads, &all.failed);
     let mut o = String::new();
     for r in reports {
         wl!(o, "{}", paragraph(r));
     }
-    for (t, e) in failed {
+    for f in failed {
         wl!(
             o,
-            "thread {t}: failed: {}: {}",
-            e.kind(),
-            redact_urls(e.message())
+            "thread {}: failed: {}: {}",
+            f.thread,
+            f.error.kind(),
+            redact_urls(f.error.message())
         );
     }
     let resealed: u64 = reports.iter().map(|r| r.resealed).sum();
     let held = !reports.iter().all(RekeyReport::finished);
-    let finished = !held && failed.is_empty();
+    let finished = all.finished();
     if reports.is_empty() && failed.is_empty() {
         wl!(o, "no threads to rekey");
     }
     if !failed.is_empty() {
-        let names: Vec<&str> = failed.iter().map(|(t, _)| t.as_str()).collect();
+        let names: Vec<&str> = failed.iter().map(|f| f.thread.as_str()).collect();
         wl!(
             o,
             "not finished: {} thread(s) failed ({}); fix what each says and run `afk rekey` again",
@@ -118,8 +145,9 @@ fn report(reports: &[RekeyReport], failed: &[(ThreadId, Error)]) -> Report {
     }
     let failed_doc: Vec<_> = failed
         .iter()
-        .map(|(t, e)| {
-            json!({"thread": t.as_str(), "kind": e.kind().as_str(),
+        .map(|f| {
+            let e = &f.error;
+            json!({"thread": f.thread.as_str(), "kind": e.kind().as_str(),
                 "message": redact_urls(e.message()), "key": e.key(), "hint": hint(e)})
         })
         .collect();

@@ -26,10 +26,13 @@
 //! * **re-sealed under the target's keys**: `export` with the source's keys opens the values,
 //!   and `import` with the target's keys seals them under the target's data keys, e.g.
 //!   `AFK_SEAL_KEYRING=src … afk export --thread T | AFK_SEAL_KEYRING=dst … afk import -`
-//!   (plaintext only in the pipe). The effect rows keep the source thread's keyed hashes,
-//!   which the target thread's own hash key does not reproduce: a run that is not finished
-//!   and has effect rows of its pending step fails to resume there (`Corrupt`, "Effect
-//!   journal integrity conflict"). Move such runs keeping the ciphertext, or finish them first.
+//!   (plaintext only in the pipe). The effect rows' hashes travel in plain form: the export
+//!   re-hashes each row of a stored snapshot's pending batch from the source thread's keyed
+//!   hashes to plain SHA-256 (which tells nothing the opened file does not), and the import
+//!   re-hashes them into the target thread's form (keyed under its own hash key when it is
+//!   sealed), so a run stopped in the middle of a tool batch resumes or is settled there as
+//!   it would have been at the source. A row that matched no call at the source still
+//!   matches none (an integrity conflict is not laundered).
 //!
 //! On a store that keeps the index of runs that need attention, a last empty commit under the
 //! import's claim puts the run where it belongs: a finished run is closed (it enters the index
@@ -43,6 +46,8 @@ use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use afk_core::hash::EffectHashes;
+use afk_core::runner::rehash_effect_rows;
 use afk_core::store::{StoreExt, latest_key};
 use afk_core::verify::verify_run;
 use afk_core::{
@@ -132,31 +137,27 @@ async fn export_to(
         }
         lines.push(header.to_string());
         let (mut keys_n, mut bytes_n) = (0usize, 0usize);
+        let mut hashes = None;
         for (i, run) in runs.iter().enumerate() {
             progress.tick("exporting runs", i, Some(runs.len()));
-            let fence = afk_core::store::run_key(run);
-            let mut keys: Vec<String> = keys_of_run(store.as_ref(), &thread, run)
-                .await?
-                .into_iter()
-                .filter(|k| *k != fence)
-                .collect();
-            if keys.is_empty() {
-                return Err(Error::not_found(format!(
-                    "run {run} has no records in thread {thread}"
-                )));
-            }
-            keys.sort();
-            for chunk in keys.chunks(afk_core::store::MAX_LIST_LIMIT) {
-                let values = store.get_many(&thread, chunk).await?;
-                for (key, v) in chunk.iter().zip(values) {
-                    let Some(bytes) = v else { continue }; // deleted meanwhile
-                    let (field, value) = value_json(&bytes);
-                    let mut line = json!({"type": "key", "run": run.as_str(), "key": key});
-                    line[field] = value;
-                    lines.push(line.to_string());
-                    keys_n += 1;
-                    bytes_n += bytes.len();
+            let mut values = run_values(store.as_ref(), &thread, run).await?;
+            if !args.ciphertext && values.iter().any(|(k, _)| k.starts_with("effect:")) {
+                // The file holds the values opened: their effect hashes go in plain form, which
+                // any target re-hashes into its own (and which tells nothing the file does not).
+                if hashes.is_none() {
+                    hashes = Some(store.effect_hashes(&thread).await?);
                 }
+                let plain = EffectHashes::plain();
+                let from = hashes.as_ref().unwrap_or(&plain);
+                rehash_effect_rows(&thread, &mut values, from, &plain);
+            }
+            for (key, bytes) in &values {
+                let (field, value) = value_json(bytes);
+                let mut line = json!({"type": "key", "run": run.as_str(), "key": key});
+                line[field] = value;
+                lines.push(line.to_string());
+                keys_n += 1;
+                bytes_n += bytes.len();
             }
         }
         progress.done();
@@ -184,6 +185,36 @@ async fn export_to(
         );
         Ok(Report::ok(doc, human))
     }
+}
+
+/// The keys and values of `run` (its fence aside), sorted by key; `NotFound` when it has none.
+async fn run_values(
+    store: &dyn Store,
+    thread: &ThreadId,
+    run: &RunId,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let fence = afk_core::store::run_key(run);
+    let mut keys: Vec<String> = keys_of_run(store, thread, run)
+        .await?
+        .into_iter()
+        .filter(|k| *k != fence)
+        .collect();
+    if keys.is_empty() {
+        return Err(Error::not_found(format!(
+            "run {run} has no records in thread {thread}"
+        )));
+    }
+    keys.sort();
+    let mut out = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(afk_core::store::MAX_LIST_LIMIT) {
+        let values = store.get_many(thread, chunk).await?;
+        for (key, v) in chunk.iter().zip(values) {
+            if let Some(bytes) = v {
+                out.push((key.clone(), bytes)); // else deleted meanwhile
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// One parsed export file: the thread and, per run, its keys and bytes.
@@ -424,7 +455,8 @@ fn read_export(file: &std::path::Path) -> Result<String> {
 }
 
 /// Import. JSON summary: `{"thread", "runs": [{"run", "keys", "problems"}], "keys", "ok",
-/// "as_stored", "opened"}`.
+/// "as_stored", "opened", "rehashed"}` (`rehashed`: effect rows whose hashes were written in
+/// the target thread's form).
 pub fn import(args: ImportArgs, ctx: &Ctx) -> ExitCode {
     let progress = ctx.progress();
     // The file is read and checked before the store is opened: one that cannot be imported
@@ -460,8 +492,23 @@ async fn import_all(
         let reader = reader.as_deref();
         let mut o = String::new();
         let (mut docs, mut total, mut bad) = (Vec::new(), 0, 0);
-        for (i, (run, keys)) in parsed.runs.iter().enumerate() {
-            progress.tick("importing runs", i, Some(parsed.runs.len()));
+        let mut runs = parsed.runs;
+        let mut rehashed = 0;
+        if !parsed.as_stored
+            && runs
+                .values()
+                .flatten()
+                .any(|(k, _)| k.starts_with("effect:"))
+        {
+            // Opened values carry plain effect hashes: written in the target thread's form.
+            let to = store.effect_hashes(&thread).await?;
+            for keys in runs.values_mut() {
+                let plain = EffectHashes::plain();
+                rehashed += rehash_effect_rows(&thread, keys, &plain, &to).rehashed;
+            }
+        }
+        for (i, (run, keys)) in runs.iter().enumerate() {
+            progress.tick("importing runs", i, Some(runs.len()));
             import_run(store.as_ref(), reader, &thread, run, keys).await?;
             let problems = check_run(store.as_ref(), reader, &thread, run, keys).await?;
             total += keys.len();
@@ -489,7 +536,7 @@ async fn import_all(
             docs.len()
         );
         let doc = json!({"thread": thread.as_str(), "runs": docs, "keys": total, "ok": bad == 0,
-            "as_stored": parsed.as_stored, "opened": reader.is_some()});
+            "as_stored": parsed.as_stored, "opened": reader.is_some(), "rehashed": rehashed});
         let mut report = Report::ok(doc, o);
         report.failed = bad > 0;
         Ok(report)

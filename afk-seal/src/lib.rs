@@ -16,6 +16,6 @@ pub use keyring::{DirKeyring, Keyring, MemoryKeyring};
 pub use keys::{KeySource, StaticKeys};
 #[cfg(feature = "kms")]
 pub use kms::{KmsConfig, KmsKeys};
-pub use rekey::{RekeyOptions, RekeyReport, SkippedRun};
+pub use rekey::{RekeyAll, RekeyFailure, RekeyOptions, RekeyReport, SkippedRun};
 pub use sources::KeySources;
-pub use store::{KEY_CACHE, Mode, SealedStore};
+pub use store::{KEY_CACHE, KEY_TTL, Mode, SealedStore};

@@ -110,6 +110,34 @@ impl RekeyReport {
     }
 }
 
+/// A thread [`SealedStore::rekey_each`] could not rotate.
+#[derive(Debug)]
+pub struct RekeyFailure {
+    /// The thread.
+    pub thread: ThreadId,
+    /// Why: a key the key source lacks (`InvalidConfig` naming it), a value that does not open
+    /// (`Corrupt` naming its store key), an unreadable keyring record, a store error.
+    pub error: Error,
+}
+
+/// What [`SealedStore::rekey_all`] or [`SealedStore::rekey_each`] did: one report per thread
+/// rotated, one failure per thread that could not be.
+#[derive(Debug, Default)]
+pub struct RekeyAll {
+    /// The threads rotated (each [`RekeyReport::finished`], or with runs skipped or old data
+    /// keys still pending).
+    pub threads: Vec<RekeyReport>,
+    /// The threads that failed, in the order they were tried.
+    pub failed: Vec<RekeyFailure>,
+}
+
+impl RekeyAll {
+    /// Whether every thread is done: none failed, and each report is finished.
+    pub fn finished(&self) -> bool {
+        self.failed.is_empty() && self.threads.iter().all(RekeyReport::finished)
+    }
+}
+
 /// What one look at a run's values found.
 #[derive(Debug, Default)]
 struct Scan {
@@ -184,15 +212,36 @@ impl SealedStore {
     }
 
     /// [`SealedStore::rekey`] of every thread of the store, in the order the store lists
-    /// them, stopping at the first thread that fails (`afk rekey --all` calls
-    /// [`SealedStore::rekey`] per thread instead and goes on past failures). Needs a store that
-    /// lists its threads (`Unsupported` otherwise).
-    pub async fn rekey_all(&self, opts: &RekeyOptions) -> Result<Vec<RekeyReport>> {
-        let mut out = Vec::new();
-        for thread in self.inner.list_all_threads().await? {
-            out.push(self.rekey(&thread, opts).await?);
+    /// them: a thread that fails is reported in [`RekeyAll::failed`] and the next one is
+    /// rotated ([`SealedStore::rekey_each`]). Errors: only those of listing the threads
+    /// (`Unsupported` for a store that does not list them); every error of a thread is in the
+    /// result.
+    pub async fn rekey_all(&self, opts: &RekeyOptions) -> Result<RekeyAll> {
+        let threads = self.inner.list_all_threads().await?;
+        Ok(self.rekey_each(&threads, opts, &mut |_| {}).await)
+    }
+
+    /// [`SealedStore::rekey`] of each of `threads` in turn, going on past a thread that fails:
+    /// every thread ends up in [`RekeyAll::threads`] or in [`RekeyAll::failed`] with its
+    /// error. `before` is told the index of each thread before it is rotated (for progress).
+    pub async fn rekey_each(
+        &self,
+        threads: &[ThreadId],
+        opts: &RekeyOptions,
+        before: &mut (dyn FnMut(usize) + Send),
+    ) -> RekeyAll {
+        let mut all = RekeyAll::default();
+        for (i, thread) in threads.iter().enumerate() {
+            before(i);
+            match self.rekey(thread, opts).await {
+                Ok(report) => all.threads.push(report),
+                Err(error) => all.failed.push(RekeyFailure {
+                    thread: thread.clone(),
+                    error,
+                }),
+            }
         }
-        Ok(out)
+        all
     }
 
     /// Every run that has a key in the thread (also a run whose fence was deleted).

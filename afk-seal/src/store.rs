@@ -3,8 +3,10 @@
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use afk_core::hash::{EffectHashes, HashKey};
+use afk_core::runner::{Clock, SystemClock};
 use afk_core::store::{
     AttentionPage, Capabilities, Commit, CommitRejected, Epoch, FinishedPage, FinishedRun,
     ListPage, Store, ThreadPage, latest_key,
@@ -56,6 +58,8 @@ pub(crate) struct ThreadKeys {
     pub(crate) hash: Option<HashKey>,
     /// The keyring record these keys were unwrapped from, as stored.
     record: Vec<u8>,
+    /// When they were unwrapped (ms since the Unix epoch, by the store's clock).
+    loaded_ms: u64,
 }
 
 /// A [`Store`] that seals every value it writes (records, latest pointers, effect rows,
@@ -71,10 +75,18 @@ pub struct SealedStore {
     /// least recently used go first): a process that touches millions of threads neither keeps
     /// them all in memory nor keeps key material it no longer needs.
     cache: Mutex<LruCache<ThreadId, Arc<ThreadKeys>>>,
+    /// How long unwrapped keys are used before the keyring record is read and unwrapped
+    /// again.
+    ttl: Duration,
+    clock: Arc<dyn Clock>,
 }
 
 /// How many threads' unwrapped data keys a [`SealedStore`] keeps by default.
 pub const KEY_CACHE: usize = 4096;
+
+/// How long a [`SealedStore`] uses a thread's unwrapped data keys, by default, before it reads
+/// the thread's keyring record and unwraps its keys again ([`SealedStore::with_key_ttl`]).
+pub const KEY_TTL: Duration = Duration::from_secs(300);
 
 fn cache_size(threads: usize) -> NonZeroUsize {
     NonZeroUsize::new(threads).unwrap_or(NonZeroUsize::MIN)
@@ -94,7 +106,28 @@ impl SealedStore {
             ring,
             mode: Mode::Sealed,
             cache: Mutex::new(LruCache::new(cache_size(KEY_CACHE))),
+            ttl: KEY_TTL,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The same store using a thread's unwrapped data keys for at most `ttl` ([`KEY_TTL`] by
+    /// default): then its keyring record is read and its keys unwrapped again (with KMS, a
+    /// `Decrypt` call), so a key-encryption key revoked or disabled in the key source, or the
+    /// thread erased by another process, stops this process's reads and writes of the thread
+    /// within `ttl`. A zero `ttl` unwraps on every read and write.
+    #[must_use]
+    pub fn with_key_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The same store reading the age of its unwrapped keys from `clock` (the system clock by
+    /// default).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The same store keeping the unwrapped data keys of at most `threads` threads in memory
@@ -126,12 +159,18 @@ impl SealedStore {
         &self.inner
     }
 
+    /// The thread's unwrapped keys held in memory, unless they are older than the time to
+    /// live (or the clock went back since they were unwrapped): those are dropped.
     fn cached(&self, thread: &ThreadId) -> Option<Arc<ThreadKeys>> {
-        self.cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(thread)
-            .cloned()
+        let now = self.clock.now_ms();
+        let ttl = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let keys = cache.get(thread)?;
+        if now < keys.loaded_ms || now - keys.loaded_ms >= ttl {
+            cache.pop(thread);
+            return None;
+        }
+        Some(Arc::clone(keys))
     }
 
     /// How many threads' keys are held in memory now.
@@ -221,6 +260,7 @@ impl SealedStore {
             keys,
             hash,
             record: bytes.to_vec(),
+            loaded_ms: self.clock.now_ms(),
         });
         self.cache
             .lock()

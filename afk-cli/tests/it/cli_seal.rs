@@ -221,3 +221,78 @@ fn an_export_keeps_the_ciphertext_or_is_resealed_under_the_targets_keys() {
     assert!(gone.stderr.contains("no data key"), "{}", gone.stderr);
     assert_eq!(show(&url("resealed"), &dst).code, Some(0));
 }
+
+/// A run stopped in the middle of a tool batch (the demo's uncertain charge) moved by a
+/// re-sealing export and import, into a store sealed with other keys and into a plain one: in
+/// each, the charge is settled and the run resumes to completion without charging again, as
+/// it would have at the source. The effect row's hash is the source thread's keyed one at
+/// rest; the import writes it in the target thread's form.
+#[test]
+fn a_resealed_import_of_a_run_stopped_mid_batch_settles_and_resumes_in_the_target() {
+    const OTHER: &str = "k9=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let (src_ring, dst_ring) = (p("src-ring"), p("dst-ring"));
+    let src = [
+        ("AFK_SEAL_KEYS", KEYS),
+        ("AFK_SEAL_KEYRING", src_ring.to_str().unwrap()),
+    ];
+    let dst = [
+        ("AFK_SEAL_KEYS", OTHER),
+        ("AFK_SEAL_KEYRING", dst_ring.to_str().unwrap()),
+    ];
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let out = afk_env(dir.path(), args, env);
+        assert_eq!(out.code, Some(0), "{args:?}: {}{}", out.stdout, out.stderr);
+        out.stdout
+    };
+    let url = |name: &str| rocks(&p(name));
+    run(
+        &["--store", &url("src"), "demo", "--crash-after", "10"],
+        &src,
+    );
+    let pt = p("pt.jsonl");
+    let pt = pt.to_str().unwrap();
+    let export = ["--store", &url("src"), "export", "--thread", "afk-demo"];
+    run(&[&export[..], &["--out", pt]].concat(), &src);
+
+    let plain: [(&str, &str); 0] = [];
+    for (target, env) in [("sealed", &dst[..]), ("plain", &plain[..])] {
+        let at = url(target);
+        let out = run(&["--store", &at, "import", "--json", pt], env);
+        let doc: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(doc["ok"], true, "{target}: {doc}");
+        // Plain in the file; keyed under the target thread's hash key when it is sealed.
+        let rehashed = doc["rehashed"].as_u64().unwrap();
+        assert_eq!(rehashed > 0, target == "sealed", "{target}: {doc}");
+        let settle = [
+            "--store",
+            &at,
+            "settle",
+            "--thread",
+            "afk-demo",
+            "--run",
+            "demo-order-42",
+            "--call",
+            "call_charge",
+            "--ran",
+            r#"{"charge_id": "ch_123"}"#,
+        ];
+        let settled = afk_env(dir.path(), &settle, env);
+        assert_eq!(
+            settled.code,
+            Some(0),
+            "{target}: {}{}",
+            settled.stdout,
+            settled.stderr
+        );
+        let resumed = run(&["--store", &at, "demo", "--resume"], env);
+        let executions = common::line(&resumed, "tool executions:");
+        assert!(
+            !executions.contains("call_charge"),
+            "{target}: {executions}"
+        );
+        let state = common::line(&resumed, "run demo-order-42:");
+        assert!(state.contains("completed"), "{target}: {resumed}");
+    }
+}

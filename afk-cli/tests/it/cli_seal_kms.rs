@@ -96,6 +96,91 @@ fn a_store_sealed_under_a_kms_key_is_read_with_it() {
     assert_eq!(without.code, Some(1), "{}", without.stdout);
 }
 
+/// `afk rekey --all --from-key-file` moves a store's keyring from a key file to a KMS key, and
+/// `--from-kms` moves it back to (another) key file: after each move the new source alone
+/// opens the store and the old one does not; without the old source named, the move fails
+/// and nothing changes.
+#[cfg(feature = "kms")]
+#[test]
+fn rekey_moves_the_keyring_from_a_key_file_to_kms_and_back() {
+    const OTHER: &str = "k9=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+    let Some(endpoint) = afk_core::testkit::require_env("AFK_TEST_S3_ENDPOINT") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = rocks(&dir.path().join("db"));
+    let ring = dir.path().join("keyring");
+    let ring = ring.to_str().unwrap();
+    let (old_file, new_file) = (dir.path().join("old.keys"), dir.path().join("new.keys"));
+    std::fs::write(&old_file, KEYS).unwrap();
+    std::fs::write(&new_file, OTHER).unwrap();
+    let (old_file, new_file) = (old_file.to_str().unwrap(), new_file.to_str().unwrap());
+    let key = create_key(&endpoint);
+    let kms = kms_url(&key, &endpoint);
+    let from_file = [("AFK_SEAL_KEY_FILE", old_file), ("AFK_SEAL_KEYRING", ring)];
+    let to_kms = [("AFK_SEAL_KMS", kms.as_str()), ("AFK_SEAL_KEYRING", ring)];
+    let back = [("AFK_SEAL_KEY_FILE", new_file), ("AFK_SEAL_KEYRING", ring)];
+    let afk = |args: &[&str], env: &[(&str, &str)]| afk_env(dir.path(), args, env);
+    let demo = afk(&["--store", &url, "demo"], &from_file);
+    assert_eq!(demo.code, Some(0), "{}{}", demo.stdout, demo.stderr);
+    let show = [
+        "--store",
+        &url,
+        "show",
+        "--thread",
+        "afk-demo",
+        "--run",
+        "demo-order-42",
+    ];
+    let rekey = |env: &[(&str, &str)], from: &[&str]| {
+        let out = afk(
+            &[&["--store", &url, "rekey", "--all", "--json"], from].concat(),
+            env,
+        );
+        (
+            out.code,
+            serde_json::from_str::<serde_json::Value>(&out.stdout).unwrap(),
+        )
+    };
+
+    // The old source not named: the thread fails, and the file still opens the store.
+    let (code, doc) = rekey(&to_kms, &[]);
+    assert_eq!(code, Some(1), "{doc}");
+    assert_eq!(doc["failed"][0]["thread"], "afk-demo", "{doc}");
+    assert_eq!(afk(&show, &from_file).code, Some(0));
+
+    let (code, doc) = rekey(&to_kms, &["--from-key-file", old_file]);
+    assert_eq!(code, Some(0), "{doc}");
+    assert_eq!(doc["threads"][0]["rewrapped"], 1, "{doc}");
+    assert!(
+        doc["threads"][0]["kek"].as_str().unwrap().contains(&key),
+        "{doc}"
+    );
+    assert_eq!(afk(&show, &to_kms).code, Some(0), "KMS alone opens it");
+    assert_eq!(
+        afk(&show, &from_file).code,
+        Some(1),
+        "the old file still opens it"
+    );
+
+    let (code, doc) = rekey(&back, &["--from-kms", &kms]);
+    assert_eq!(code, Some(0), "{doc}");
+    assert_eq!(
+        (
+            doc["threads"][0]["rewrapped"].clone(),
+            doc["threads"][0]["kek"].clone()
+        ),
+        (1.into(), "k9".into()),
+        "{doc}"
+    );
+    assert_eq!(
+        afk(&show, &back).code,
+        Some(0),
+        "the new file alone opens it"
+    );
+    assert_eq!(afk(&show, &to_kms).code, Some(1), "KMS still opens it");
+}
+
 #[test]
 fn an_unreachable_kms_fails_the_command_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -181,6 +181,14 @@ impl EffectHashes {
     pub fn output_hash(&self, output: &Value) -> String {
         super::output_hash_with(output, self.written())
     }
+
+    /// Whether a stored `output_hash` is `output`'s, in either form this value knows.
+    pub(crate) fn output_matches(&self, stored: &str, output: &Value) -> bool {
+        stored == super::output_hash_with(output, self.written())
+            || self
+                .other()
+                .is_some_and(|d| stored == super::output_hash_with(output, d))
+    }
 }
 
 #[cfg(test)]

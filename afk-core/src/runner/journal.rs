@@ -15,11 +15,17 @@
 //!   settles the call with `Runner::resume_settling`;
 //! * no row -> execute.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 use super::tool::EffectPolicy;
 use crate::error::{Error, ErrorKind, Result};
-use crate::schema::{EffectRow, EffectStatus, Extra, ToolCall};
+use crate::hash::EffectHashes;
+use crate::ids::ThreadId;
+use crate::keys::{ParsedKey, parse_key};
+use crate::normalize::normalize_record;
+use crate::schema::{EffectRow, EffectStatus, Extra, Phase, ToolCall};
 
 /// Effect-row field naming who settled the call (`"human"`).
 pub(crate) const SETTLED: &str = "settled";
@@ -164,6 +170,120 @@ pub(crate) fn read_row(
     serde_json::from_value(Value::Object(map))
         .map(Some)
         .map_err(|e| Error::corrupt_record(key, format!("effect row is invalid: {e}")))
+}
+
+/// What [`rehash_effect_rows`] did to the effect rows of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Rehashed {
+    /// Rows whose hashes were the source's form and are now the target's.
+    pub rehashed: u64,
+    /// Rows left as they are: their call is in no stored snapshot's pending batch (a finished
+    /// step, whose rows no resume or settlement reads again), their `input_hash` is not the
+    /// call's in the source's form (an integrity conflict stays one), or they already hold
+    /// the target's form.
+    pub kept: u64,
+}
+
+/// Re-hash the effect rows among `values` (the keys and opened values of runs of `thread`,
+/// as an export holds them) from the hashes `from` computes to those `to` computes: a row
+/// whose `input_hash` is its call's under `from` gets the call's `input_hash` under `to`,
+/// and its `output_hash` likewise when it is its output's under `from`. A row's call is found
+/// in the pending batch of the stored snapshots of its step (the runtime-state records and
+/// the latest pointer): those are the rows a resume or a settlement checks. Anything
+/// unreadable is left as it is.
+///
+/// Moving a run between threads or stores whose effect hashes differ (keyed by another
+/// thread's hash key, keyed against plain) without it leaves rows that match no call there:
+/// resuming or settling the run then fails with `Corrupt` ("Effect journal integrity
+/// conflict").
+pub fn rehash_effect_rows(
+    thread: &ThreadId,
+    values: &mut [(String, Vec<u8>)],
+    from: &EffectHashes,
+    to: &EffectHashes,
+) -> Rehashed {
+    let calls = pending_calls(thread, values);
+    let mut out = Rehashed::default();
+    for (key, bytes) in values.iter_mut() {
+        if !matches!(parse_key(key), Ok(ParsedKey::Effect { .. })) {
+            continue;
+        }
+        match calls
+            .get(key.as_str())
+            .and_then(|c| rehash_row(bytes, c, from, to))
+        {
+            Some(row) => {
+                *bytes = row;
+                out.rehashed += 1;
+            }
+            None => out.kept += 1,
+        }
+    }
+    out
+}
+
+/// Effect key → the call of a stored snapshot's pending batch it is the row of.
+fn pending_calls(thread: &ThreadId, values: &[(String, Vec<u8>)]) -> HashMap<String, ToolCall> {
+    let mut calls = HashMap::new();
+    for (key, bytes) in values {
+        let run = match parse_key(key) {
+            Ok(p @ ParsedKey::Latest { .. }) => p.run().clone(),
+            Ok(ParsedKey::Checkpoint {
+                run,
+                phase: Phase::RuntimeState,
+                ..
+            }) => run,
+            _ => continue,
+        };
+        let Ok(record) = normalize_record(bytes, thread, key) else {
+            continue;
+        };
+        let Some(snap) = record.snapshot() else {
+            continue;
+        };
+        let Some(resp) = &snap.pending_llm_response else {
+            continue;
+        };
+        let ids = effect_ids(&call_ids(snap.step, &resp.tool_calls));
+        for (id, call) in ids.iter().zip(&resp.tool_calls) {
+            if let Ok(k) = crate::keys::effect_key(&run, snap.step, id) {
+                calls.insert(k, call.clone());
+            }
+        }
+    }
+    calls
+}
+
+/// The row `bytes` of `call` with its hashes in `to`'s form, if they are in `from`'s (and not
+/// already `to`'s).
+fn rehash_row(
+    bytes: &[u8],
+    call: &ToolCall,
+    from: &EffectHashes,
+    to: &EffectHashes,
+) -> Option<Vec<u8>> {
+    let Ok(Value::Object(mut row)) = serde_json::from_slice::<Value>(bytes) else {
+        return None;
+    };
+    let (name, args) = (&call.tool_name, &call.arguments);
+    let stored = row.get("input_hash")?.as_str()?;
+    let target = to.input_hash_of_args(name, args);
+    let source_form = stored == from.input_hash_of_args(name, args)
+        || from.other_input_hash_of_args(name, args).as_deref() == Some(stored);
+    if stored == target || !source_form {
+        return None;
+    }
+    row.insert("input_hash".to_owned(), Value::String(target));
+    let output = row.get("output").cloned().unwrap_or(Value::Null);
+    let output_from = matches!(row.get("output_hash"),
+        Some(Value::String(h)) if from.output_matches(h, &output));
+    if output_from {
+        row.insert(
+            "output_hash".to_owned(),
+            Value::String(to.output_hash(&output)),
+        );
+    }
+    serde_json::to_vec(&row).ok()
 }
 
 /// What to do with one call of a batch.

@@ -87,7 +87,7 @@ pub use events::{Decision, Outcome, RunEvent};
 pub use fn_tool::{FnTool, ToolFn, schema_of};
 pub use fork::{FORKED_FROM_KEY, ForkPoint};
 pub use handle::RunHandle;
-pub use journal::Settlement;
+pub use journal::{Rehashed, Settlement, rehash_effect_rows};
 pub use llm::{LlmClient, LlmRequest};
 pub use operator::Recorded;
 pub use price::{ModelPrice, PriceTable};

@@ -7,12 +7,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use afk_core::hash::{input_hash, output_hash};
+use afk_core::hash::{EffectHashes, input_hash, output_hash};
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm, ScriptedTool};
-use afk_core::runner::{Agent, EffectPolicy, ManualClock, Outcome, Runner, RunnerConfig};
+use afk_core::runner::{
+    Agent, EffectPolicy, ManualClock, Outcome, Runner, RunnerConfig, rehash_effect_rows,
+};
 use afk_core::schema::{EffectRow, LlmResponse};
-use afk_core::store::{CrashMode, FaultStore, Store};
-use afk_core::{MemoryStore, RunId, ThreadId};
+use afk_core::store::{Commit, CrashMode, FaultStore, Store, StoreExt, latest_key};
+use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
 use afk_seal::{Key, Keyring, MemoryKeyring, Mode, RekeyOptions, SealedStore, StaticKeys};
 use serde_json::{Value, json};
 
@@ -60,12 +62,34 @@ fn agent(counter: &InvocationCounter, kill: Arc<Kill>) -> Agent {
     Agent::new("payer", "Pay.", "m", ScriptedLlm::new(answers)).with_tool(charge)
 }
 
-fn sealed(inner: &Arc<MemoryStore>, ring: &Arc<MemoryKeyring>, kek: &Key) -> Arc<SealedStore> {
-    Arc::new(SealedStore::new(
-        inner.clone(),
-        Arc::new(StaticKeys::new("k1", kek.clone()).unwrap()),
-        ring.clone() as Arc<dyn Keyring>,
-    ))
+/// A memory store, a keyring and a key-encryption key: what each test opens its sealed store
+/// over, once per process it plays (nothing held in memory across them).
+struct Setup {
+    inner: Arc<MemoryStore>,
+    ring: Arc<MemoryKeyring>,
+    kek: Key,
+}
+
+impl Setup {
+    fn new() -> Self {
+        Setup {
+            inner: Arc::new(MemoryStore::new()),
+            ring: Arc::new(MemoryKeyring::default()),
+            kek: Key::generate(),
+        }
+    }
+
+    /// The sealed store, as a new process opens it.
+    fn open(&self) -> Arc<SealedStore> {
+        self.open_in(Mode::Sealed)
+    }
+
+    /// [`Setup::open`] in `mode`.
+    fn open_in(&self, mode: Mode) -> Arc<SealedStore> {
+        let source = Arc::new(StaticKeys::new("k1", self.kek.clone()).unwrap());
+        let ring = self.ring.clone() as Arc<dyn Keyring>;
+        Arc::new(SealedStore::new(self.inner.clone(), source, ring).with_mode(mode))
+    }
 }
 
 async fn complete(store: Arc<dyn Store>, thread: &ThreadId, run: &RunId) -> InvocationCounter {
@@ -129,9 +153,7 @@ async fn resume_without_charging(store: Arc<dyn Store>, thread: &ThreadId, run: 
 
 #[tokio::test]
 async fn a_sealed_stores_hashes_are_keyed_and_differ_by_thread() {
-    let inner = Arc::new(MemoryStore::new());
-    let ring = Arc::new(MemoryKeyring::default());
-    let store = sealed(&inner, &ring, &Key::generate());
+    let store = Setup::new().open();
     let (a, b, run) = (t("ta"), t("tb"), r("r1"));
     complete(store.clone(), &a, &run).await;
     complete(store.clone(), &b, &run).await;
@@ -160,13 +182,11 @@ async fn a_sealed_stores_hashes_are_keyed_and_differ_by_thread() {
 
 #[tokio::test]
 async fn a_resume_in_a_sealed_store_does_not_run_an_effect_twice() {
-    let inner = Arc::new(MemoryStore::new());
-    let ring = Arc::new(MemoryKeyring::default());
-    let kek = Key::generate();
+    let s = Setup::new();
     let (thread, run) = (t("t1"), r("r1"));
-    crash_after_the_charge(sealed(&inner, &ring, &kek), &thread, &run).await;
+    crash_after_the_charge(s.open(), &thread, &run).await;
     // A new process, a new `SealedStore` (nothing held in memory): it finds the keyed row.
-    let store = sealed(&inner, &ring, &kek);
+    let store = s.open();
     assert_ne!(
         row(&*store, &thread, &run).await.input_hash,
         input_hash("charge", &args())
@@ -176,12 +196,10 @@ async fn a_resume_in_a_sealed_store_does_not_run_an_effect_twice() {
 
 #[tokio::test]
 async fn hashes_keep_matching_after_a_rotation_to_a_new_data_key() {
-    let inner = Arc::new(MemoryStore::new());
-    let ring = Arc::new(MemoryKeyring::default());
-    let kek = Key::generate();
+    let s = Setup::new();
     let (thread, run) = (t("t1"), r("r1"));
-    crash_after_the_charge(sealed(&inner, &ring, &kek), &thread, &run).await;
-    let store = sealed(&inner, &ring, &kek);
+    crash_after_the_charge(s.open(), &thread, &run).await;
+    let store = s.open();
     let before = row(&*store, &thread, &run).await.input_hash;
     // The crashed process's lease has long run out by this clock.
     let now = std::time::SystemTime::now()
@@ -196,7 +214,7 @@ async fn hashes_keep_matching_after_a_rotation_to_a_new_data_key() {
     let report = store.rekey(&thread, &opts).await.unwrap();
     assert!(report.finished(), "{report:?}");
     assert_eq!(report.retired, ["d1"]);
-    let store = sealed(&inner, &ring, &kek);
+    let store = s.open();
     assert_eq!(
         store
             .effect_hashes(&thread)
@@ -211,38 +229,24 @@ async fn hashes_keep_matching_after_a_rotation_to_a_new_data_key() {
 
 #[tokio::test]
 async fn erasing_a_thread_destroys_its_hash_key() {
-    let inner = Arc::new(MemoryStore::new());
-    let ring = Arc::new(MemoryKeyring::default());
-    let kek = Key::generate();
+    let s = Setup::new();
     let (thread, run) = (t("t1"), r("r1"));
-    let store = sealed(&inner, &ring, &kek);
+    let store = s.open();
     complete(store.clone(), &thread, &run).await;
     let before = row(&*store, &thread, &run).await.input_hash;
     assert!(store.erase(&thread).await.unwrap());
     // A thread of the same id starts afresh: a new hash key, so the old hashes are no one's.
-    let again = sealed(&inner, &ring, &kek)
-        .effect_hashes(&thread)
-        .await
-        .unwrap();
+    let again = s.open().effect_hashes(&thread).await.unwrap();
     assert_ne!(again.input_hash("charge", &args()), before);
 }
 
 #[tokio::test]
 async fn rows_written_before_hashes_were_keyed_still_match() {
     // A run begun on a plain store, moved to encryption (migration mode) mid-run.
-    let inner = Arc::new(MemoryStore::new());
-    let ring = Arc::new(MemoryKeyring::default());
-    let kek = Key::generate();
+    let s = Setup::new();
     let (thread, run) = (t("t1"), r("r1"));
-    crash_after_the_charge(inner.clone(), &thread, &run).await;
-    let store = Arc::new(
-        SealedStore::new(
-            inner.clone(),
-            Arc::new(StaticKeys::new("k1", kek).unwrap()),
-            ring.clone() as Arc<dyn Keyring>,
-        )
-        .with_mode(Mode::Migrate),
-    );
+    crash_after_the_charge(s.inner.clone(), &thread, &run).await;
+    let store = s.open_in(Mode::Migrate);
     assert!(store.effect_hashes(&thread).await.unwrap().is_keyed());
     assert_eq!(
         row(&*store, &thread, &run).await.input_hash,
@@ -253,19 +257,10 @@ async fn rows_written_before_hashes_were_keyed_still_match() {
 
 #[tokio::test]
 async fn rolling_encryption_back_writes_plain_hashes_and_reads_keyed_ones() {
-    let inner = Arc::new(MemoryStore::new());
-    let ring = Arc::new(MemoryKeyring::default());
-    let kek = Key::generate();
+    let s = Setup::new();
     let (thread, run) = (t("t1"), r("r1"));
-    crash_after_the_charge(sealed(&inner, &ring, &kek), &thread, &run).await;
-    let store = Arc::new(
-        SealedStore::new(
-            inner.clone(),
-            Arc::new(StaticKeys::new("k1", kek).unwrap()),
-            ring.clone() as Arc<dyn Keyring>,
-        )
-        .with_mode(Mode::DecryptOnly),
-    );
+    crash_after_the_charge(s.open(), &thread, &run).await;
+    let store = s.open_in(Mode::DecryptOnly);
     let hashes = store.effect_hashes(&thread).await.unwrap();
     assert!(!hashes.is_keyed());
     assert_eq!(
@@ -275,38 +270,122 @@ async fn rolling_encryption_back_writes_plain_hashes_and_reads_keyed_ones() {
     resume_without_charging(store.clone(), &thread, &run).await;
     // A thread that never had keys: plain, and no keyring record made for it.
     assert!(!store.effect_hashes(&t("t2")).await.unwrap().is_keyed());
-    assert!(ring.load(&t("t2")).await.unwrap().is_none());
+    assert!(s.ring.load(&t("t2")).await.unwrap().is_none());
 }
 
 #[tokio::test]
 async fn a_record_without_a_hash_key_gets_one_that_stays() {
-    let inner = Arc::new(MemoryStore::new());
-    let ring = Arc::new(MemoryKeyring::default());
-    let kek = Key::generate();
+    let s = Setup::new();
     let thread = t("t1");
-    let store = sealed(&inner, &ring, &kek);
+    let store = s.open();
     store.effect_hashes(&thread).await.unwrap();
     // The record as it was written before hashes were keyed: no hash key.
-    let bytes = ring.load(&thread).await.unwrap().unwrap();
+    let bytes = s.ring.load(&thread).await.unwrap().unwrap();
     let mut record: Value = serde_json::from_slice(&bytes).unwrap();
     assert!(record["hash"].is_string(), "{record}");
     record.as_object_mut().unwrap().remove("hash");
     let old = serde_json::to_vec(&record).unwrap();
-    assert!(ring.replace(&thread, &bytes, &old).await.unwrap());
-    let first = sealed(&inner, &ring, &kek)
-        .effect_hashes(&thread)
-        .await
-        .unwrap();
+    assert!(s.ring.replace(&thread, &bytes, &old).await.unwrap());
+    let first = s.open().effect_hashes(&thread).await.unwrap();
     assert!(first.is_keyed());
     let record: Value =
-        serde_json::from_slice(&ring.load(&thread).await.unwrap().unwrap()).unwrap();
+        serde_json::from_slice(&s.ring.load(&thread).await.unwrap().unwrap()).unwrap();
     assert!(record["hash"].is_string(), "no hash key added: {record}");
-    let again = sealed(&inner, &ring, &kek)
-        .effect_hashes(&thread)
-        .await
-        .unwrap();
+    let again = s.open().effect_hashes(&thread).await.unwrap();
     assert_eq!(
         first.input_hash("charge", &args()),
         again.input_hash("charge", &args())
     );
+}
+
+/// Every value of `thread` opened through `store`, fences aside: what a re-sealing export
+/// holds.
+async fn opened(store: &dyn Store, thread: &ThreadId) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for key in store.list_all(thread, "").await.unwrap() {
+        if !key.starts_with("run:") {
+            let value = store.get(thread, &key).await.unwrap().unwrap();
+            out.push((key, value));
+        }
+    }
+    out
+}
+
+/// Write `values` as run `run` of `thread` under a claim of `store`, as an import does.
+async fn write_run(
+    store: &dyn Store,
+    thread: &ThreadId,
+    run: &RunId,
+    values: &[(String, Vec<u8>)],
+) {
+    let epoch = store.claim(thread, run).await.unwrap();
+    let lk = latest_key(run);
+    let commit = Commit {
+        thread: thread.clone(),
+        run: run.clone(),
+        epoch,
+        puts: values.iter().filter(|(k, _)| *k != lk).cloned().collect(),
+        latest: values
+            .iter()
+            .find(|(k, _)| *k == lk)
+            .map(|(_, v)| v.clone()),
+        attention: None,
+    };
+    store.commit(&commit).await.unwrap();
+}
+
+/// A run stopped after its charge, its values opened and moved to a thread with another hash
+/// key (a re-sealing export and import): copied as they are, the charge's row matches no call
+/// there and the resume fails as an integrity conflict; re-hashed through the plain form, the
+/// run resumes without charging again. A row that matched no call at the source still
+/// matches none: the move does not launder a conflict.
+#[tokio::test]
+async fn a_run_moved_to_another_hash_key_resumes_once_its_rows_are_rehashed() {
+    let (thread, run) = (t("t1"), r("r1"));
+    let src = Setup::new();
+    crash_after_the_charge(src.open(), &thread, &run).await;
+    let source = src.open();
+    let values = opened(&*source, &thread).await;
+    let row_key = afk_core::keys::effect_key(&run, 1, "c1").unwrap();
+    let plain = EffectHashes::plain();
+
+    let as_they_are = Setup::new().open();
+    write_run(&*as_they_are, &thread, &run, &values).await;
+    let counter = InvocationCounter::new();
+    let e = Runner::new(as_they_are, RunnerConfig::default())
+        .resume(&agent(&counter, Arc::default()), &thread, &run)
+        .result()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+    assert!(e.to_string().contains("integrity conflict"), "{e}");
+    assert_eq!(counter.get("c1"), 0);
+
+    let mut moved = values.clone();
+    let from = source.effect_hashes(&thread).await.unwrap();
+    let out = rehash_effect_rows(&thread, &mut moved, &from, &plain);
+    assert_eq!(out.rehashed, 1, "{out:?}");
+    let target = Setup::new().open();
+    let to = target.effect_hashes(&thread).await.unwrap();
+    assert_eq!(
+        rehash_effect_rows(&thread, &mut moved, &plain, &to).rehashed,
+        1
+    );
+    write_run(&*target, &thread, &run, &moved).await;
+    assert_eq!(
+        row(&*target, &thread, &run).await.input_hash,
+        to.input_hash("charge", &args())
+    );
+    resume_without_charging(target, &thread, &run).await;
+
+    // A row whose hash is not its call's stays as it is.
+    let mut conflicting = values;
+    let (_, bytes) = conflicting.iter_mut().find(|(k, _)| *k == row_key).unwrap();
+    let mut doc: Value = serde_json::from_slice(bytes).unwrap();
+    doc["input_hash"] = Value::String("0".repeat(64));
+    *bytes = serde_json::to_vec(&doc).unwrap();
+    let before = conflicting.clone();
+    let out = rehash_effect_rows(&thread, &mut conflicting, &from, &plain);
+    assert_eq!((out.rehashed, out.kept), (0, 1), "{out:?}");
+    assert_eq!(conflicting, before);
 }

@@ -416,6 +416,38 @@ async fn while_kms_is_down_nothing_is_written_or_read_in_plaintext() {
     assert_no_plaintext(&inner, &t("before")).await;
 }
 
+/// A process holding a thread's unwrapped keys asks KMS again once their time to live has run
+/// out: with KMS refusing (here unreachable, as it refuses a revoked or disabled key), reads
+/// stop then, with `Unavailable`, and no stored bytes are handed back instead.
+#[tokio::test]
+async fn held_keys_expire_so_kms_is_asked_again_within_the_time_to_live() {
+    use afk_core::runner::ManualClock;
+    let Some(endpoint) = server() else {
+        return;
+    };
+    let kms = admin("").await;
+    let (key, _) = create_key(&kms).await;
+    let proxy = Proxy::start(&endpoint).await;
+    let inner = Arc::new(MemoryStore::new());
+    let ring = Arc::new(MemoryKeyring::default());
+    let source = Arc::new(connect(config(&key, &proxy.endpoint, "")).await.unwrap());
+    let clock = ManualClock::new(1_000_000);
+    let store = SealedStore::new(inner.clone(), source, ring)
+        .with_clock(clock.clone())
+        .with_key_ttl(Duration::from_secs(300));
+    write(&store, &t("a")).await.unwrap();
+    proxy.down();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    clock.advance_ms(299_000);
+    let held = read(&store, &t("a")).await.unwrap().unwrap();
+    assert_eq!(held, SECRET.as_bytes(), "within the time to live");
+    clock.advance_ms(1_000);
+    let e = read(&store, &t("a")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert_no_plaintext(&inner, &t("a")).await;
+}
+
 /// `rekey` after a rotation wraps the data keys again with the new KMS key: the old key can
 /// then be disabled and everything still opens.
 #[tokio::test]

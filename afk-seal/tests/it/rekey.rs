@@ -347,3 +347,38 @@ async fn a_value_sealed_with_the_old_key_meanwhile_holds_the_old_data_key_back()
     let report = store.rekey(&a, &new_data_key()).await.unwrap();
     assert!(report.finished() && report.retired == ["d1"], "{report:?}");
 }
+
+/// `rekey_all` goes on past a thread that fails: the threads before and after it are rotated,
+/// and the failing one is reported with its own typed error.
+#[tokio::test]
+async fn rekey_all_goes_past_a_failing_thread_and_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner = Arc::new(MemoryStore::new());
+    let ring: Arc<dyn Keyring> = Arc::new(DirKeyring::open(dir.path()).unwrap());
+    let source = Arc::new(StaticKeys::new("k1", Key::generate()).unwrap());
+    let store = Arc::new(SealedStore::new(inner.clone(), source, ring.clone()));
+    let (a, b, c) = (t("a"), t("b"), t("c"));
+    for thread in [&a, &b, &c] {
+        run_through(store.clone(), thread, &r("r1")).await;
+    }
+    let record = ring.load(&b).await.unwrap().unwrap();
+    assert!(ring.replace(&b, &record, b"{not a record").await.unwrap());
+
+    let all = store.rekey_all(&new_data_key()).await.unwrap();
+    let done: Vec<&str> = all.threads.iter().map(|r| r.thread.as_str()).collect();
+    assert_eq!(done, ["a", "c"], "{all:?}");
+    assert!(
+        all.threads
+            .iter()
+            .all(|r| r.finished() && r.retired == ["d1"])
+    );
+    assert_eq!(all.failed.len(), 1, "{all:?}");
+    assert_eq!(all.failed[0].thread, b);
+    assert_eq!(all.failed[0].error.kind(), ErrorKind::Corrupt, "{all:?}");
+    assert!(
+        all.failed[0].error.message().contains("thread b"),
+        "{all:?}"
+    );
+    assert!(!all.finished());
+    assert_eq!(key_ids(&inner, &c).values().next().unwrap(), "d2");
+}

@@ -269,6 +269,40 @@ async fn erasing_a_thread_leaves_its_data_unreadable_everywhere_and_others_reada
     }
 }
 
+/// Unwrapped keys are used for a bounded time: once it has run out, the keyring record is read
+/// again, so a thread erased by another process stops this one's reads too, not only at its
+/// next claim or restart.
+#[tokio::test]
+async fn held_keys_expire_so_an_erasure_elsewhere_stops_reads_within_the_time_to_live() {
+    use afk_core::runner::ManualClock;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let inner = Arc::new(MemoryStore::new());
+    let source = keys("k1", &Key::generate());
+    let ring: Arc<dyn Keyring> = Arc::new(DirKeyring::open(dir.path()).unwrap());
+    let clock = ManualClock::new(1_000_000);
+    let worker = Arc::new(
+        sealed(&inner, source.clone(), ring.clone())
+            .with_clock(clock.clone())
+            .with_key_ttl(Duration::from_secs(60)),
+    );
+    let (thread, run) = (t("user_a"), r("r1"));
+    run_through(worker.clone(), &thread, &run).await;
+    let lk = latest_key(&run);
+    assert!(worker.get(&thread, &lk).await.unwrap().is_some());
+
+    assert!(sealed(&inner, source, ring).erase(&thread).await.unwrap());
+    clock.advance_ms(59_999);
+    assert!(
+        worker.get(&thread, &lk).await.unwrap().is_some(),
+        "held keys are used until their time to live runs out"
+    );
+    clock.advance_ms(1);
+    let err = worker.get(&thread, &lk).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    assert!(err.to_string().contains("no data key"), "{err}");
+}
+
 #[tokio::test]
 async fn a_key_source_without_the_key_names_the_key_id() {
     let inner = Arc::new(MemoryStore::new());
