@@ -27,6 +27,9 @@ pub struct Grid {
     s3_runs: Vec<u64>,
     latencies_ms: Vec<u64>,
     modes: Vec<Mode>,
+    /// `system` (the process's own `malloc`), `jemalloc`, or the path of a `malloc` library:
+    /// each cell runs once per entry, the library preloaded (`LD_PRELOAD`) into its process.
+    allocators: Vec<String>,
     /// Where to write the table too.
     pub out: Option<PathBuf>,
 }
@@ -74,6 +77,7 @@ impl Grid {
             s3_runs: s3,
             latencies_ms: lat,
             modes: vec![Mode::Closed, Mode::Open],
+            allocators: list("system"),
             out: None,
         }
     }
@@ -91,6 +95,7 @@ impl Grid {
             ("--s3-runs", "AFK_FLEET_S3_RUNS"),
             ("--latencies", "AFK_FLEET_LATENCIES_MS"),
             ("--loops", "AFK_FLEET_LOOPS"),
+            ("--allocators", "AFK_FLEET_ALLOCATORS"),
         ] {
             if let Some(v) = env(var) {
                 set.push((k.to_owned(), v));
@@ -114,6 +119,7 @@ impl Grid {
             "--s3-runs" => self.s3_runs = numbers(v)?,
             "--latencies" => self.latencies_ms = numbers(v)?,
             "--loops" => self.modes = modes(v)?,
+            "--allocators" => self.allocators = list(v),
             "--out" => self.out = Some(PathBuf::from(v)),
             _ => return Err(format!("unknown option {flag}")),
         }
@@ -153,10 +159,12 @@ impl Grid {
                 skipped.push(store.clone());
                 continue;
             }
-            for c in self.cells(store) {
-                let row = run_child(&c);
-                eprintln!("{}", crate::table::progress(&row));
-                rows.push(row);
+            for alloc in &self.allocators {
+                for c in self.cells(store) {
+                    let row = run_child(&c, alloc);
+                    eprintln!("{}", crate::table::progress(&row));
+                    rows.push(row);
+                }
             }
         }
         crate::table::report(&rows, &skipped)
@@ -188,19 +196,59 @@ pub fn parse_cell(args: &[String]) -> Result<Cell, String> {
     })
 }
 
-/// Run `c` in a child process; its JSON line, or a row saying why there is none.
-fn run_child(c: &Cell) -> Value {
+/// The `malloc` library to preload for `alloc` (`None`: the process's own), or why not.
+fn preload(alloc: &str) -> Result<Option<PathBuf>, String> {
+    let path = match alloc {
+        "system" => return Ok(None),
+        "jemalloc" => std::env::var_os("AFK_FLEET_JEMALLOC")
+            .map_or_else(|| PathBuf::from(JEMALLOC), PathBuf::from),
+        p if p.contains('/') => PathBuf::from(p),
+        other => {
+            return Err(format!(
+                "unknown allocator {other:?}: system, jemalloc or a path"
+            ));
+        }
+    };
+    if path.is_file() {
+        Ok(Some(path))
+    } else {
+        Err(format!(
+            "{} not found (Debian: apt-get install libjemalloc2; or set AFK_FLEET_JEMALLOC)",
+            path.display()
+        ))
+    }
+}
+
+/// Debian's jemalloc (package `libjemalloc2`).
+const JEMALLOC: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+
+/// Run `c` in a child process with allocator `alloc`; its JSON line, or a row saying why there
+/// is none. Under an allocator other than `system`, the row's store reads `store + alloc`.
+fn run_child(c: &Cell, alloc: &str) -> Value {
+    let mut row = run_child_with(c, alloc);
+    if alloc != "system" {
+        let name = alloc.rsplit('/').next().unwrap_or(alloc);
+        row["store"] = Value::from(format!("{} + {name}", c.store));
+    }
+    row
+}
+
+fn run_child_with(c: &Cell, alloc: &str) -> Value {
     let exe = std::env::current_exe().expect("current exe");
     let ms = c.latency.as_millis().to_string();
-    let out = Command::new(exe)
-        .args([
-            "--cell",
-            &c.store,
-            &c.runs.to_string(),
-            &ms,
-            mode_name(c.mode),
-        ])
-        .output();
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--cell",
+        &c.store,
+        &c.runs.to_string(),
+        &ms,
+        mode_name(c.mode),
+    ]);
+    let out = match preload(alloc) {
+        Ok(Some(lib)) => cmd.env("LD_PRELOAD", lib).output(),
+        Ok(None) => cmd.output(),
+        Err(why) => Err(std::io::Error::other(why)),
+    };
     let parsed = out.as_ref().ok().and_then(|o| {
         let s = String::from_utf8_lossy(&o.stdout);
         s.lines()

@@ -23,6 +23,12 @@
 //! - `--latencies` [`AFK_FLEET_LATENCIES_MS`]: model latency in ms, default `0,50,1000`;
 //! - `--loops` [`AFK_FLEET_LOOPS`]: `closed` (all N started at once) and `open` (N runs arriving
 //!   at a fixed rate over a window of one ideal run, `11 × latency`, at least 1 s), default both;
+//! - `--allocators` [`AFK_FLEET_ALLOCATORS`]: the `malloc` each cell's process runs with,
+//!   default `system` (the C library's); `jemalloc` preloads Debian's `libjemalloc2`
+//!   (`LD_PRELOAD`; another file with [`AFK_FLEET_JEMALLOC`]), and a path preloads that
+//!   library. Each cell runs once per entry; its rows read `store + allocator`. An application
+//!   picks its allocator itself (for jemalloc, the `tikv-jemallocator` crate's
+//!   `#[global_allocator]`); this shows what the choice is worth with many runs in flight;
 //! - `--quick` [`AFK_FLEET_QUICK=1`]: a smoke grid, runs `1,100,1000`, latencies `0,50`, S3 runs
 //!   `100` (about a minute);
 //! - `--out PATH`: also write the table there.
