@@ -17,7 +17,10 @@ use afk::{RunId, ThreadId};
 use afk_seal::{DirKeyring, SealedStore, StaticKeys};
 use serde_json::Value;
 
-use crate::cli_ops::{require_env, s3_url, unique};
+#[cfg(feature = "s3")]
+use crate::cli_ops::s3_url;
+#[cfg(feature = "redis")]
+use crate::cli_ops::{require_env, unique};
 use crate::common::{afk_env, rocks};
 
 const K1: &str = "k1=000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
@@ -397,12 +400,13 @@ fn rekey_survives_sigkill_on_s3() {
 
 /// `afk erase` SIGKILLed at random moments, 24 times (the thread's keyring record put back
 /// after each erasure, as a fresh thread): the thread is either whole or unreadable, never in
-/// between, and other threads stay readable; a rerun erases it.
-#[test]
-fn erase_survives_sigkill() {
+/// between, and other threads stay readable; a rerun erases it. Erasing touches the keyring
+/// alone, never the store; it runs on every store all the same, since the console opens the
+/// store before it erases and reads through it after.
+fn erase_survives_sigkill(url: &str) {
     let mut rng = Rng::seeded();
     let dir = tempfile::tempdir().unwrap();
-    let url = rocks(&dir.path().join("db"));
+    let url = url.to_owned();
     let ring = dir.path().join("ring");
     let threads = ["gone".to_owned(), "kept".to_owned()];
     populate(&url, &ring, &threads, 2, 10);
@@ -435,6 +439,28 @@ fn erase_survives_sigkill() {
     complete(dir.path(), &url, K1, &ring, &args);
     let e = plain(&url, &ring, K1, &threads[..1]).unwrap_err();
     assert_eq!(e.kind(), afk::ErrorKind::NotFound, "{e}");
+}
+
+#[test]
+fn erase_survives_sigkill_on_rocksdb() {
+    let dir = tempfile::tempdir().unwrap();
+    erase_survives_sigkill(&rocks(&dir.path().join("db")));
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn erase_survives_sigkill_on_redis() {
+    if let Some(url) = require_env("AFK_TEST_REDIS_URL") {
+        erase_survives_sigkill(&format!("{url}?prefix={}", unique("erase")));
+    }
+}
+
+#[cfg(feature = "s3")]
+#[test]
+fn erase_survives_sigkill_on_s3() {
+    if let Some(url) = s3_url() {
+        erase_survives_sigkill(&url);
+    }
 }
 
 /// The time to live (ms) of each key of a thread's run records on a plain Redis connection.
