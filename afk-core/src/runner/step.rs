@@ -447,7 +447,8 @@ impl RunTask {
             self.st.restore_records(result);
             return Err(e);
         }
-        self.ckpt.finished().await;
+        // The terminal record's commit closed the run's index entry and started its retention
+        // (what `Store::finish_run` does): no further call.
         let st = &self.st;
         self.events.emit(|| RunEvent::Finished {
             state: st.snap.state.clone(),
@@ -519,8 +520,6 @@ impl RunTask {
             tracing::warn!(error = %we, "could not record the terminal failure");
         } else if let Err(we) = self.ckpt.flush().await {
             tracing::warn!(error = %we, "could not flush the terminal failure");
-        } else {
-            self.ckpt.finished().await;
         }
     }
 }

@@ -16,8 +16,9 @@ use afk_core::runner::{
     sweep_finished,
 };
 use afk_core::schema::ToolCall;
-use afk_core::store::{Store, StoreExt, latest_key, store_now_ms};
-use afk_core::{MemoryStore, RunId, ThreadId};
+use afk_core::store::{Call, HookStore, Hooks, Store, StoreExt, latest_key, store_now_ms};
+use afk_core::{MemoryStore, Result, RunId, ThreadId};
+use async_trait::async_trait;
 use common::{resp, runner};
 use serde_json::json;
 
@@ -177,7 +178,7 @@ async fn a_worker_with_a_retention_sweeps_finished_runs_and_keeps_paused_ones() 
     );
 }
 
-/// A run closed twice (its terminal commit, then a later `finish_run`, in another millisecond)
+/// A run closed twice (its terminal commit, then a `finish_run`, in another millisecond)
 /// is listed twice: the sweep deletes it once and drops both entries, counting nothing as kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_closed_twice_is_deleted_once() {
@@ -198,8 +199,8 @@ async fn a_run_closed_twice_is_deleted_once() {
     }
     let epoch = store.claim(&thread, &run).await.unwrap();
     store.finish_run(&thread, &run, epoch).await.unwrap();
-    // At least one entry per close: the terminal commit and the runner's `finish_run` each
-    // enter the run, once each when they land in different milliseconds.
+    // At least one entry per close: the terminal commit and the `finish_run` each enter the
+    // run, once each when they land in different milliseconds.
     let listed = store.list_finished(u64::MAX, None, 10).await.unwrap();
     let entries = listed.runs.len() as u64;
     assert!(entries >= 2, "{listed:?}");
@@ -210,4 +211,67 @@ async fn a_run_closed_twice_is_deleted_once() {
         "{swept:?}"
     );
     assert!(store.is_empty());
+}
+
+/// Counts the `finish_run` calls made to the store.
+#[derive(Debug, Default, Clone)]
+struct Finishes(Arc<std::sync::atomic::AtomicUsize>);
+
+#[async_trait]
+impl Hooks for Finishes {
+    type Note = ();
+    async fn before(&self, call: Call<'_>) -> Result<()> {
+        if matches!(call, Call::FinishRun { .. }) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+/// A run the runner ends, completed or failed for good (its model-call budget spent), is
+/// closed by its terminal record's commit alone: it leaves the index of runs that need
+/// attention and enters the index of finished runs once, with no `finish_run` call (a store
+/// round trip per run, and a second finished-run entry, it used to cost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ends_is_closed_by_its_terminal_commit_alone() {
+    for (name, budget, completed) in [("done", 10, true), ("spent", 1, false)] {
+        let inner = Arc::new(MemoryStore::new());
+        let finishes = Finishes::default();
+        let store: Arc<dyn Store> = Arc::new(HookStore::new(inner.clone(), finishes.clone()));
+        let (thread, run) = (ThreadId::new("t_close").unwrap(), RunId::new(name).unwrap());
+        let counter = InvocationCounter::new();
+        let llm = ScriptedLlm::new(vec![
+            resp(json!({"text": "adding", "tool_calls": [
+                {"id": "c1", "tool_name": "add", "arguments": {"a": 1, "b": 2}}]})),
+            resp(json!({"text": "done", "tool_calls": []})),
+        ]);
+        let mut agent = Agent::new("a", "Add.", "m1", llm).with_tool(ScriptedTool::add(counter));
+        agent.limits.max_llm_calls = budget;
+        let out = tokio::time::timeout(
+            NO_HANG,
+            runner(store.clone(), true)
+                .run_with_id(&agent, &thread, run.clone(), "go")
+                .result(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            matches!(out, Ok(Outcome::Completed(_))),
+            completed,
+            "{name}: {out:?}"
+        );
+        assert_eq!(
+            finishes.0.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{name}: the runner called finish_run after the terminal commit"
+        );
+        assert_eq!(
+            inner.attention(&thread, &run).await.unwrap(),
+            None,
+            "{name}: the ended run is still in the attention index"
+        );
+        let listed = inner.list_finished(u64::MAX, None, 10).await.unwrap();
+        assert_eq!(listed.runs.len(), 1, "{name}: {listed:?}");
+        assert_eq!(listed.runs[0].run, run, "{name}: {listed:?}");
+    }
 }

@@ -37,14 +37,16 @@ async fn measure(
     let before = requests();
     run_to_end(&r, &agent(STEPS), run.clone()).await;
     let after = requests();
-    let _ = counting.delete_run(&crate::support::thread(), &run).await;
-    Row {
+    // Counted before the clean-up, which is not the run's.
+    let row = Row {
         store: name,
         async_writes,
         commits: counting.hooks().totals().0,
         calls: counting.hooks().calls(),
         requests: before.zip(after).map(|(b, a)| a - b),
-    }
+    };
+    let _ = counting.delete_run(&crate::support::thread(), &run).await;
+    row
 }
 
 /// Measure every store that is reachable.
