@@ -49,6 +49,9 @@ pub fn run() -> Result<i32> {
     debs.extend(ROCKSDB_DEBS);
     debs.extend(BROWSER_DEBS);
     system::ensure_debs(&debs)?;
+    // RocksDB's C++ for the rocksdb-newest step starts compiling now, in the cores the steps
+    // before it leave idle.
+    let prebuild = crate::rocksdb_newest::prebuild()?;
 
     let mut times = Vec::new();
     let steps: [(&str, &[&str]); 4] = [
@@ -136,6 +139,9 @@ pub fn run() -> Result<i32> {
     // The newest end of the rocksdb range, RocksDB built from source in an application outside
     // the clone (cached there: only the first run on a machine compiles the C++).
     let start = Instant::now();
+    if let Some(prebuild) = prebuild {
+        prebuild.wait();
+    }
     let code = crate::rocksdb_newest::run()?;
     times.push(("rocksdb-newest", start.elapsed()));
     if code != 0 {
