@@ -36,13 +36,18 @@ const COMPILED_IN: &str = "none,snappy";
 
 /// Runs the step; returns the exit code of the failing cargo command, or 0.
 pub fn run() -> Result<i32> {
-    let Some((app, target)) = prepare()? else {
-        return Ok(1);
-    };
-    warn_if_newer_release(&app);
+    match prepare()? {
+        Some((app, target)) => build_and_test(&app, &target),
+        None => Ok(1),
+    }
+}
+
+/// Builds the prepared application in `app` (into `target`) and runs its tests.
+fn build_and_test(app: &Path, target: &Path) -> Result<i32> {
+    warn_if_newer_release(app);
 
     let start = Instant::now();
-    let status = system::run_status(cargo(&app, &target).args(["test", "--no-run"]))?;
+    let status = system::run_status(cargo(app, target).args(["test", "--no-run"]))?;
     eprintln!(
         "rocksdb-newest: build {:.1} s",
         start.elapsed().as_secs_f64()
@@ -54,7 +59,7 @@ pub fn run() -> Result<i32> {
     let tmp = target.join("tmp");
     let start = Instant::now();
     let status = system::run_status(
-        cargo(&app, &target)
+        cargo(app, target)
             .args(["test"])
             .env("AFK_TEST_ROCKSDB_COMPRESSIONS", COMPILED_IN)
             .env("TMPDIR", fresh_dir(&tmp)?),
@@ -119,10 +124,13 @@ fn root() -> PathBuf {
 
 /// The step's build started early, in the background at the lowest CPU priority, so that
 /// RocksDB's C++ (17 minutes on two idle cores, the first time on a machine) compiles in
-/// the time CI's other steps leave a core idle. [`Prebuild::wait`] before [`run`], which then
-/// finds the build done (or finishes it, and shows its errors, if the early one failed).
-/// Dropped without a wait (an earlier step failed), it stops the build and its compilers.
+/// the time CI's other steps leave a core idle. [`Prebuild::finish`] is the step: it waits for
+/// the build, then builds and tests as [`run`] does (finding the build done, or finishing it
+/// and showing its errors if the early one failed). Dropped unfinished (an earlier step
+/// failed), it stops the build and its compilers.
 pub struct Prebuild {
+    app: PathBuf,
+    target: PathBuf,
     child: Option<Child>,
     log: PathBuf,
     started: Instant,
@@ -136,27 +144,18 @@ pub fn prebuild() -> Result<Option<Prebuild>> {
     };
     let log = root().join("prebuild.log");
     let out = fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
-    let cmd = cargo(&app, &target);
-    let program = cmd.get_program().to_owned();
     // `nice` in front of cargo: every compiler it starts inherits the priority. Its own
     // process group, so that stopping it stops the compilers too (librocksdb-sys's build
     // script runs them itself).
     let mut niced = Command::new("nice");
     niced
         .args(["-n", "19"])
-        .arg(program)
+        .arg(system::cargo().get_program())
         .args(["test", "--no-run"])
-        .current_dir(&app)
         .stdout(out.try_clone()?)
         .stderr(out)
         .process_group(0);
-    // The same environment as the step's own cargo (the target directory, no system RocksDB).
-    for (name, value) in cmd.get_envs() {
-        match value {
-            Some(value) => niced.env(name, value),
-            None => niced.env_remove(name),
-        };
-    }
+    in_app(&mut niced, &app, &target);
     match niced.spawn() {
         Ok(child) => {
             eprintln!(
@@ -164,6 +163,8 @@ pub fn prebuild() -> Result<Option<Prebuild>> {
                 log.display()
             );
             Ok(Some(Prebuild {
+                app,
+                target,
                 child: Some(child),
                 log,
                 started: Instant::now(),
@@ -177,21 +178,21 @@ pub fn prebuild() -> Result<Option<Prebuild>> {
 }
 
 impl Prebuild {
-    /// Waits for the background build to end and says how it went.
-    pub fn wait(mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let waited = Instant::now();
-        let status = child.wait();
-        let ok = status.as_ref().is_ok_and(|s| s.success());
-        eprintln!(
-            "rocksdb-newest: background build {} after {:.1} s ({:.1} s of it waited for); log {}",
-            if ok { "done" } else { "failed" },
-            self.started.elapsed().as_secs_f64(),
-            waited.elapsed().as_secs_f64(),
-            self.log.display()
-        );
+    /// The step: waits for the background build to end, says how it went, then builds and
+    /// tests the application it prepared. Returns what [`run`] returns.
+    pub fn finish(mut self) -> Result<i32> {
+        if let Some(mut child) = self.child.take() {
+            let waited = Instant::now();
+            let ok = child.wait().is_ok_and(|s| s.success());
+            eprintln!(
+                "rocksdb-newest: background build {} after {:.1} s ({:.1} s of it waited for); log {}",
+                if ok { "done" } else { "failed" },
+                self.started.elapsed().as_secs_f64(),
+                waited.elapsed().as_secs_f64(),
+                self.log.display()
+            );
+        }
+        build_and_test(&self.app, &self.target)
     }
 }
 
@@ -210,8 +211,15 @@ impl Drop for Prebuild {
 /// `cargo` in the application, building into `target`, without the variables that make
 /// `librocksdb-sys` link a system library (`ROCKSDB_LIB_DIR`, `SNAPPY_LIB_DIR`, …: the
 /// workspace's `.cargo/config.toml` passes them to xtask through cargo's `[env]`).
-fn cargo(app: &Path, target: &Path) -> std::process::Command {
+fn cargo(app: &Path, target: &Path) -> Command {
     let mut cmd = system::cargo();
+    in_app(&mut cmd, app, target);
+    cmd
+}
+
+/// Runs `cmd` (cargo, or a wrapper of it) in `app`, building into `target`, with the
+/// environment [`cargo`] describes.
+fn in_app(cmd: &mut Command, app: &Path, target: &Path) {
     cmd.current_dir(app).env("CARGO_TARGET_DIR", target);
     for (name, _) in env::vars_os() {
         let name = name.to_string_lossy();
@@ -219,7 +227,6 @@ fn cargo(app: &Path, target: &Path) -> std::process::Command {
             cmd.env_remove(&*name);
         }
     }
-    cmd
 }
 
 /// The workspace's `rocksdb` requirement must end just above [`NEWEST`].
