@@ -87,7 +87,8 @@ pub(crate) fn digest_hex(digest: [u8; 32]) -> String {
     }
 }
 
-fn write_value(out: &mut String, value: &Value) {
+/// Append the canonical JSON of `value` (as [`canonical_json`] gives it) to `out`.
+pub(crate) fn write_value(out: &mut String, value: &Value) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),

@@ -15,8 +15,8 @@ use crate::keys;
 use serde::Serialize;
 
 use crate::schema::{
-    EffectRow, Extra, MarkState, Message, Phase, PhasePayload, SubagentExecution, ToolExecution,
-    TranscriptRef, encode_entry, encode_record,
+    EffectRow, Extra, MarkState, Message, Phase, PhasePayload, ResponseEncodings,
+    SubagentExecution, ToolExecution, TranscriptRef, encode_entry, encode_record,
 };
 use crate::store::{Commit, Epoch, Store};
 use crate::writer::Writer;
@@ -54,6 +54,8 @@ pub(crate) struct Checkpointer {
     size_hints: [usize; PHASE_COUNT],
     /// Bytes to reserve for the next effect row, from the size of the last one.
     effect_hint: usize,
+    /// The encoding of the model answer this run's snapshots share (written once per answer).
+    responses: ResponseEncodings,
     /// The run's entry in the index of runs that need attention, and its lease.
     lease: Lease,
     /// How the thread's effect hashes are computed, as the store said at the claim.
@@ -105,6 +107,7 @@ impl Checkpointer {
             commits: 0,
             size_hints: [256; PHASE_COUNT],
             effect_hint: 384,
+            responses: ResponseEncodings::default(),
         }
     }
 
@@ -230,15 +233,11 @@ impl Checkpointer {
         payload: &P,
     ) -> Result<Vec<u8>> {
         let hint = self.size_hints.get(phase as usize).copied().unwrap_or(256);
-        let bytes = encode_record(
-            &self.run,
-            &self.thread,
-            step,
-            phase,
-            self.clock.now_ms(),
-            payload,
-            hint,
-        )?;
+        let now = self.clock.now_ms();
+        let (run, thread) = (&self.run, &self.thread);
+        let bytes = self
+            .responses
+            .scope(|| encode_record(run, thread, step, phase, now, payload, hint))?;
         // Room for the counters and texts of the next record of this phase to grow a little.
         if let Some(h) = self.size_hints.get_mut(phase as usize) {
             *h = bytes.len() + bytes.len() / 8;

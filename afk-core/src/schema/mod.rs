@@ -20,6 +20,7 @@ pub mod migrate;
 mod payloads;
 mod result;
 mod rows;
+mod shared;
 mod snapshot;
 mod status;
 mod transcript;
@@ -37,6 +38,7 @@ pub use payloads::{
 };
 pub use result::{AgentResult, StateSnapshot};
 pub use rows::{BackgroundTicket, CommandExecution, SkillRead, SubagentExecution, ToolExecution};
+pub(crate) use shared::ResponseEncodings;
 pub use snapshot::{
     AGENT_HISTORY_KEY, AGENT_KEY, AgentChange, AgentIdentity, RuntimeSnapshot, SUSPENSION_KEY,
     Suspension,

@@ -14,6 +14,7 @@ use super::rows::{
     BackgroundTicket, CommandExecution, SkillRead, SubagentExecution, ToolExecution,
     background_rows, command_rows, skill_read_rows, subagent_rows, tool_rows,
 };
+use super::shared::shared_response;
 use super::status::RunStatus;
 use super::transcript::TranscriptRef;
 
@@ -72,8 +73,10 @@ pub struct RuntimeSnapshot {
     /// A response received at this step whose tool calls are not done yet. Shared (an
     /// `Arc`): during a step it is the same answer as `final_response`, and the runner's
     /// snapshots hold it without copying it.
+    #[serde(serialize_with = "shared_response")]
     pub pending_llm_response: Option<Arc<LlmResponse>>,
     /// Last successful response (shared, see `pending_llm_response`).
+    #[serde(serialize_with = "shared_response")]
     pub final_response: Option<Arc<LlmResponse>>,
     /// Effects replayed from the journal so far (AFK writes it but never reads it back).
     pub replayed_effect_count: u64,
