@@ -239,8 +239,15 @@ impl Checkpointer {
             .responses
             .scope(|| encode_record(run, thread, step, phase, now, payload, hint))?;
         // Room for the counters and texts of the next record of this phase to grow a little.
+        // Records of one phase alternate in size (a mid-step snapshot carries the pending
+        // answer, the end-of-step one does not): the room of the larger is kept, or every
+        // larger one would outgrow its buffer and be copied into one twice its size. It
+        // shrinks when the records got much smaller.
         if let Some(h) = self.size_hints.get_mut(phase as usize) {
-            *h = bytes.len() + bytes.len() / 8;
+            let next = bytes.len() + bytes.len() / 8;
+            if next > *h || next < *h / 2 {
+                *h = next;
+            }
         }
         Ok(bytes)
     }

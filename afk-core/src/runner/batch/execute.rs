@@ -3,7 +3,6 @@
 //! finishes. Every call runs to its end (and its result row is committed) even when a
 //! delegation stopped or paused: nothing is left cut mid-effect.
 
-use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,8 +25,9 @@ use crate::schema::{Extra, PauseRequest};
 
 /// How the execution of a batch ended.
 pub(super) enum Executed {
-    /// Every executed call has a result, by its position in the batch.
-    Done(BTreeMap<usize, CallResult>),
+    /// Every executed call has a result, at its position in the batch (a call not executed
+    /// has none).
+    Done(Vec<Option<CallResult>>),
     /// A child run paused; the parent pauses with this request.
     Paused(PauseRequest),
     /// A child run stopped without a final outcome; the parent stops with its error.
@@ -47,7 +47,8 @@ enum Call {
 /// What the calls of a batch ended with, as they finish.
 #[derive(Default)]
 struct Finished {
-    results: BTreeMap<usize, CallResult>,
+    /// By position in the batch (a vector, not a map: one small allocation per batch).
+    results: Vec<Option<CallResult>>,
     paused: Option<PauseRequest>,
     stopped: Option<Error>,
     delegations_ok: u64,
@@ -72,7 +73,10 @@ pub(super) async fn run(
     }
     let started = start(b, calls, step);
     let mut pending = Pending::new(started, b.agent.limits.tool_parallelism);
-    let mut done = Finished::default();
+    let mut done = Finished {
+        results: std::iter::repeat_with(|| None).take(calls.len()).collect(),
+        ..Finished::default()
+    };
     while let Some((i, call)) = pending.next().await {
         match call {
             Call::Done(res) => finish(b, &calls[i], res, limit, &mut done, i).await?,
@@ -204,7 +208,9 @@ async fn finish(
         let error = res.error.clone();
         subagent::record(b.st, &c.call.tool_name, &res.output, error, res.latency_ms);
     }
-    done.results.insert(i, res);
+    if let Some(slot) = done.results.get_mut(i) {
+        *slot = Some(res);
+    }
     Ok(())
 }
 

@@ -2,7 +2,6 @@
 //! becomes its tool record and tool message, in call order, and the failure policies decide
 //! whether the run goes on, degrades or fails.
 
-use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -20,7 +19,7 @@ use crate::schema::{Role, ToolExecution};
 pub(super) fn apply(
     b: &mut Batch<'_>,
     calls: &[PlannedCall<'_>],
-    mut results: BTreeMap<usize, CallResult>,
+    mut results: Vec<Option<CallResult>>,
 ) -> Result<BatchOutcome> {
     let step = b.st.snap.step;
     let mut failures = 0;
@@ -32,7 +31,7 @@ pub(super) fn apply(
             // No fresh call: a span that says so, and nothing else.
             drop(telemetry::execute_tool(&c.call.tool_name, &c.id, step, true).entered());
         }
-        let res = outcome(b, c, results.remove(&i));
+        let res = outcome(b, c, results.get_mut(i).and_then(Option::take));
         b.st.snap.tool_calls += 1;
         if !res.success {
             failures += 1;
