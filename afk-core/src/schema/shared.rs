@@ -1,10 +1,10 @@
-//! One encoding of the model answer a run's snapshots share.
+//! One encoding of each model answer a run's snapshots hold.
 //!
-//! During a tool step the same answer (one `Arc<LlmResponse>`) is in the mid-step snapshot
-//! twice (`pending_llm_response` and `final_response`) and in the end-of-step snapshot once
-//! more. [`ResponseEncodings::scope`] lets the snapshot encodings inside it write the answer's
-//! JSON from the bytes of its first encoding instead of encoding it again; outside a scope the
-//! fields serialize as plain values.
+//! An answer (one `Arc<LlmResponse>`) is in three or four snapshots of a run: as
+//! `pending_llm_response` in its step's mid-step snapshot, as `final_response` in that step's
+//! end-of-step snapshot and in the next step's first two. [`ResponseEncodings::scope`] lets the
+//! snapshot encodings inside it write an answer's JSON from the bytes of its first encoding
+//! instead of encoding it again; outside a scope the fields serialize as plain values.
 //!
 //! Two answers are kept, the newest used first: a mid-step snapshot holds the step's new answer
 //! as pending and the previous step's as final, and the next snapshot holds the new one as
@@ -41,7 +41,8 @@ thread_local! {
 impl ResponseEncodings {
     /// Run `encode` (one `serde_json` encoding to bytes, nothing else) with this cache in
     /// effect on the calling thread: a shared answer in it is written from cached bytes.
-    /// Never nest; the cache is back in `self` when `encode` returns or unwinds.
+    /// The cache is back in `self` when `encode` returns or unwinds (a scope nested in it
+    /// would leave the outer one empty: slower, never wrong).
     pub(crate) fn scope<R>(&mut self, encode: impl FnOnce() -> R) -> R {
         struct Restore<'a>(&'a mut ResponseEncodings);
         impl Drop for Restore<'_> {

@@ -2,7 +2,6 @@
 //! becomes its tool record and tool message, in call order, and the failure policies decide
 //! whether the run goes on, degrades or fails.
 
-
 use serde_json::Value;
 
 use super::{Batch, BatchOutcome, CallResult, PlannedCall};
