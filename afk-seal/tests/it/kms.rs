@@ -98,6 +98,12 @@ async fn connect(cfg: KmsConfig) -> afk_core::Result<KmsKeys> {
         .expect("connect hung")
 }
 
+/// A sealed store over `inner` and `ring` whose data keys KMS key `key` wraps.
+async fn sealed_by(key: &str, inner: &Arc<MemoryStore>, ring: &Arc<MemoryKeyring>) -> SealedStore {
+    let kms = Arc::new(connect(config(key, "", "")).await.unwrap());
+    SealedStore::new(inner.clone(), kms, ring.clone())
+}
+
 /// A commit of one checkpoint value holding SECRET.
 fn commit(thread: &ThreadId, run: &str, epoch: afk_core::store::Epoch) -> Commit {
     Commit {
@@ -183,11 +189,7 @@ async fn after_a_rotation_values_wrapped_by_the_old_kms_key_still_open() {
     let ((old, old_arn), (new, new_arn)) = (create_key(&kms).await, create_key(&kms).await);
     let inner = Arc::new(MemoryStore::new());
     let ring = Arc::new(MemoryKeyring::default());
-    let before = SealedStore::new(
-        inner.clone(),
-        Arc::new(connect(config(&old, "", "")).await.unwrap()),
-        ring.clone(),
-    );
+    let before = sealed_by(&old, &inner, &ring).await;
     write(&before, &t("old")).await.unwrap();
     // The new key by its alias, as an operator would rotate.
     kms.create_alias()
@@ -197,11 +199,7 @@ async fn after_a_rotation_values_wrapped_by_the_old_kms_key_still_open() {
         .await
         .unwrap();
     let alias = format!("alias/afk-rotated-{new}");
-    let after = SealedStore::new(
-        inner.clone(),
-        Arc::new(connect(config(&alias, "", "")).await.unwrap()),
-        ring.clone(),
-    );
+    let after = sealed_by(&alias, &inner, &ring).await;
     write(&after, &t("new")).await.unwrap();
     for (thread, arn) in [("old", &old_arn), ("new", &new_arn)] {
         let record = String::from_utf8(ring.load(&t(thread)).await.unwrap().unwrap()).unwrap();
@@ -213,11 +211,7 @@ async fn after_a_rotation_values_wrapped_by_the_old_kms_key_still_open() {
         assert_no_plaintext(&inner, &t(thread)).await;
     }
     // A fresh process with only the new key configured reads both.
-    let fresh = SealedStore::new(
-        inner.clone(),
-        Arc::new(connect(config(&alias, "", "")).await.unwrap()),
-        ring,
-    );
+    let fresh = sealed_by(&alias, &inner, &ring).await;
     for thread in ["old", "new"] {
         assert_eq!(
             read(&fresh, &t(thread)).await.unwrap().unwrap(),
@@ -270,11 +264,7 @@ async fn a_missing_disabled_or_deleted_kms_key_is_invalid_config_naming_it() {
     let (gone, gone_arn) = create_key(&kms).await;
     let inner = Arc::new(MemoryStore::new());
     let ring = Arc::new(MemoryKeyring::default());
-    let store = SealedStore::new(
-        inner.clone(),
-        Arc::new(connect(config(&gone, "", "")).await.unwrap()),
-        ring.clone(),
-    );
+    let store = sealed_by(&gone, &inner, &ring).await;
     write(&store, &t("gone")).await.unwrap();
     let elsewhere = admin("eu-west-3").await;
     let (other, _) = create_key(&elsewhere).await;
@@ -459,17 +449,9 @@ async fn after_a_rekey_the_old_kms_key_can_be_disabled() {
     let ((old, old_arn), (new, new_arn)) = (create_key(&kms).await, create_key(&kms).await);
     let inner = Arc::new(MemoryStore::new());
     let ring = Arc::new(MemoryKeyring::default());
-    let before = SealedStore::new(
-        inner.clone(),
-        Arc::new(connect(config(&old, "", "")).await.unwrap()),
-        ring.clone(),
-    );
+    let before = sealed_by(&old, &inner, &ring).await;
     write(&before, &t("a")).await.unwrap();
-    let after = SealedStore::new(
-        inner.clone(),
-        Arc::new(connect(config(&new, "", "")).await.unwrap()),
-        ring.clone(),
-    );
+    let after = sealed_by(&new, &inner, &ring).await;
     let report = after
         .rekey(&t("a"), &afk_seal::RekeyOptions::default())
         .await
@@ -482,11 +464,7 @@ async fn after_a_rekey_the_old_kms_key_can_be_disabled() {
     assert!(record.contains(&hex_of(&new_arn)), "{record}");
     assert!(!record.contains(&hex_of(&old_arn)), "{record}");
     kms.disable_key().key_id(&old).send().await.unwrap();
-    let fresh = SealedStore::new(
-        inner.clone(),
-        Arc::new(connect(config(&new, "", "")).await.unwrap()),
-        ring,
-    );
+    let fresh = sealed_by(&new, &inner, &ring).await;
     assert_eq!(
         read(&fresh, &t("a")).await.unwrap().unwrap(),
         SECRET.as_bytes()
