@@ -91,25 +91,55 @@ fn raw_values(db: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8
     })
 }
 
-#[test]
-fn an_export_keeps_the_ciphertext_or_is_resealed_under_the_targets_keys() {
-    const OTHER: &str = "k9=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
-    let dir = tempfile::tempdir().unwrap();
-    let p = |name: &str| dir.path().join(name);
-    let (src_ring, dst_ring) = (p("src-ring"), p("dst-ring"));
-    let src = [
-        ("AFK_SEAL_KEYS", KEYS),
-        ("AFK_SEAL_KEYRING", src_ring.to_str().unwrap()),
-    ];
-    let dst = [
-        ("AFK_SEAL_KEYS", OTHER),
-        ("AFK_SEAL_KEYRING", dst_ring.to_str().unwrap()),
-    ];
-    let run = |args: &[&str], env: &[(&str, &str)]| {
-        let out = afk_env(dir.path(), args, env);
+/// A temporary directory and the environments of two sealed stores in it: `src` with the
+/// test's keys, `dst` with other keys, each with its own keyring file.
+struct TwoSeals {
+    dir: tempfile::TempDir,
+    src_ring: String,
+    dst_ring: String,
+}
+
+impl TwoSeals {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ring = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+        let (src_ring, dst_ring) = (ring("src-ring"), ring("dst-ring"));
+        TwoSeals {
+            dir,
+            src_ring,
+            dst_ring,
+        }
+    }
+
+    fn src(&self) -> [(&'static str, &str); 2] {
+        [
+            ("AFK_SEAL_KEYS", KEYS),
+            ("AFK_SEAL_KEYRING", &self.src_ring),
+        ]
+    }
+
+    fn dst(&self) -> [(&'static str, &str); 2] {
+        const OTHER: &str = "k9=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+        [
+            ("AFK_SEAL_KEYS", OTHER),
+            ("AFK_SEAL_KEYRING", &self.dst_ring),
+        ]
+    }
+
+    /// `afk args` in the directory with `env`; its standard output, after checking it exited 0.
+    fn run(&self, args: &[&str], env: &[(&str, &str)]) -> String {
+        let out = afk_env(self.dir.path(), args, env);
         assert_eq!(out.code, Some(0), "{args:?}: {}{}", out.stdout, out.stderr);
         out.stdout
-    };
+    }
+}
+
+#[test]
+fn an_export_keeps_the_ciphertext_or_is_resealed_under_the_targets_keys() {
+    let seals = TwoSeals::new();
+    let (dir, src, dst) = (&seals.dir, seals.src(), seals.dst());
+    let p = |name: &str| dir.path().join(name);
+    let run = |args: &[&str], env: &[(&str, &str)]| seals.run(args, env);
     let show = |db: &str, env: &[(&str, &str)]| {
         let args = [
             "show",
@@ -229,23 +259,10 @@ fn an_export_keeps_the_ciphertext_or_is_resealed_under_the_targets_keys() {
 /// rest; the import writes it in the target thread's form.
 #[test]
 fn a_resealed_import_of_a_run_stopped_mid_batch_settles_and_resumes_in_the_target() {
-    const OTHER: &str = "k9=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
-    let dir = tempfile::tempdir().unwrap();
+    let seals = TwoSeals::new();
+    let (dir, src, dst) = (&seals.dir, seals.src(), seals.dst());
     let p = |name: &str| dir.path().join(name);
-    let (src_ring, dst_ring) = (p("src-ring"), p("dst-ring"));
-    let src = [
-        ("AFK_SEAL_KEYS", KEYS),
-        ("AFK_SEAL_KEYRING", src_ring.to_str().unwrap()),
-    ];
-    let dst = [
-        ("AFK_SEAL_KEYS", OTHER),
-        ("AFK_SEAL_KEYRING", dst_ring.to_str().unwrap()),
-    ];
-    let run = |args: &[&str], env: &[(&str, &str)]| {
-        let out = afk_env(dir.path(), args, env);
-        assert_eq!(out.code, Some(0), "{args:?}: {}{}", out.stdout, out.stderr);
-        out.stdout
-    };
+    let run = |args: &[&str], env: &[(&str, &str)]| seals.run(args, env);
     let url = |name: &str| rocks(&p(name));
     run(
         &["--store", &url("src"), "demo", "--crash-after", "10"],
