@@ -8,8 +8,8 @@
 
 use serde_json::{Value, json};
 
-use super::{Server, TOKEN, request, rocks, run_path};
-use crate::cli_ops::{contents, paused_run, resume, uncertain_run};
+use super::{Server, TOKEN, TwoRuns, request, run_path};
+use crate::cli_ops::{contents, resume};
 use crate::common::afk_in;
 
 /// The text of the page's `<pre>` block, HTML entities undone.
@@ -64,11 +64,7 @@ type Case = (
 
 #[test]
 fn a_refused_action_says_what_the_command_says() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = rocks(dir.path());
-    paused_run(&url, "t", "p");
-    uncertain_run(&url, "t", "u");
-    let before = contents(&url, "t");
+    let TwoRuns { dir, url, before } = TwoRuns::new();
     let cases: [Case; 4] = [
         (
             "u",
@@ -118,11 +114,11 @@ fn a_refused_action_says_what_the_command_says() {
 
 #[test]
 fn the_api_acts_with_the_bearer_token_and_answers_as_the_commands() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = rocks(dir.path());
-    paused_run(&url, "t", "p");
-    uncertain_run(&url, "t", "u");
-    let before = contents(&url, "t");
+    let TwoRuns {
+        dir: _dir,
+        url,
+        before,
+    } = TwoRuns::new();
     let s = Server::start(&url, &[]);
     let cookie = s.login();
     // A session cookie alone does not act through the API: a browser sends it by itself.

@@ -21,6 +21,26 @@ pub use http::{Resp, form, request};
 /// A token long enough for the server.
 pub const TOKEN: &str = "serve-test-token-5f1c0a9e7d";
 
+/// A RocksDB store in a temporary directory holding, in thread `t`, a run paused for approval
+/// (`p`) and one stopped in its tool batch with an uncertain charge (`u`); `before`: what it
+/// holds before anything acts on them.
+pub struct TwoRuns {
+    pub dir: tempfile::TempDir,
+    pub url: String,
+    pub before: std::collections::BTreeMap<String, Vec<u8>>,
+}
+
+impl TwoRuns {
+    pub fn new() -> TwoRuns {
+        let dir = tempfile::tempdir().unwrap();
+        let url = rocks(dir.path());
+        crate::cli_ops::paused_run(&url, "t", "p");
+        crate::cli_ops::uncertain_run(&url, "t", "u");
+        let before = crate::cli_ops::contents(&url, "t");
+        TwoRuns { dir, url, before }
+    }
+}
+
 /// A running `afk serve`; killed when dropped.
 pub struct Server {
     child: Child,

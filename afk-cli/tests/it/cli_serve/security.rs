@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 
-use super::{Server, TOKEN, form, rocks, run_path};
-use crate::cli_ops::{completed, contents, paused_run, resume, uncertain_run};
+use super::{Server, TOKEN, TwoRuns, form, rocks, run_path};
+use crate::cli_ops::{completed, contents, paused_run, resume};
 use crate::common::afk_in;
 
 /// A wrong token opens no session and reads nothing; nor does a made-up session cookie.
@@ -66,11 +66,11 @@ fn a_wrong_token_gets_nothing() {
 /// nothing; the same post with it is recorded.
 #[test]
 fn a_forged_post_without_the_csrf_token_changes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = rocks(dir.path());
-    paused_run(&url, "t", "p");
-    uncertain_run(&url, "t", "u");
-    let before = contents(&url, "t");
+    let TwoRuns {
+        dir: _dir,
+        url,
+        before,
+    } = TwoRuns::new();
     let s = Server::start(&url, &[]);
     let me = s.session();
     let others = s.session().csrf;
@@ -118,11 +118,11 @@ fn a_forged_post_without_the_csrf_token_changes_nothing() {
 /// writes nothing.
 #[test]
 fn read_only_refuses_every_action() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = rocks(dir.path());
-    paused_run(&url, "t", "p");
-    uncertain_run(&url, "t", "u");
-    let before = contents(&url, "t");
+    let TwoRuns {
+        dir: _dir,
+        url,
+        before,
+    } = TwoRuns::new();
     let s = Server::start(&url, &["--read-only"]);
     let me = s.session();
     let page = me.get(&run_path("t", "p"));
