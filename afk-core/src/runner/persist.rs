@@ -15,7 +15,7 @@ use crate::keys;
 use serde::Serialize;
 
 use crate::schema::{
-    EffectRow, Extra, MarkState, Message, Phase, PhasePayload, ResponseEncodings,
+    EffectRowRef, Extra, MarkState, Message, Phase, PhasePayload, ResponseEncodings,
     SubagentExecution, ToolExecution, TranscriptRef, encode_entry, encode_record,
 };
 use crate::store::{Commit, Epoch, Store};
@@ -435,11 +435,10 @@ impl Checkpointer {
         self.commit(puts, Some(snapshot), false).await
     }
 
-    /// Commit an effect row (no pointer move).
-    pub(super) async fn effect(&mut self, step: u64, call_id: &str, row: &EffectRow) -> Result<()> {
-        let key = keys::effect_key(&self.run, step, call_id)?;
+    /// Commit an effect row under its key (`keys::effect_key`; no pointer move).
+    pub(super) async fn effect(&mut self, key: String, row: EffectRowRef<'_>) -> Result<()> {
         let mut bytes = Vec::with_capacity(self.effect_hint);
-        serde_json::to_writer(&mut bytes, row)
+        serde_json::to_writer(&mut bytes, &row)
             .map_err(|e| crate::Error::unexpected(format!("cannot encode effect row: {e}")))?;
         // Room for the next row (a result row is larger than its intent) to fit at once.
         self.effect_hint = bytes.len() + bytes.len() / 2;

@@ -148,6 +148,7 @@ pub(crate) async fn write(
         extra,
     };
     tracing::info!(run = %run, step, call = id, settlement = settlement.name(), "settling an uncertain effect");
-    ckpt.effect(step, id, &settled).await?;
+    ckpt.effect(keys::effect_key(&run, step, id)?, settled.view())
+        .await?;
     ckpt.barrier().await
 }

@@ -25,6 +25,7 @@ mod snapshot;
 mod status;
 mod transcript;
 
+pub(crate) use effect::EffectRowRef;
 pub use effect::{EffectRow, EffectStatus};
 pub(crate) use envelope::encode_record;
 pub use envelope::{CheckpointRecord, Phase};

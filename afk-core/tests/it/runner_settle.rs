@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use afk_core::runner::scripted::{InvocationCounter, ScriptedLlm};
-use afk_core::runner::{Agent, Outcome, Runner, Settlement};
+use afk_core::runner::{Agent, Outcome, Runner, Settlement, ToolContext};
 use afk_core::schema::AgentResult;
 use afk_core::store::{CrashMode, FaultStore, Store};
 use afk_core::{ErrorKind, MemoryStore, RunId, ThreadId};
@@ -158,6 +158,107 @@ async fn terminal_resume_does_nothing(store: &Arc<MemoryStore>, want: &Value) {
     assert_eq!(essence(&r), *want);
     assert_eq!((counter.total(), llm.calls()), (0, 0));
     assert_eq!(records(store), before, "a terminal resume wrote something");
+}
+
+/// The step and the row of call `id`'s effect row (`effect:<run>:<step>:<id>`).
+fn effect_entry(store: &MemoryStore, id: &str) -> (u64, Value) {
+    let (thread, _) = ids();
+    let snap = store.snapshot(&thread);
+    let (key, v) = snap
+        .iter()
+        .find(|(k, _)| k.starts_with("effect:") && k.ends_with(&format!(":{id}")))
+        .unwrap();
+    let step = key.rsplit(':').nth(1).unwrap().parse().unwrap();
+    (step, serde_json::from_slice(v).unwrap())
+}
+
+/// The rows the runner writes for a call: its intent before it runs (no output, not a
+/// success, when it began) and its result after (the output and that output's hash), both
+/// with the call's input hash, its tool's name and the idempotency key the tool is handed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_intent_and_result_rows_carry_its_hashes_key_and_name() {
+    let (_, run) = ids();
+    let (crashed, _) = crashed_between_intent_and_result().await;
+    let (step, intent) = effect_entry(&crashed, "c2");
+    let mut fields: Vec<&str> = intent
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "idempotency_key",
+            "input_hash",
+            "output",
+            "started_at_ms",
+            "status",
+            "success",
+            "tool_name"
+        ]
+    );
+    assert_eq!(
+        (
+            &intent["status"],
+            &intent["output"],
+            &intent["success"],
+            &intent["tool_name"]
+        ),
+        (
+            &json!("intent"),
+            &Value::Null,
+            &json!(false),
+            &json!("charge")
+        )
+    );
+    assert_eq!(
+        intent["input_hash"],
+        json!(afk_core::hash::input_hash("charge", &json!({"amount": 5})))
+    );
+    assert_eq!(
+        intent["idempotency_key"],
+        json!(ToolContext::idempotency_key_for(run.as_str(), step, "c2"))
+    );
+    assert!(intent["started_at_ms"].as_u64().is_some_and(|t| t > 0));
+
+    let (thread, run) = ids();
+    let store = Arc::new(MemoryStore::new());
+    let counter = InvocationCounter::new();
+    let (_, a) = agent(&counter);
+    completed(
+        runner(store.clone())
+            .run_with_id(&a, &thread, run.clone(), "go")
+            .result()
+            .await,
+    );
+    for (id, tool, args) in [
+        ("c1", "add", json!({"a": 1, "b": 2})),
+        ("c2", "charge", json!({"amount": 5})),
+    ] {
+        let (step, row) = effect_entry(&store, id);
+        let output = &row["output"];
+        assert_ne!(output, &Value::Null, "{id}");
+        assert_eq!(
+            (&row["status"], &row["success"], &row["tool_name"]),
+            (&json!("done"), &json!(true), &json!(tool)),
+            "{id}"
+        );
+        assert_eq!(
+            row["input_hash"],
+            json!(afk_core::hash::input_hash(tool, &args))
+        );
+        assert_eq!(
+            row["output_hash"],
+            json!(afk_core::hash::output_hash(output))
+        );
+        assert_eq!(
+            row["idempotency_key"],
+            json!(ToolContext::idempotency_key_for(run.as_str(), step, id))
+        );
+        assert!(row.get("started_at_ms").is_none(), "{id}: {row}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -111,7 +111,7 @@ fn start(b: &mut Batch<'_>, calls: &[PlannedCall<'_>], step: u64) -> Vec<Started
             thread_id: thread.to_owned(),
             tool_call_id: c.id.clone(),
             step,
-            idempotency_key: c.idempotency_key(run, step),
+            idempotency_key: c.idempotency_key.clone(),
         };
         let args = Value::Object(c.call.arguments.clone());
         let name = c.call.tool_name.clone();
@@ -193,12 +193,12 @@ async fn finish(
     done: &mut Finished,
     i: usize,
 ) -> Result<()> {
-    let step = b.st.snap.step;
     let mut extra = c.marks.clone();
     let records = 1 + usize::from(c.delegation);
     let res = within_limit(limit, (&c.call.tool_name, records), res, &mut extra);
-    let row = c.result(b.ckpt.run.as_str(), step, &res, extra, b.ckpt.hashes());
-    b.ckpt.effect(step, &c.eid, &row).await?;
+    let output_hash = b.ckpt.hashes().output_hash(&res.output);
+    let row = c.result(&res, &output_hash, &extra);
+    b.ckpt.effect(c.key.clone(), row).await?;
     if c.delegation {
         if res.success {
             done.delegations_ok += 1;

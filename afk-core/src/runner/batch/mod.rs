@@ -31,12 +31,10 @@ use super::output_limit::OutputLimit;
 use super::persist::Checkpointer;
 use super::state::RunState;
 use super::subagent::Delegator;
-use super::tool::ToolContext;
 use super::toolbox::Toolbox;
 use crate::error::{Error, Result};
-use crate::hash::EffectHashes;
 use crate::schema::{
-    EffectRow, EffectStatus, Extra, LlmResponse, PauseKind, PauseRequest, PausedPayload,
+    EffectRowRef, EffectStatus, Extra, LlmResponse, PauseKind, PauseRequest, PausedPayload,
     PhasePayload, ToolCall,
 };
 
@@ -82,6 +80,8 @@ struct PlannedCall<'r> {
     key: String,
     /// Its input hash.
     hash: String,
+    /// The idempotency key handed to its tool (the same for every attempt of it).
+    idempotency_key: String,
     plan: Plan,
     /// Markers its rows carry (a `did_not_run` settlement's).
     marks: Extra,
@@ -94,43 +94,36 @@ impl PlannedCall<'_> {
         matches!(self.plan, Plan::Execute)
     }
 
-    /// The idempotency key of the call (the same for every attempt of it).
-    fn idempotency_key(&self, run: &str, step: u64) -> String {
-        ToolContext::idempotency_key_for(run, step, &self.eid)
-    }
-
     /// The call's intent row, begun at `now_ms`.
-    fn intent(&self, run: &str, step: u64, now_ms: u64) -> EffectRow {
-        EffectRow {
-            input_hash: self.hash.clone(),
+    fn intent(&self, now_ms: u64) -> EffectRowRef<'_> {
+        EffectRowRef {
+            input_hash: &self.hash,
             output_hash: None,
-            output: Value::Null,
+            output: &Value::Null,
             success: false,
             status: Some(EffectStatus::Intent),
-            idempotency_key: Some(self.idempotency_key(run, step)),
-            tool_name: Some(self.call.tool_name.clone()),
+            idempotency_key: Some(&self.idempotency_key),
+            tool_name: Some(&self.call.tool_name),
             started_at_ms: Some(now_ms),
-            extra: self.marks.clone(),
+            extra: &self.marks,
         }
     }
 
-    /// The call's result row for `res`, carrying `extra`, its output hashed by `hashes`.
-    fn result(
-        &self,
-        run: &str,
-        step: u64,
-        res: &CallResult,
-        extra: Extra,
-        hashes: &EffectHashes,
-    ) -> EffectRow {
-        EffectRow {
-            input_hash: self.hash.clone(),
-            output_hash: Some(hashes.output_hash(&res.output)),
-            output: res.output.clone(),
+    /// The call's result row for `res`, carrying `extra`, its output hashed as `output_hash`.
+    fn result<'a>(
+        &'a self,
+        res: &'a CallResult,
+        output_hash: &'a str,
+        extra: &'a Extra,
+    ) -> EffectRowRef<'a> {
+        EffectRowRef {
+            input_hash: &self.hash,
+            output_hash: Some(output_hash),
+            output: &res.output,
             success: res.success,
             status: Some(EffectStatus::Done),
-            idempotency_key: Some(self.idempotency_key(run, step)),
-            tool_name: Some(self.call.tool_name.clone()),
+            idempotency_key: Some(&self.idempotency_key),
+            tool_name: Some(&self.call.tool_name),
             started_at_ms: None,
             extra,
         }
@@ -170,7 +163,7 @@ pub(crate) async fn run_batch(
         plan::Gated::Pause(request) => return commit_pause(b, request).await,
     };
     plan::read_journal(b, &mut calls, step).await?;
-    write_intents(b, &calls, step).await?;
+    write_intents(b, &calls).await?;
     let limit = OutputLimit::for_step(
         b.ckpt.store().capabilities().max_value_size,
         resp,
@@ -185,11 +178,10 @@ pub(crate) async fn run_batch(
 
 /// The intent rows of every call about to execute, then the barrier: nothing runs before
 /// every intent is durable.
-async fn write_intents(b: &mut Batch<'_>, calls: &[PlannedCall<'_>], step: u64) -> Result<()> {
+async fn write_intents(b: &mut Batch<'_>, calls: &[PlannedCall<'_>]) -> Result<()> {
     let now_ms = b.clock.now_ms();
     for c in calls.iter().filter(|c| c.executes()) {
-        let row = c.intent(b.ckpt.run.as_str(), step, now_ms);
-        b.ckpt.effect(step, &c.eid, &row).await?;
+        b.ckpt.effect(c.key.clone(), c.intent(now_ms)).await?;
     }
     b.ckpt.barrier().await
 }

@@ -7,7 +7,7 @@ use crate::runner::agent::GateDecision;
 use crate::runner::events::Decision;
 use crate::runner::fork::Origin;
 use crate::runner::journal::{self, Plan, Policy};
-use crate::runner::tool::EffectPolicy;
+use crate::runner::tool::{EffectPolicy, ToolContext};
 use crate::schema::{Extra, PauseRequest, ToolCall};
 
 /// What the gate made of a batch.
@@ -59,6 +59,7 @@ pub(super) fn gate<'r>(b: &mut Batch<'_>, calls: &'r [ToolCall], step: u64) -> R
         out.push(PlannedCall {
             key: keys::effect_key(&b.ckpt.run, step, &eid)?,
             hash: (b.ckpt.hashes()).input_hash_of_args(&call.tool_name, &call.arguments),
+            idempotency_key: ToolContext::idempotency_key_for(b.ckpt.run.as_str(), step, &eid),
             delegation: b.agent.subagent(&call.tool_name).is_some(),
             call,
             id,

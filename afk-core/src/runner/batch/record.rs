@@ -46,11 +46,12 @@ pub(super) fn apply(
                 FailurePolicy::Fail => fail = fail.or(Some(Error::new(ErrorKind::Tool, msg))),
             }
         }
-        push_records(b, c, &res);
+        let success = res.success;
+        push_records(b, c, res);
         b.events.emit(|| RunEvent::ToolCompleted {
             step,
             tool_call_id: c.id.clone(),
-            success: res.success,
+            success,
             replayed,
         });
     }
@@ -90,22 +91,25 @@ fn outcome(b: &mut Batch<'_>, c: &PlannedCall<'_>, executed: Option<CallResult>)
 }
 
 /// The call's tool execution record and its tool message.
-fn push_records(b: &mut Batch<'_>, c: &PlannedCall<'_>, res: &CallResult) {
+fn push_records(b: &mut Batch<'_>, c: &PlannedCall<'_>, res: CallResult) {
     let call = c.call;
+    let error = res
+        .error
+        .as_deref()
+        .map_or(Value::Null, |e| Value::String(e.to_owned()));
+    let text = tool_text(&call.tool_name, res.success, &res.output, &error);
     b.st.tool_executions.push(ToolExecution {
         tool_name: call.tool_name.clone(),
         tool_call_id: call.id.clone(),
         success: res.success,
-        output: res.output.clone(),
-        error: res.error.clone(),
+        output: res.output,
+        error: res.error,
         latency_ms: res.latency_ms,
         agent_name: Some(b.agent.name.clone()),
         agent_depth: Some(u64::from(b.delegator.depth)),
         agent_path: Some(b.agent.name.clone()),
         extra: Default::default(),
     });
-    let error = res.error.clone().map_or(Value::Null, Value::String);
-    let text = tool_text(&call.tool_name, res.success, &res.output, &error);
     let mut msg = text_message(Role::Tool, text, Some(call.tool_name.clone()));
     msg.tool_call_id = Some(c.id.clone());
     b.st.push_message(msg);
