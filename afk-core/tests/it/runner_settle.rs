@@ -84,13 +84,19 @@ fn records(store: &MemoryStore) -> BTreeMap<String, Vec<u8>> {
 }
 
 fn effect_row(store: &MemoryStore, id: &str) -> Value {
+    effect_entry(store, id).1
+}
+
+/// The step and the row of call `id`'s effect row (`effect:<run>:<step>:<id>`).
+fn effect_entry(store: &MemoryStore, id: &str) -> (u64, Value) {
     let (thread, _) = ids();
     let snap = store.snapshot(&thread);
-    let (_, v) = snap
+    let (key, v) = snap
         .iter()
         .find(|(k, _)| k.starts_with("effect:") && k.ends_with(&format!(":{id}")))
         .unwrap();
-    serde_json::from_slice(v).unwrap()
+    let step = key.rsplit(':').nth(1).unwrap().parse().unwrap();
+    (step, serde_json::from_slice(v).unwrap())
 }
 
 /// Resume with a new runner and expect `EffectUncertain` naming `c2` and `charge`.
@@ -158,18 +164,6 @@ async fn terminal_resume_does_nothing(store: &Arc<MemoryStore>, want: &Value) {
     assert_eq!(essence(&r), *want);
     assert_eq!((counter.total(), llm.calls()), (0, 0));
     assert_eq!(records(store), before, "a terminal resume wrote something");
-}
-
-/// The step and the row of call `id`'s effect row (`effect:<run>:<step>:<id>`).
-fn effect_entry(store: &MemoryStore, id: &str) -> (u64, Value) {
-    let (thread, _) = ids();
-    let snap = store.snapshot(&thread);
-    let (key, v) = snap
-        .iter()
-        .find(|(k, _)| k.starts_with("effect:") && k.ends_with(&format!(":{id}")))
-        .unwrap();
-    let step = key.rsplit(':').nth(1).unwrap().parse().unwrap();
-    (step, serde_json::from_slice(v).unwrap())
 }
 
 /// The rows the runner writes for a call: its intent before it runs (no output, not a
