@@ -1,8 +1,9 @@
 //! `cargo xtask bench`: runs the benchmarks that exist and writes `bench-report.md` into the
-//! target directory. The `afk` crate's benches (see BENCHMARKS.md) run with `--all-features`, and its
-//! `bench_report` example turns criterion's results into the report's tables; then the
-//! concurrency bench (`afk/examples/fleet_probe`, N runs in flight in one process) runs and its
-//! table is appended; this task appends which crates ran and which have no benchmarks.
+//! target directory. The `afk` crate's benches (see BENCHMARKS.md) run with every store's
+//! feature ([`STORES`]), and its `bench_report` example turns criterion's results into the
+//! report's tables; then the concurrency bench (`afk/examples/fleet_probe`, N runs in flight
+//! in one process) runs and its table is appended; this task appends which crates ran and which
+//! have no benchmarks.
 //!
 //! `--fleet-only` runs the concurrency bench alone, `--no-fleet` skips it, `--fleet-quick` runs
 //! its smoke grid; its `AFK_FLEET_…` variables (see its module docs) pass through.
@@ -15,6 +16,13 @@ use anyhow::{Context, Result};
 
 use crate::services::{Needs, Services};
 use crate::system;
+
+/// The `afk` features the benches, `bench_report` and `fleet_probe` build with: every store, and
+/// not the model-provider features. No bench calls a provider, and those features bring `genai`,
+/// which turns on serde_json's `preserve_order` for the whole build (every JSON map an
+/// `IndexMap`): a cost an application without a provider feature does not pay, and one
+/// BENCHMARKS.md reports on its own.
+const STORES: &str = "rocksdb,redis,s3";
 
 /// Crates that may have benchmarks, with the servers their benchmarks need.
 const CRATES: [(&str, Needs); 5] = [
@@ -128,8 +136,7 @@ fn criterion(
         let mut cmd = system::cargo();
         cmd.args(["bench", "-p", krate]);
         if *krate == "afk" {
-            // Every store is reachable only with every feature on.
-            cmd.arg("--all-features");
+            cmd.args(["--features", STORES]);
         }
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
         let status = system::run_status(&mut cmd)?;
@@ -139,7 +146,7 @@ fn criterion(
         }
         if *krate == "afk" && status.success() {
             let mut cmd = system::cargo();
-            cmd.args(["run", "-p", "afk", "--release", "--all-features"]);
+            cmd.args(["run", "-p", "afk", "--release", "--features", STORES]);
             cmd.args(["--example", "bench_report", "--", "--out"]);
             cmd.arg(path);
             cmd.env("CARGO_TARGET_DIR", target);
@@ -162,7 +169,7 @@ fn fleet_bench(opts: Options, env: &Env, target: &Path, code: &mut i32) -> Resul
     let out = target.join("fleet-report.md");
     let _ = fs::remove_file(&out);
     let mut cmd = system::cargo();
-    cmd.args(["run", "-p", "afk", "--release", "--all-features"]);
+    cmd.args(["run", "-p", "afk", "--release", "--features", STORES]);
     cmd.args(["--example", "fleet_probe", "--", "--out"]);
     cmd.arg(&out);
     if opts.fleet_quick {

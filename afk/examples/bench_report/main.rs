@@ -1,6 +1,7 @@
-//! The bench report: `cargo run -p afk --release --all-features --example bench_report`.
+//! The bench report:
+//! `cargo run -p afk --release --features rocksdb,redis,s3 --example bench_report`.
 //!
-//! Reads the results of the last `cargo bench -p afk --all-features` (criterion's
+//! Reads the results of the last `cargo bench -p afk --features rocksdb,redis,s3` (criterion's
 //! `<target>/criterion/**/new/estimates.json`), measures bytes written per step (not a timing,
 //! so done here), and writes `<target>/bench-report.md`: a table per group with ours and the
 //! baseline of the same run, units, the machine and the date. `cargo xtask bench` runs both.

@@ -1,7 +1,7 @@
 //! The concurrency bench: many runs in flight in one process, as a service runs them.
 //!
-//! `cargo run -p afk --release --all-features --example fleet_probe -- [OPTIONS]` starts, for
-//! every configuration of the grid, N runs of 10 tool steps each through the public API
+//! `cargo run -p afk --release --features rocksdb,redis,s3 --example fleet_probe -- [OPTIONS]`
+//! starts, for every configuration of the grid, N runs of 10 tool steps each through the public API
 //! (`afk::open(url)`, `Runner::new` with the default config, one `Runner::run_with_id` per run,
 //! each awaited from a task of its own), with the bench script behind a model that answers after
 //! a set latency and an instant idempotent tool, and prints a Markdown table (also written to
