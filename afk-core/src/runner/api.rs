@@ -3,18 +3,20 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt as _;
 use tokio::sync::{broadcast, watch};
 use tracing::Instrument;
 
 use super::agent::Agent;
 use super::config::RunnerConfig;
-use super::events::{Decision, Entry, Signal, Start};
+use super::events::{Decision, Entry, Outcome, RunEvent, Signal, Start};
 use super::fork::ForkPoint;
 use super::handle::RunHandle;
 use super::journal::Settlement;
 use super::start::{Shared, execute};
 use super::stats::RunnerStats;
 use super::telemetry;
+use crate::error::Result;
 use crate::ids::{RunId, ThreadId};
 use crate::store::{Epoch, Store};
 
@@ -184,6 +186,24 @@ impl Runner {
     }
 
     fn spawn(&self, agent: &Agent, thread: &ThreadId, run: RunId, start: Start) -> RunHandle {
+        let (task, ctl, ev_rx) = self.task(agent, thread, &run, start);
+        let join = tokio::spawn(task);
+        RunHandle::new(run, thread.clone(), join, ctl, ev_rx)
+    }
+
+    /// The future a run's task polls (every run in flight holds it, while it waits on its
+    /// model too), and the handle's ends of the run's control and event channels.
+    fn task(
+        &self,
+        agent: &Agent,
+        thread: &ThreadId,
+        run: &RunId,
+        start: Start,
+    ) -> (
+        impl Future<Output = Result<Outcome>> + Send + 'static,
+        watch::Sender<Signal>,
+        broadcast::Receiver<RunEvent>,
+    ) {
         let (ctl, control) = watch::channel(Signal::Run);
         let (events, ev_rx) = broadcast::channel(self.shared.config.event_capacity.max(1));
         let resumed = !matches!(start, Start::Fresh(_) | Start::Fork { .. });
@@ -199,18 +219,39 @@ impl Runner {
                 depth: 0,
                 parent: None,
                 control,
-                events,
+                events: Some(events),
             },
         );
         let failed = span.clone();
-        let fut = async move {
-            let out = fut.await;
-            if let Err(e) = &out {
+        // A combinator, not an `async` block awaiting `fut`: that would hold the run's future
+        // twice (as the block's capture and as the future it awaits), doubling every run's
+        // memory while it waits.
+        let fut = fut.inspect(move |out| {
+            if let Err(e) = out {
                 telemetry::record_error(&failed, e.kind().as_str());
             }
-            out
-        };
-        let join = tokio::spawn(fut.instrument(span));
-        RunHandle::new(run, thread.clone(), join, ctl, ev_rx)
+        });
+        (fut.instrument(span), ctl, ev_rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::scripted::ScriptedLlm;
+    use crate::store::MemoryStore;
+
+    /// A run's task future stays a few KB: 10,000 runs waiting on their models hold 10,000
+    /// of them. (8 KB when written; twice that with an `async` block around the run's future,
+    /// which holds that future twice.)
+    #[test]
+    fn a_runs_task_future_is_small() {
+        let runner = Runner::new(Arc::new(MemoryStore::new()), RunnerConfig::default());
+        let agent = Agent::new("a", "", "m", ScriptedLlm::new(Vec::new()));
+        let thread = ThreadId::new("t").unwrap();
+        let run = RunId::new("r").unwrap();
+        let (task, _ctl, _events) = runner.task(&agent, &thread, &run, Start::Fresh("hi".into()));
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 12 * 1024, "a run's task future is {size} bytes");
     }
 }

@@ -161,18 +161,33 @@ pub enum RunEvent {
 
 /// A run's event stream, as its steps see it.
 #[derive(Debug, Clone)]
-pub(crate) struct Events(broadcast::Sender<RunEvent>);
+pub(crate) struct Events(Option<broadcast::Sender<RunEvent>>);
 
 impl Events {
     pub(crate) fn new(sender: broadcast::Sender<RunEvent>) -> Self {
-        Events(sender)
+        Events(Some(sender))
+    }
+
+    /// Events nobody can receive (a child run's).
+    pub(crate) fn unheard() -> Self {
+        Events(None)
     }
 
     /// Send the event `ev` makes, if anyone still listens (most runs are only awaited, so an
     /// event nobody receives is not even built).
     pub(crate) fn emit(&self, ev: impl FnOnce() -> RunEvent) {
-        if self.0.receiver_count() > 0 {
-            let _ = self.0.send(ev());
+        if let Some(tx) = self.0.as_ref().filter(|tx| tx.receiver_count() > 0) {
+            let _ = tx.send(ev());
+        }
+    }
+
+    /// Drop the channel once its last receiver is gone: no receiver can appear again (a new
+    /// one comes only from an existing one, and the sender is not shared), and the channel's
+    /// ring of `event_capacity` slots (16 KB at the default 256) would otherwise stay in the
+    /// run's memory until it ends, though most runs are only awaited.
+    pub(crate) fn release_unheard(&mut self) {
+        if self.0.as_ref().is_some_and(|tx| tx.receiver_count() == 0) {
+            self.0 = None;
         }
     }
 }
@@ -237,5 +252,31 @@ pub(crate) struct Entry {
     /// The parent run of a child run.
     pub(crate) parent: Option<RunId>,
     pub(crate) control: watch::Receiver<Signal>,
-    pub(crate) events: broadcast::Sender<RunEvent>,
+    /// Where its events go: `None` for a child run, whose events nobody receives.
+    pub(crate) events: Option<broadcast::Sender<RunEvent>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The channel goes once its last receiver is gone, not before: a receiver made from
+    /// another (`resubscribe`) keeps it, and events reach it until then.
+    #[test]
+    fn the_channel_goes_once_nobody_can_receive() {
+        let (tx, rx) = broadcast::channel(4);
+        let mut events = Events::new(tx);
+        events.release_unheard();
+        assert!(events.0.is_some(), "a receiver listens");
+        let mut later = rx.resubscribe();
+        drop(rx);
+        events.release_unheard();
+        assert!(events.0.is_some(), "the resubscribed receiver listens");
+        events.emit(|| RunEvent::StepStarted { step: 1 });
+        assert_eq!(later.try_recv(), Ok(RunEvent::StepStarted { step: 1 }));
+        drop(later);
+        events.release_unheard();
+        assert!(events.0.is_none(), "nobody can receive any more");
+        events.emit(|| unreachable!("an event nobody can receive is not built"));
+    }
 }

@@ -133,6 +133,7 @@ impl RunTask {
         let mut same_step = reuse_pending || self.st.step_open;
         loop {
             Signal::check(&self.control)?;
+            self.events.release_unheard();
             if !same_step {
                 self.st.snap.step += 1;
             }

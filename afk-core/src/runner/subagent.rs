@@ -33,7 +33,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::agent::Agent;
@@ -172,7 +172,6 @@ impl ChildRun {
         // The child answers no caller of its own: its signal never changes (the sender lives
         // as long as the child runs) and nobody listens to its events.
         let (_ctl, control) = watch::channel(Signal::Run);
-        let (events, _) = broadcast::channel(16);
         // Nested in the delegating call's `execute_tool` span (an agent used as a tool).
         let span = telemetry::invoke_agent(
             &self.agent.name,
@@ -188,7 +187,7 @@ impl ChildRun {
             depth: self.depth,
             parent: Some(self.parent.0.clone()),
             control,
-            events,
+            events: None,
         });
         let run = &self.run;
         match AssertUnwindSafe(fut.instrument(span)).catch_unwind().await {
