@@ -29,14 +29,20 @@ def measure(binary, args):
     return float(json.loads(line)["steps_per_s"])
 
 
-def main():
-    argv = sys.argv[1:]
+def split_argv(argv, heads, usage):
+    """The arguments before `--` (between heads[0] and heads[1] of them) and perf_probe's after
+    it; `usage()` if they do not fit."""
     if "--" not in argv:
         usage()
     sep = argv.index("--")
     head, args = argv[:sep], argv[sep + 1:]
-    if len(head) not in (2, 3) or not args:
+    if not heads[0] <= len(head) <= heads[1] or not args:
         usage()
+    return head, args
+
+
+def main():
+    head, args = split_argv(sys.argv[1:], (2, 3), usage)
     old, new = head[0], head[1]
     pairs = int(head[2]) if len(head) == 3 else 10
     a, b, ratios = [], [], []

@@ -13,29 +13,17 @@ The many-binary form of `ab_probe.py`, for a bisection: the binaries share the m
 within a round, so their ratios compare; repeat the whole sequence before trusting a
 difference under 5% (see BENCHMARKS.md).
 """
-import json, random, statistics, subprocess, sys
+import random, statistics, sys
+
+from ab_probe import measure, split_argv
 
 
 def usage():
     sys.exit(__doc__)
 
 
-def measure(binary, args):
-    out = subprocess.run([binary] + args, check=True, capture_output=True, text=True).stdout
-    line = next((l for l in out.splitlines() if l.startswith("{")), None)
-    if line is None:
-        sys.exit(f"{binary} printed no JSON line: {out!r}")
-    return float(json.loads(line)["steps_per_s"])
-
-
 def main():
-    argv = sys.argv[1:]
-    if "--" not in argv:
-        usage()
-    sep = argv.index("--")
-    head, args = argv[:sep], argv[sep + 1:]
-    if len(head) not in (1, 2) or not args:
-        usage()
+    head, args = split_argv(sys.argv[1:], (1, 2), usage)
     bins = head[0].split(",")
     if len(bins) < 2:
         usage()
