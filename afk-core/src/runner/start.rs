@@ -96,6 +96,25 @@ impl Launch for Shared {
 /// Execute a fresh run or a resume to its end (or pause). Used for top-level runs and
 /// subagent child runs.
 pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
+    // The claim and the restore are a future of their own, done before the first step: with
+    // them inline, the locals they keep across their awaits made the run's future, which every
+    // run in flight holds while it waits on its model, 2 KB larger.
+    match prepare(shared, e).await? {
+        Prepared::Run(task, input) => (*task).run(input).await,
+        Prepared::Ended(outcome) => Ok(outcome),
+    }
+}
+
+/// A run made ready to step, or how it already ended.
+enum Prepared {
+    /// Run `task` (with `input` for a fresh run, `None` for a resume or fork).
+    Run(Box<RunTask>, Option<String>),
+    /// The run had ended before (its result) or waits for a human (its pause).
+    Ended(Outcome),
+}
+
+/// Claim the run and build its state: fresh, forked or restored from the store.
+async fn prepare(shared: Arc<Shared>, e: Entry) -> Result<Prepared> {
     // The tools' specs are asked for once per run: for the agent's fingerprint here, then for
     // every model request.
     let mut toolbox = Toolbox::default();
@@ -132,14 +151,14 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
             Loaded::Terminal(r) => {
                 // Ended before: its retention applies again (this claim lifted it).
                 ckpt.finished().await;
-                return Ok(Outcome::Completed(r));
+                return Ok(Prepared::Ended(Outcome::Completed(r)));
             }
             Loaded::Paused(request) => {
                 // Its entry may still say `running` (a process stopped before writing the
                 // pause's entry): the run waits for a human, nobody holds it.
                 ckpt.mark(MarkState::Paused, 0).await?;
                 ckpt.flush().await?;
-                return Ok(Outcome::Paused { request: *request });
+                return Ok(Prepared::Ended(Outcome::Paused { request: *request }));
             }
         },
     };
@@ -151,7 +170,7 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
         depth: e.depth,
         decisions: child_decisions,
     };
-    RunTask::new(TaskParts {
+    let task = RunTask::new(TaskParts {
         agent: e.agent,
         ckpt,
         st,
@@ -163,9 +182,8 @@ pub(crate) async fn execute(shared: Arc<Shared>, e: Entry) -> Result<Outcome> {
         backoff,
         toolbox,
         forked,
-    })
-    .run(input)
-    .await
+    });
+    Ok(Prepared::Run(Box::new(task), input))
 }
 
 /// A fork's state, read and checked (the agent too) before the new run is claimed, so that a
