@@ -159,18 +159,16 @@ pub enum RunEvent {
     },
 }
 
-/// A run's event stream, as its steps see it.
-#[derive(Debug, Clone)]
+/// A run's event stream, as its steps see it. Not `Clone`: the run's task holds the only
+/// sender, which is what lets [`Events::release_unheard`] drop the channel.
+#[derive(Debug)]
 pub(crate) struct Events(Option<broadcast::Sender<RunEvent>>);
 
 impl Events {
-    pub(crate) fn new(sender: broadcast::Sender<RunEvent>) -> Self {
-        Events(Some(sender))
-    }
-
-    /// Events nobody can receive (a child run's).
-    pub(crate) fn unheard() -> Self {
-        Events(None)
+    /// The stream into `sender`'s channel; `None` for a run whose events nobody can receive
+    /// (a child run's).
+    pub(crate) fn new(sender: Option<broadcast::Sender<RunEvent>>) -> Self {
+        Events(sender)
     }
 
     /// Send the event `ev` makes, if anyone still listens (most runs are only awaited, so an
@@ -265,7 +263,7 @@ mod tests {
     #[test]
     fn the_channel_goes_once_nobody_can_receive() {
         let (tx, rx) = broadcast::channel(4);
-        let mut events = Events::new(tx);
+        let mut events = Events::new(Some(tx));
         events.release_unheard();
         assert!(events.0.is_some(), "a receiver listens");
         let mut later = rx.resubscribe();

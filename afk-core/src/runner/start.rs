@@ -177,7 +177,7 @@ async fn prepare(shared: Arc<Shared>, e: Entry) -> Result<Prepared> {
         decisions,
         delegator,
         control: e.control,
-        events: e.events.map_or_else(Events::unheard, Events::new),
+        events: Events::new(e.events),
         clock,
         backoff,
         toolbox,
