@@ -95,7 +95,7 @@ impl RunHandle {
     /// Wait for the run to end or pause.
     pub async fn result(mut self) -> Result<Outcome> {
         // No one can take the event stream from here on: with its last receiver gone, the
-        // run's events cost it nothing more than a look at the receiver count.
+        // run drops the channel (and its ring of slots) at its next step and builds no event.
         self.events = None;
         if let Some(e) = self.early.take() {
             return Err(e);
